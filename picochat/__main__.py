@@ -1,0 +1,5 @@
+"""`python -m picochat` is the same as the `picochat` command."""
+
+from picochat.cli.main import main
+
+raise SystemExit(main())

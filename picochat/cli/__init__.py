@@ -1,0 +1,1 @@
+"""The headless command line: `picochat ask|compact|info|clear|sessions|history|...`."""

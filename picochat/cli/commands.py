@@ -1,0 +1,261 @@
+"""What each CLI command does. Every command goes through the same `App` context: paths, the
+validated config and the store, opened lazily so a command touches only what it needs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from picochat.cli import render
+from picochat.config import Config, effective_config_text, load_config, write_starter_config
+from picochat.errors import PicochatError, UsageError
+from picochat.logs import setup_logging
+from picochat.messages import Session
+from picochat.paths import Paths, resolve_paths
+from picochat.storage.store import Store, open_store
+
+
+@dataclass
+class App:
+    args: argparse.Namespace
+    _store: Store | None = field(default=None, init=False)
+
+    def opt(self, name: str) -> Any:
+        return getattr(self.args, name, None)
+
+    @cached_property
+    def paths(self) -> Paths:
+        return resolve_paths(self.opt("data_dir"), self.opt("config"))
+
+    @cached_property
+    def config(self) -> Config:
+        return load_config(self.paths.config_file)
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            setup_logging(self.paths.log_file)
+            self._store = open_store(self.paths.database)
+        return self._store
+
+    def session(self) -> Session:
+        """`--session` (id or name) or the most recently active session; must exist."""
+        ref = self.opt("session")
+        if ref:
+            return self.store.require_session(ref)
+        latest = self.store.latest_session()
+        if latest is None:
+            raise UsageError("no sessions yet", 'start one with: picochat ask "hello"')
+        return latest
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command is None:
+        raise PicochatError("the chat app is not available yet in this version",
+                            'use `picochat ask "..."`; see `picochat --help`')
+    app = App(args)
+    try:
+        return HANDLERS[args.command](app)
+    finally:
+        app.close()
+
+
+def out(text: str = "") -> None:
+    sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
+
+
+def dump_json(value: Any) -> None:
+    out(json.dumps(value, ensure_ascii=False, indent=2, sort_keys=False))
+
+
+# --- ask -----------------------------------------------------------------------------------------
+
+
+def cmd_ask(app: App) -> int:
+    text = app.args.text
+    if text == "-":
+        text = _read_stdin()
+    if not text.strip():
+        raise UsageError("the message is empty", "pass some text, or - to read stdin")
+    config = app.config  # validate before touching the database
+    from picochat.models import choose_model_name, create_provider, resolve_model
+
+    store = app.store
+    ref = app.opt("session")
+    session = store.find_session(ref) if ref else store.latest_session()
+    flag = app.opt("model")
+    resolved = resolve_model(config, choose_model_name(config, flag, session.model if session
+                                                       else None))
+    if session is None:
+        session = store.create_session(name=ref, model=flag)
+    elif flag and session.model != flag:
+        store.set_session_model(session.id, flag)
+    provider = create_provider(resolved)
+    return asyncio.run(_ask(app, session, resolved, provider, text, config.agent.system_prompt))
+
+
+async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: str,
+               system_prompt: str) -> int:
+    from picochat.providers.base import TextDelta
+    from picochat.session import SessionWorker, TurnFailed
+
+    as_json = app.opt("json")
+    streamed_newline = True
+    async with SessionWorker(app.store, session.id, resolved, provider, system_prompt) as worker:
+        handle = worker.submit_turn(text)
+        try:
+            async for event in handle:
+                if isinstance(event, TextDelta) and not as_json:
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+                    streamed_newline = event.text.endswith("\n")
+        except asyncio.CancelledError:  # Ctrl-C: keep what arrived, then report
+            handle.cancel()
+        outcome = await handle.result()
+    if not as_json and not streamed_newline:
+        sys.stdout.write("\n")
+    if isinstance(outcome, TurnFailed):
+        if as_json:
+            dump_json({"session_id": session.id, "reply": None, "usage": None,
+                       "compaction": None, "error": {"kind": outcome.error.kind,
+                                                     "message": outcome.error.user_line()}})
+        kept = " (your message is saved" + (", and the partial answer" if outcome.partial_seq
+                                            else "") + ")"
+        sys.stderr.write(f"picochat: {outcome.error.user_line()}{kept if outcome.user_seq else ''}\n")
+        return 130 if outcome.cancelled else outcome.error.exit_status
+    if as_json:
+        usage = ({"prompt_tokens": outcome.usage.prompt_tokens,
+                  "completion_tokens": outcome.usage.completion_tokens}
+                 if outcome.usage else None)
+        dump_json({"session_id": session.id, "reply": outcome.reply, "usage": usage,
+                   "compaction": None})
+    return 0
+
+
+def _read_stdin() -> str:
+    data = sys.stdin.buffer.read()
+    return data.decode("utf-8", errors="replace")
+
+
+# --- sessions, history, checkpoints, export, clear -----------------------------------------------
+
+
+def cmd_sessions(app: App) -> int:
+    sessions = app.store.list_sessions()
+    if app.opt("json"):
+        dump_json([render.session_json(s) for s in sessions])
+    else:
+        out(render.sessions_table(sessions))
+    return 0
+
+
+def _active_checkpoint(app: App, session: Session) -> Any:
+    cid = session.active_context_checkpoint_id
+    return app.store.checkpoint(cid) if cid else None
+
+
+def cmd_history(app: App) -> int:
+    session = app.session()
+    messages = app.store.history(session.id)
+    active = _active_checkpoint(app, session)
+    if app.opt("json"):
+        dump_json({"session": render.session_json(session),
+                   "messages": [render.message_json(m, session, active) for m in messages]})
+    else:
+        out(render.history_text(session, messages, active))
+    return 0
+
+
+def cmd_checkpoints(app: App) -> int:
+    session = app.session()
+    checkpoints = app.store.checkpoints(session.id)
+    active = session.active_context_checkpoint_id
+    if app.opt("json"):
+        dump_json([render.checkpoint_json(c, active) for c in checkpoints])
+    else:
+        out(render.checkpoints_table(checkpoints, active))
+    return 0
+
+
+def cmd_export(app: App) -> int:
+    session = app.session()
+    messages = app.store.history(session.id)
+    checkpoints = app.store.checkpoints(session.id)
+    if app.args.format == "md":
+        text = render.export_markdown(session, messages, checkpoints)
+    else:
+        active = _active_checkpoint(app, session)
+        text = json.dumps({
+            "session": render.session_json(session),
+            "messages": [render.message_json(m, session, active) for m in messages],
+            "checkpoints": [render.checkpoint_json(c, session.active_context_checkpoint_id)
+                            for c in checkpoints],
+        }, ensure_ascii=False, indent=2) + "\n"
+    if app.args.output and app.args.output != "-":
+        from pathlib import Path
+
+        from picochat.fsutil import atomic_write_text
+
+        target = Path(app.args.output).expanduser()
+        if target.is_dir():
+            raise UsageError(f"{target}: is a directory", "give a file name with -o")
+        try:
+            atomic_write_text(target, text)
+        except OSError as exc:
+            raise PicochatError(f"{target}: cannot write the export: {exc.strerror}") from None
+        sys.stderr.write(f"Exported {len(messages)} messages of {session.name} to {target}\n")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_clear(app: App) -> int:
+    session = app.session()
+    cleared = app.store.clear_context(session.id)
+    out(f"Context cleared for {cleared.name}: the next turn starts fresh.")
+    out(f"Raw history unchanged: {cleared.message_count} messages stay in `picochat history`.")
+    return 0
+
+
+def cmd_not_yet(app: App) -> int:
+    app.session()  # an unknown --session is still reported as such
+    raise PicochatError(f"`picochat {app.args.command}` is not available yet in this version",
+                        "it arrives with the compaction engine")
+
+
+# --- config --------------------------------------------------------------------------------------
+
+
+def cmd_config(app: App) -> int:
+    action = app.args.action
+    path = app.paths.config_file
+    if action == "path":
+        out(str(path))
+    elif action == "show":
+        out(effective_config_text(app.config))
+    else:
+        write_starter_config(path, force=app.args.force)
+        out(f"Wrote a starter config to {path}")
+    return 0
+
+
+HANDLERS = {
+    "ask": cmd_ask,
+    "compact": cmd_not_yet,
+    "info": cmd_not_yet,
+    "clear": cmd_clear,
+    "sessions": cmd_sessions,
+    "history": cmd_history,
+    "checkpoints": cmd_checkpoints,
+    "export": cmd_export,
+    "config": cmd_config,
+}

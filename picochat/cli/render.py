@@ -1,0 +1,159 @@
+"""Plain-text and JSON renderings of sessions, the raw log and checkpoints, for the CLI."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from picochat.messages import INTERRUPTED, Checkpoint, Message, Session
+
+
+def when(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000))
+
+
+def marks(message: Message, session: Session, checkpoint: Checkpoint | None) -> list[str]:
+    """Why a raw message is not (or not verbatim) in the model's context."""
+    out = []
+    if message.seq <= session.context_floor_seq:
+        out.append("cleared")
+    elif checkpoint is not None and message.seq < checkpoint.first_retained_seq:
+        out.append(f"summarized in {checkpoint.id}")
+    if message.retracted:
+        out.append("undone")
+    if message.status == INTERRUPTED:
+        out.append("interrupted")
+    return out
+
+
+def message_json(message: Message, session: Session, checkpoint: Checkpoint | None) -> dict[str, Any]:
+    return {
+        "seq": message.seq,
+        "role": message.role,
+        "content": message.content,
+        "tool_calls": list(message.tool_calls) if message.tool_calls else None,
+        "tool_call_id": message.tool_call_id,
+        "name": message.name,
+        "turn_id": message.turn_id,
+        "tool_status": message.tool_status,
+        "status": message.status,
+        "tokens": message.tokens,
+        "created_at": message.created_at,
+        "marks": marks(message, session, checkpoint),
+    }
+
+
+def session_json(session: Session) -> dict[str, Any]:
+    return {
+        "id": session.id,
+        "name": session.name,
+        "model": session.model,
+        "messages": session.message_count,
+        "created_at": session.created_at,
+        "updated_at": session.updated_at,
+        "active_context_checkpoint_id": session.active_context_checkpoint_id,
+        "context_generation": session.context_generation,
+        "context_floor_seq": session.context_floor_seq,
+    }
+
+
+def checkpoint_json(cp: Checkpoint, active_id: str | None) -> dict[str, Any]:
+    out = dict(vars(cp))
+    out["active"] = cp.id == active_id
+    return out
+
+
+def sessions_table(sessions: list[Session]) -> str:
+    if not sessions:
+        return "No sessions yet. Start one with: picochat ask \"hello\""
+    rows = [("NAME", "ID", "MESSAGES", "MODEL", "LAST ACTIVE")]
+    rows += [(s.name, s.id, str(s.message_count), s.model or "(default)", when(s.updated_at))
+             for s in sessions]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def history_text(session: Session, messages: list[Message], checkpoint: Checkpoint | None) -> str:
+    if not messages:
+        return f"Session {session.name} has no messages yet."
+    out: list[str] = []
+    for m in messages:
+        label = [f"#{m.seq}", m.role, when(m.created_at)] + marks(m, session, checkpoint)
+        out.append("── " + " · ".join(label))
+        if m.role == "tool":
+            out.append(f"[result of {m.tool_call_id}{' ' + m.name if m.name else ''}]")
+        if m.content:
+            out.append(m.content)
+        for call in m.tool_calls or ():
+            fn = call.get("function", {})
+            out.append(f"[tool call {call.get('id')}] {fn.get('name')}({fn.get('arguments', '')})")
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+def export_markdown(session: Session, messages: list[Message],
+                    checkpoints: list[Checkpoint]) -> str:
+    active = next((c for c in checkpoints if c.id == session.active_context_checkpoint_id), None)
+    lines = [f"# {session.name}", "",
+             f"- session id: `{session.id}`",
+             f"- created: {when(session.created_at)}",
+             f"- messages: {len(messages)}",
+             f"- checkpoints: {len(checkpoints)}", ""]
+    for m in messages:
+        tag = marks(m, session, active)
+        suffix = f" · _{', '.join(tag)}_" if tag else ""
+        lines.append(f"## #{m.seq} · {m.role} · {when(m.created_at)}{suffix}")
+        lines.append("")
+        if m.role == "tool":
+            lines.append(f"Result of `{m.tool_call_id}`{' (' + m.name + ')' if m.name else ''}:")
+            lines.append("")
+            lines.append(_fence(m.content))
+        elif m.content:
+            lines.append(m.content)
+        for call in m.tool_calls or ():
+            lines.append("")
+            lines.append(f"Tool call `{call.get('id')}`:")
+            lines.append(_fence(json.dumps(call.get("function", {}), ensure_ascii=False,
+                                           indent=2), "json"))
+        lines.append("")
+    if checkpoints:
+        lines.append("# Checkpoints")
+        lines.append("")
+        for cp in checkpoints:
+            state = "active" if active and cp.id == active.id else "inactive"
+            lines.append(f"## {cp.id} · generation {cp.generation} · {cp.trigger_reason} · {state}"
+                         + (" · degraded" if cp.degraded else ""))
+            lines.append("")
+            lines.append(f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens; raw tail from "
+                         f"seq {cp.first_retained_seq}; created {when(cp.created_at)}")
+            lines.append("")
+            lines.append(cp.summary)
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _fence(text: str, lang: str = "") -> str:
+    """A code fence longer than any backtick run inside `text`."""
+    longest, run = 0, 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{text}\n{fence}"
+
+
+def checkpoints_table(checkpoints: list[Checkpoint], active_id: str | None) -> str:
+    if not checkpoints:
+        return "No checkpoints yet: nothing has been compacted in this session."
+    rows = [("", "ID", "GEN", "REASON", "TOKENS", "FROM SEQ", "CREATED")]
+    for cp in checkpoints:
+        rows.append(("*" if cp.id == active_id else "", cp.id, str(cp.generation),
+                     cp.trigger_reason + (" (degraded)" if cp.degraded else ""),
+                     f"{cp.tokens_before:,} -> {cp.tokens_after:,}", str(cp.first_retained_seq),
+                     when(cp.created_at)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return table + "\n* active"

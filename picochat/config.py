@@ -1,0 +1,350 @@
+"""The config file: read with tomllib, validated into frozen values, written only by `config init`.
+
+Every problem is one `ConfigError` line naming the file, the key and, where it helps, the line
+and column, and listing the valid choices when there are few. A missing file is not an error.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from picochat.errors import ConfigError
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+BUILTIN_TOOLS = ("history_search", "timeline_recall", "read_file")
+DEFAULT_THEME = "picochat-dark"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A `[models.NAME]` entry: a litellm model string plus how to reach it."""
+
+    name: str
+    model: str
+    api_base: str | None = None
+    api_key_env: str | None = None
+    token_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """An `[agents.NAME]` entry: a model, a system prompt and an optional tighter window."""
+
+    name: str
+    model: str | None = None
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    token_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class CompactionConfig:
+    enabled: bool = True
+    reserve_tokens: int = 16384
+    keep_recent_tokens: int = 20000
+    instructions: str = ""
+
+
+@dataclass(frozen=True)
+class ToolsConfig:
+    enabled: tuple[str, ...] = BUILTIN_TOOLS
+
+
+@dataclass(frozen=True)
+class UiConfig:
+    theme: str = DEFAULT_THEME
+
+
+@dataclass(frozen=True)
+class Config:
+    default_model: str | None = None
+    models: Mapping[str, ModelConfig] = field(default_factory=dict)
+    agents: Mapping[str, AgentConfig] = field(default_factory=dict)
+    context_compaction: CompactionConfig = CompactionConfig()
+    tools: ToolsConfig = ToolsConfig()
+    ui: UiConfig = UiConfig()
+    source: Path | None = None
+
+    @property
+    def agent(self) -> AgentConfig:
+        """The agent every session uses: `[agents.default]`, else the built-in one."""
+        return self.agents.get("default") or AgentConfig(name="default")
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+def load_config(path: Path) -> Config:
+    """Read and validate `path`; a missing file gives the defaults.
+
+    The `--model` flag and `PICOCHAT_MODEL` are applied by model resolution, not here, since
+    they outrank a session's own model while `default_model` does not.
+    """
+    text: str | None = None
+    data: dict[str, Any] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file",
+                          "pass a file to --config") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})", "save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    if text is not None:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {_toml_message(exc)}") from None
+    return _Validator(path, text or "").config(data)
+
+
+def _toml_message(exc: tomllib.TOMLDecodeError) -> str:
+    """tomllib says '... (at line 3, column 7)'; keep that, turn it into our shape."""
+    msg = str(exc)
+    m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
+    if m:
+        return f"{msg[: m.start()].strip()} at line {m.group(1)}, column {m.group(2)}"
+    m = re.search(r"\(at end of document\)", msg)
+    if m:
+        return f"{msg[: m.start()].strip()} at end of file"
+    return msg
+
+
+class _Validator:
+    """Turns parsed TOML into a `Config`, or one precise `ConfigError`."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def fail(self, table: str, key: str, problem: str, hint: str | None = None) -> ConfigError:
+        where = f"{table}.{key}" if table else key
+        line = self._line_of(table, key)
+        at = f" (line {line})" if line else ""
+        return ConfigError(f"{self.path}: {where}{at}: {problem}", hint)
+
+    def _line_of(self, table: str, key: str) -> int | None:
+        """Best effort: the line where `key` is set inside `[table]`."""
+        current = ""
+        header = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]\s*(#.*)?$")
+        setting = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+        for number, raw in enumerate(self.lines, start=1):
+            m = header.match(raw)
+            if m:
+                current = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
+                if table and current == f"{table}.{key}":
+                    return number
+                continue
+            if current == table and setting.match(raw):
+                return number
+        return None
+
+    # The top level ------------------------------------------------------------------------------
+
+    def config(self, data: dict[str, Any]) -> Config:
+        known = ("default_model", "models", "agents", "context_compaction", "tools", "ui")
+        self.unknown_keys("", data, known)
+        default_model = self.opt_str("", data, "default_model")
+        models = {
+            name: self.model(name, entry)
+            for name, entry in self.table("", data, "models").items()
+        }
+        agents = {
+            name: self.agent(name, entry)
+            for name, entry in self.table("", data, "agents").items()
+        }
+        return Config(
+            default_model=default_model,
+            models=models,
+            agents=agents,
+            context_compaction=self.compaction(self.table("", data, "context_compaction")),
+            tools=self.tools(self.table("", data, "tools")),
+            ui=self.ui(self.table("", data, "ui")),
+            source=self.path if self.lines else None,
+        )
+
+    def model(self, name: str, entry: Any) -> ModelConfig:
+        table = f"models.{name}"
+        if not isinstance(entry, dict):
+            raise self.fail("models", name, "must be a table like [models.NAME]")
+        self.unknown_keys(table, entry, ("model", "api_base", "api_key_env", "token_limit"))
+        model = self.opt_str(table, entry, "model")
+        if not model:
+            raise self.fail(table, "model", "missing",
+                            'set it to a litellm model string such as "openai/gpt-4o-mini"')
+        return ModelConfig(
+            name=name,
+            model=model,
+            api_base=self.opt_str(table, entry, "api_base"),
+            api_key_env=self.opt_str(table, entry, "api_key_env"),
+            token_limit=self.opt_int(table, entry, "token_limit", minimum=1),
+        )
+
+    def agent(self, name: str, entry: Any) -> AgentConfig:
+        table = f"agents.{name}"
+        if not isinstance(entry, dict):
+            raise self.fail("agents", name, "must be a table like [agents.NAME]")
+        self.unknown_keys(table, entry, ("model", "system_prompt", "token_limit"))
+        prompt = self.opt_str(table, entry, "system_prompt")
+        return AgentConfig(
+            name=name,
+            model=self.opt_str(table, entry, "model"),
+            system_prompt=DEFAULT_SYSTEM_PROMPT if prompt is None else prompt,
+            token_limit=self.opt_int(table, entry, "token_limit", minimum=1),
+        )
+
+    def compaction(self, entry: dict[str, Any]) -> CompactionConfig:
+        table = "context_compaction"
+        self.unknown_keys(table, entry,
+                          ("enabled", "reserve_tokens", "keep_recent_tokens", "instructions"))
+        d = CompactionConfig()
+        enabled = entry.get("enabled", d.enabled)
+        if not isinstance(enabled, bool):
+            raise self.fail(table, "enabled", f"expected true or false, got {_show(enabled)}")
+        reserve = self.opt_int(table, entry, "reserve_tokens", minimum=0)
+        keep = self.opt_int(table, entry, "keep_recent_tokens", minimum=0)
+        instructions = self.opt_str(table, entry, "instructions")
+        return CompactionConfig(
+            enabled=enabled,
+            reserve_tokens=d.reserve_tokens if reserve is None else reserve,
+            keep_recent_tokens=d.keep_recent_tokens if keep is None else keep,
+            instructions=instructions or "",
+        )
+
+    def tools(self, entry: dict[str, Any]) -> ToolsConfig:
+        self.unknown_keys("tools", entry, ("enabled",))
+        if "enabled" not in entry:
+            return ToolsConfig()
+        enabled = entry["enabled"]
+        if not isinstance(enabled, list) or not all(isinstance(t, str) for t in enabled):
+            raise self.fail("tools", "enabled", f"expected a list of tool names, got {_show(enabled)}",
+                            "valid: " + ", ".join(BUILTIN_TOOLS))
+        for tool in enabled:
+            if tool not in BUILTIN_TOOLS:
+                raise self.fail("tools", "enabled", f"unknown tool {tool!r}",
+                                "valid: " + ", ".join(BUILTIN_TOOLS))
+        return ToolsConfig(enabled=tuple(dict.fromkeys(enabled)))
+
+    def ui(self, entry: dict[str, Any]) -> UiConfig:
+        self.unknown_keys("ui", entry, ("theme",))
+        theme = self.opt_str("ui", entry, "theme")
+        return UiConfig(theme=theme or DEFAULT_THEME)
+
+    # Field helpers -------------------------------------------------------------------------------
+
+    def unknown_keys(self, table: str, entry: dict[str, Any], known: tuple[str, ...]) -> None:
+        for key in entry:
+            if key not in known:
+                raise self.fail(table, key, "unknown key", "valid: " + ", ".join(known))
+
+    def table(self, table: str, entry: dict[str, Any], key: str) -> dict[str, Any]:
+        value = entry.get(key, {})
+        if not isinstance(value, dict):
+            raise self.fail(table, key, f"expected a table [{key}], got {_show(value)}")
+        return value
+
+    def opt_str(self, table: str, entry: dict[str, Any], key: str) -> str | None:
+        value = entry.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.fail(table, key, f"expected a string, got {_show(value)}")
+        return value
+
+    def opt_int(self, table: str, entry: dict[str, Any], key: str, *, minimum: int) -> int | None:
+        value = entry.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(table, key, f"expected a whole number, got {_show(value)}")
+        if value < minimum:
+            need = "positive" if minimum == 1 else f"at least {minimum}"
+            raise self.fail(table, key, f"must be {need}, got {value}")
+        return value
+
+
+def _show(value: Any) -> str:
+    kind = {bool: "a boolean", str: "a string", int: "a number", float: "a number",
+            list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
+    text = repr(value)
+    return f"{kind} ({text[:40]})" if not isinstance(value, (dict, list)) else kind
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+STARTER_HEADER = """\
+# picochat configuration. Every key is optional; delete what you do not need.
+# Reference: the "Configuration" section of picochat's README.
+#
+# default_model picks the model: a key of [models] or a litellm model string.
+# Without it picochat auto-detects: OPENAI_API_KEY, then ANTHROPIC_API_KEY, then a local
+# Ollama, else the built-in "offline" model.
+# default_model = "openai/gpt-4o-mini"
+#
+# A model entry (token_limit is the model's context window; default: litellm's map, else 128000):
+# [models.local]
+# model = "openai/my-model"
+# api_base = "http://127.0.0.1:8000/v1"
+# api_key_env = "MY_API_KEY"
+# token_limit = 32768
+#
+# The agent every session uses (token_limit may only tighten the model's window):
+# [agents.default]
+# system_prompt = "You are a helpful assistant."
+# token_limit = 64000
+"""
+
+
+def starter_config_text() -> str:
+    """The text `config init` writes: comments, then the defaults as TOML (by tomli-w)."""
+    import tomli_w
+
+    d = Config()
+    body = {
+        "context_compaction": {
+            "enabled": d.context_compaction.enabled,
+            "reserve_tokens": d.context_compaction.reserve_tokens,
+            "keep_recent_tokens": d.context_compaction.keep_recent_tokens,
+            "instructions": d.context_compaction.instructions,
+        },
+        "tools": {"enabled": list(d.tools.enabled)},
+        "ui": {"theme": d.ui.theme},
+    }
+    return STARTER_HEADER + "\n" + tomli_w.dumps(body)
+
+
+def effective_config_text(config: Config) -> str:
+    """`config show`: the config in force, defaults included, as TOML."""
+    import tomli_w
+
+    def drop_none(entry: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in entry.items() if v is not None and k != "name"}
+
+    body: dict[str, Any] = {}
+    if config.default_model:
+        body["default_model"] = config.default_model
+    if config.models:
+        body["models"] = {n: drop_none(vars(m)) for n, m in config.models.items()}
+    if config.agents:
+        body["agents"] = {n: drop_none(vars(a)) for n, a in config.agents.items()}
+    body["context_compaction"] = dict(vars(config.context_compaction))
+    body["tools"] = {"enabled": list(config.tools.enabled)}
+    body["ui"] = {"theme": config.ui.theme}
+    source = str(config.source) if config.source else "built-in defaults (no config file)"
+    return f"# source: {source}\n" + tomli_w.dumps(body)
+
+
+def write_starter_config(path: Path, *, force: bool = False) -> None:
+    """Write the starter file atomically; refuse to replace an existing file unless forced."""
+    if path.exists() and not force:
+        raise ConfigError(f"{path}: already exists; nothing written",
+                          "use `picochat config init --force` to replace it")
+    from picochat.fsutil import atomic_write_text
+
+    atomic_write_text(path, starter_config_text())

@@ -1,0 +1,56 @@
+"""Errors a user can act on.
+
+Every error that may reach the command line is a `PicochatError`: it carries one line for the
+user and the exit status the contract documents (1: act on it and retry; 2: bad usage or config).
+Anything else escaping to the CLI is a bug and is reported as such, never as a traceback.
+"""
+
+from __future__ import annotations
+
+
+class PicochatError(Exception):
+    """An error with a one-line message for the user and a documented exit status."""
+
+    exit_status = 1
+    kind = "error"
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def user_line(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class UsageError(PicochatError):
+    """The command line was wrong: exit status 2."""
+
+    exit_status = 2
+    kind = "usage"
+
+
+class ConfigError(PicochatError):
+    """The config file (or an override) is invalid: exit status 2, nothing written."""
+
+    exit_status = 2
+    kind = "config"
+
+
+class StorageError(PicochatError):
+    """The database could not be opened or written."""
+
+    kind = "storage"
+
+
+class SessionNotFound(PicochatError):
+    """`--session` named no session: bad usage, exit 2."""
+
+    exit_status = 2
+    kind = "session_not_found"
+
+
+class StaleGeneration(StorageError):
+    """A checkpoint candidate was built on a context generation that has since moved on."""
+
+    kind = "stale_generation"

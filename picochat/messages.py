@@ -1,0 +1,94 @@
+"""The values that flow from storage upward: sessions, raw messages and checkpoints.
+
+Frozen, so a projection built from them can be compared field by field and never drifts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+ROLES = ("user", "assistant", "tool")
+
+# A message's status: how its turn ended. Only assistant messages are ever not "complete".
+COMPLETE = "complete"
+INTERRUPTED = "interrupted"  # the stream stopped (cancel, error) after some text arrived
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    name: str
+    created_at: int
+    updated_at: int
+    model: str | None
+    active_context_checkpoint_id: str | None
+    context_generation: int
+    context_floor_seq: int  # /clear: the context holds only messages with seq > this
+    last_compressed_message_at: int | None
+    deleted_at: int | None
+    message_count: int = 0
+
+
+@dataclass(frozen=True)
+class Message:
+    session_id: str
+    seq: int
+    role: str
+    content: str
+    tool_calls: tuple[dict[str, Any], ...] | None
+    tool_call_id: str | None
+    name: str | None
+    turn_id: str | None
+    tool_status: str | None
+    status: str
+    tokens: int
+    created_at: int
+    retracted: bool = False  # removed from the context by undo; still in the raw log
+
+    def provider_dict(self) -> dict[str, Any]:
+        """The OpenAI-format message the provider receives: the raw row, unchanged."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [dict(c) for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None and self.role == "tool":
+            out["name"] = self.name
+        return out
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A row of `context_checkpoints` (design §6.2): never changed once written."""
+
+    id: str
+    session_id: str
+    generation: int
+    parent_checkpoint_id: str | None
+    summary: str
+    first_retained_seq: int
+    source_max_seq: int
+    trigger_reason: str
+    provider_kind: str
+    model: str
+    tokens_before: int
+    tokens_after: int
+    degraded: bool
+    created_at: int
+
+
+@dataclass(frozen=True)
+class NewCheckpoint:
+    """What a compaction asks storage to commit; storage assigns id, generation and time."""
+
+    parent_checkpoint_id: str | None
+    summary: str
+    first_retained_seq: int
+    source_max_seq: int
+    trigger_reason: str
+    provider_kind: str
+    model: str
+    tokens_before: int
+    tokens_after: int
+    degraded: bool = False

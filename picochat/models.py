@@ -1,0 +1,159 @@
+"""Which model a session talks to, and how big its window is.
+
+Precedence, highest first: the `--model` flag, `PICOCHAT_MODEL`, the session's own model (set by
+an earlier `--model` or `/model`), `[agents.default].model`, `default_model`, auto-detection.
+The window is the `[models]` entry's `token_limit`, else litellm's bundled model map (read as
+JSON, without importing litellm), else 128000; the agent's `token_limit` can only tighten it
+(design §10.3, §21.14).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import urllib.request
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from picochat.config import Config, ModelConfig
+from picochat.errors import ConfigError
+from picochat.providers.base import Provider
+
+DEFAULT_WINDOW = 128_000
+OFFLINE = "offline"
+OLLAMA_URL = "http://127.0.0.1:11434"
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    name: str                 # what the user typed or configured: a [models] key or a model string
+    model: str                # the litellm model string ("offline" for the built-in model)
+    provider_kind: str        # "offline", "openai", "anthropic", "ollama", ...
+    model_window: int
+    window_source: str        # "config" | "litellm" | "default"
+    agent_limit: int | None = None
+    api_base: str | None = None
+    api_key_env: str | None = None
+
+    @property
+    def offline(self) -> bool:
+        return self.provider_kind == OFFLINE
+
+    @property
+    def window(self) -> int:
+        """The effective window: the agent may only tighten the model's."""
+        if self.agent_limit is None:
+            return self.model_window
+        return min(self.model_window, self.agent_limit)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} (offline)" if self.offline and self.name != OFFLINE else self.name
+
+
+def choose_model_name(config: Config, flag: str | None, session_model: str | None) -> str:
+    for candidate in (flag, os.environ.get("PICOCHAT_MODEL"), session_model,
+                      config.agent.model, config.default_model):
+        if candidate:
+            return candidate
+    return auto_detect()
+
+
+def resolve_model(config: Config, name: str) -> ResolvedModel:
+    entry = config.models.get(name)
+    if entry is None and name != OFFLINE and "/" not in name and lookup_window(name) is None:
+        choices = ", ".join(sorted(config.models)) or "none configured"
+        raise ConfigError(
+            f"unknown model {name!r}: not a [models] key ({choices}) and not a litellm "
+            "model string", 'use e.g. "offline", "openai/gpt-4o-mini" or a [models] key')
+    if entry is None:
+        entry = ModelConfig(name=name, model=name)
+    if entry.api_key_env and not os.environ.get(entry.api_key_env):
+        raise ConfigError(f"models.{entry.name}.api_key_env: the environment variable "
+                          f"{entry.api_key_env} is not set", f"export {entry.api_key_env}=…")
+    if entry.token_limit is not None:
+        window, source = entry.token_limit, "config"
+    else:
+        mapped = lookup_window(entry.model) if entry.model != OFFLINE else None
+        window, source = (mapped, "litellm") if mapped else (DEFAULT_WINDOW, "default")
+    return ResolvedModel(
+        name=name,
+        model=entry.model,
+        provider_kind=provider_kind(entry.model),
+        model_window=window,
+        window_source=source,
+        agent_limit=config.agent.token_limit,
+        api_base=entry.api_base,
+        api_key_env=entry.api_key_env,
+    )
+
+
+def provider_kind(model: str) -> str:
+    if model == OFFLINE:
+        return OFFLINE
+    if "/" in model:
+        return model.split("/", 1)[0]
+    info = _model_map().get(model) or {}
+    return str(info.get("litellm_provider") or "openai")
+
+
+def lookup_window(model: str) -> int | None:
+    """The input window from litellm's bundled map, trying the name with and without prefix."""
+    table = _model_map()
+    for key in (model, model.split("/", 1)[1] if "/" in model else None):
+        info = table.get(key) if key else None
+        if info:
+            value = info.get("max_input_tokens") or info.get("max_tokens")
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+@lru_cache(maxsize=1)
+def _model_map() -> dict[str, Any]:
+    spec = importlib.util.find_spec("litellm")
+    if not spec or not spec.submodule_search_locations:
+        return {}
+    path = Path(list(spec.submodule_search_locations)[0]) / \
+        "model_prices_and_context_window_backup.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def auto_detect() -> str:
+    """The contract's default: a key picks its provider, then a local Ollama, else offline."""
+    if os.environ.get("OPENAI_API_KEY"):
+        return "openai/gpt-4o-mini"
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return "anthropic/claude-sonnet-4-5"
+    first = _first_ollama_model()
+    return f"ollama/{first}" if first else OFFLINE
+
+
+def _first_ollama_model() -> str | None:
+    try:
+        with urllib.request.urlopen(f"{OLLAMA_URL}/api/tags", timeout=0.3) as response:
+            models = json.load(response).get("models") or []
+    except (OSError, ValueError):
+        return None
+    names = [m.get("name") for m in models if isinstance(m, dict) and m.get("name")]
+    return names[0] if names else None
+
+
+def create_provider(resolved: ResolvedModel) -> Provider:
+    """The provider for a model; litellm is imported only when a real model is used."""
+    if resolved.offline:
+        from picochat.providers.offline import OfflineProvider
+
+        return OfflineProvider()
+    from picochat.providers.litellm_provider import LiteLLMProvider
+
+    key = os.environ.get(resolved.api_key_env) if resolved.api_key_env else None
+    return LiteLLMProvider(model=resolved.model, provider_kind=resolved.provider_kind,
+                           api_base=resolved.api_base, api_key=key,
+                           api_key_env=resolved.api_key_env)

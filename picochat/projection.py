@@ -1,0 +1,136 @@
+"""ContextProjection: the one history the provider sees, derived from durable state (design §7.1).
+
+`project` is a pure function of a storage snapshot: summary block of the active checkpoint (if
+any) followed by the raw messages from its `first_retained_seq`, or every raw message since the
+last `/clear`. It never calls a provider and never writes, so the same database always gives the
+same projection (§14, §21.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from picochat import tokens
+from picochat.messages import Message
+from picochat.storage.store import ContextSnapshot, Store
+from picochat.summary_contract import SUMMARY_CLOSE, SUMMARY_OPEN
+
+
+def summary_block(summary: str) -> str:
+    """The text of the user-role message that carries a checkpoint summary (contract)."""
+    return f"{SUMMARY_OPEN}\n{summary.strip()}\n{SUMMARY_CLOSE}"
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One message left out of the projection by the tool-chain rule, and why."""
+
+    seq: int
+    kind: str  # "orphan_tool_result" | "incomplete_tool_group"
+
+
+@dataclass(frozen=True)
+class ContextProjection:
+    session_id: str
+    checkpoint_id: str | None
+    context_generation: int
+    summary: str | None
+    raw: tuple[Message, ...]
+    first_raw_seq: int | None
+    max_raw_seq: int
+    repairs: tuple[Repair, ...] = ()
+    diagnostics: tuple[str, ...] = ()  # e.g. an unusable active checkpoint we fell back from
+
+    @property
+    def summary_tokens(self) -> int:
+        if self.summary is None:
+            return 0
+        return tokens.count_message("user", summary_block(self.summary))
+
+    @property
+    def raw_tokens(self) -> int:
+        """From the counts stored at append: no re-tokenizing of history."""
+        return sum(m.tokens for m in self.raw)
+
+    @property
+    def last_raw_seq(self) -> int | None:
+        return self.raw[-1].seq if self.raw else None
+
+    def history_messages(self) -> list[dict[str, Any]]:
+        """Summary block (if any) and raw tail, as OpenAI-format messages."""
+        out: list[dict[str, Any]] = []
+        if self.summary is not None:
+            out.append({"role": "user", "content": summary_block(self.summary)})
+        out.extend(m.provider_dict() for m in self.raw)
+        return out
+
+    def provider_messages(self, system_prompt: str) -> list[dict[str, Any]]:
+        """What the provider receives: the system prompt first, then the history (contract)."""
+        head = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        return head + self.history_messages()
+
+
+def project(snapshot: ContextSnapshot) -> ContextProjection:
+    """Build the projection from one consistent storage read."""
+    raw, repairs = repair_tool_chains(snapshot.messages)
+    checkpoint = snapshot.checkpoint
+    diagnostics = (snapshot.checkpoint_problem,) if snapshot.checkpoint_problem else ()
+    return ContextProjection(
+        session_id=snapshot.session.id,
+        checkpoint_id=checkpoint.id if checkpoint else None,
+        context_generation=snapshot.session.context_generation,
+        summary=checkpoint.summary if checkpoint else None,
+        raw=raw,
+        first_raw_seq=raw[0].seq if raw else None,
+        max_raw_seq=snapshot.max_seq,
+        repairs=repairs,
+        diagnostics=diagnostics,
+    )
+
+
+def restore(store: Store, session_id: str) -> ContextProjection:
+    """Restore a session's context from the database alone (§14): no provider, no writes."""
+    return project(store.context_snapshot(session_id))
+
+
+def repair_tool_chains(messages: Sequence[Message]) -> tuple[tuple[Message, ...], tuple[Repair, ...]]:
+    """The one repair rule (§9.3): a tool group reaches the provider whole or not at all.
+
+    A group is an assistant message with `tool_calls` followed directly by a result for every
+    call. An incomplete group is left out entirely; a tool result outside a group is an orphan
+    and left out. Messages are never altered, only omitted, and each omission is reported.
+    """
+    kept: list[Message] = []
+    repairs: list[Repair] = []
+    i, n = 0, len(messages)
+    while i < n:
+        m = messages[i]
+        if m.role == "assistant" and m.tool_calls:
+            wanted = {c.get("id") for c in m.tool_calls}
+            j = i + 1
+            results: list[Message] = []
+            while j < n and messages[j].role == "tool":
+                results.append(messages[j])
+                j += 1
+            answered = {r.tool_call_id for r in results}
+            if wanted <= answered and None not in wanted:
+                kept.append(m)
+                seen: set[str | None] = set()
+                for r in results:
+                    if r.tool_call_id in wanted and r.tool_call_id not in seen:
+                        kept.append(r)
+                        seen.add(r.tool_call_id)
+                    else:
+                        repairs.append(Repair(r.seq, "orphan_tool_result"))
+            else:
+                repairs.append(Repair(m.seq, "incomplete_tool_group"))
+                repairs.extend(Repair(r.seq, "incomplete_tool_group") for r in results)
+            i = j
+            continue
+        if m.role == "tool":
+            repairs.append(Repair(m.seq, "orphan_tool_result"))
+        else:
+            kept.append(m)
+        i += 1
+    return tuple(kept), tuple(repairs)

@@ -1,0 +1,69 @@
+"""Typed provider failures, each with one line that tells the user what to do."""
+
+from __future__ import annotations
+
+import re
+
+from picochat.errors import PicochatError
+
+
+class ProviderError(PicochatError):
+    kind = "provider_error"
+
+
+class ContextOverflow(ProviderError):
+    """The request did not fit; `window` is the real window when the provider said it."""
+
+    kind = "context_overflow"
+
+    def __init__(self, message: str, window: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.window = window
+
+
+class ProviderAuthError(ProviderError):
+    kind = "auth"
+
+
+class RateLimited(ProviderError):
+    kind = "rate_limit"
+
+    def __init__(self, message: str, retry_after: float | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.retry_after = retry_after
+
+
+class ModelNotFound(ProviderError):
+    kind = "model_not_found"
+
+
+class ProviderUnavailable(ProviderError):
+    """Connection refused, DNS failure, 5xx: the provider could not answer."""
+
+    kind = "unavailable"
+
+
+class ProviderTimeout(ProviderError):
+    kind = "timeout"
+
+
+class BadProviderRequest(ProviderError):
+    kind = "bad_request"
+
+
+_WINDOW_PATTERNS = (
+    re.compile(r"maximum context length is (\d[\d,]*) tokens", re.I),
+    re.compile(r"prompt is too long: \d[\d,]* tokens > (\d[\d,]*) maximum", re.I),
+    re.compile(r"context (?:window|length)(?: of| is)? (\d[\d,]*) tokens", re.I),
+    re.compile(r"exceeds? (?:the )?(?:maximum|max)[^0-9]{0,40}(\d[\d,]*) tokens", re.I),
+)
+
+
+def parse_context_window(message: str) -> int | None:
+    """The window an overflow message states, OpenAI- or Anthropic-style (design §11.3 step 1)."""
+    for pattern in _WINDOW_PATTERNS:
+        m = pattern.search(message)
+        if m:
+            return int(m.group(1).replace(",", ""))
+    return None

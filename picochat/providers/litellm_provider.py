@@ -1,0 +1,163 @@
+"""Any litellm model behind the provider seam: streaming with real usage, typed errors.
+
+Retries are off (`num_retries=0`, `max_retries=0`): one user action is one request, and the
+session decides what to retry. `timeout` bounds each read; the session worker bounds the whole
+call with `asyncio.timeout`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, AsyncIterator
+
+from picochat.providers import errors as pe
+from picochat.providers.base import (
+    Finish,
+    ModelInfo,
+    Provider,
+    ProviderRequest,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from picochat.providers.litellm_env import import_litellm
+
+READ_TIMEOUT_S = 60.0
+_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY",
+            "gemini": "GEMINI_API_KEY", "mistral": "MISTRAL_API_KEY", "groq": "GROQ_API_KEY",
+            "openrouter": "OPENROUTER_API_KEY", "deepseek": "DEEPSEEK_API_KEY"}
+
+
+class LiteLLMProvider(Provider):
+    def __init__(self, model: str, provider_kind: str, api_base: str | None = None,
+                 api_key: str | None = None, api_key_env: str | None = None,
+                 read_timeout: float = READ_TIMEOUT_S) -> None:
+        self.info = ModelInfo(provider_kind=provider_kind, model=model)
+        self.api_base = api_base
+        self.api_key = api_key
+        self.api_key_env = api_key_env or _KEY_ENV.get(provider_kind)
+        self.read_timeout = read_timeout
+
+    def _kwargs(self, request: ProviderRequest) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": self.info.model,
+            "messages": [dict(m) for m in request.messages],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "timeout": self.read_timeout,
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if request.tools:
+            kwargs["tools"] = [dict(t) for t in request.tools]
+        if request.temperature is not None:
+            kwargs["temperature"] = request.temperature
+        if request.max_tokens is not None:
+            kwargs["max_tokens"] = request.max_tokens
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        if self.api_key:
+            kwargs["api_key"] = self.api_key
+        elif self.api_base:
+            kwargs["api_key"] = "not-needed"  # OpenAI-compatible servers often take none
+        return kwargs
+
+    async def aclose(self) -> None:
+        await close_clients()
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
+        litellm = import_litellm()
+        finish = "stop"
+        try:
+            response = await litellm.acompletion(**self._kwargs(request))
+            async for chunk in response:
+                usage = getattr(chunk, "usage", None)
+                if usage and getattr(usage, "prompt_tokens", None) is not None:
+                    yield Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+                if not chunk.choices:
+                    continue
+                choice = chunk.choices[0]
+                delta = choice.delta
+                text = getattr(delta, "content", None)
+                if text:
+                    yield TextDelta(text)
+                for call in getattr(delta, "tool_calls", None) or ():
+                    fn = getattr(call, "function", None)
+                    yield ToolCallDelta(index=int(getattr(call, "index", 0) or 0),
+                                        id=getattr(call, "id", None),
+                                        name=getattr(fn, "name", None) if fn else None,
+                                        arguments=(getattr(fn, "arguments", None) or "") if fn else "")
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+        except pe.ProviderError:
+            raise
+        except Exception as exc:  # litellm maps provider errors onto its own exception types
+            raise self.translate(exc) from None
+        yield Finish(finish)
+
+    def translate(self, exc: Exception) -> pe.ProviderError:
+        """One clear line per failure kind; the raw message is kept short."""
+        litellm = import_litellm()
+        text = _short(str(exc))
+        where = self.api_base or self.info.provider_kind
+        if isinstance(exc, litellm.ContextWindowExceededError) or _looks_like_overflow(text):
+            window = pe.parse_context_window(str(exc))
+            said = f" of {window:,} tokens" if window else ""
+            return pe.ContextOverflow(f"the request is larger than the model's window{said}",
+                                      window, "compact the session or pick a larger model")
+        if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)):
+            env = self.api_key_env
+            return pe.ProviderAuthError(f"{where} refused the API key",
+                                        f"set {env} to a valid key" if env else "check the key")
+        if isinstance(exc, litellm.RateLimitError):
+            after = _retry_after(exc)
+            return pe.RateLimited(f"{where} is rate limiting requests",
+                                  after, f"retry in {after:g} s" if after else "retry later")
+        if isinstance(exc, litellm.NotFoundError):
+            return pe.ModelNotFound(f"{where} does not know the model {self.info.model!r}",
+                                    "check the model name")
+        if isinstance(exc, litellm.Timeout):
+            return pe.ProviderTimeout(f"{where} did not answer in time", "retry, or check the server")
+        if isinstance(exc, litellm.APIConnectionError):
+            return pe.ProviderUnavailable(f"cannot connect to {where}",
+                                          "is the server running and the address right?")
+        if isinstance(exc, (litellm.InternalServerError, litellm.ServiceUnavailableError,
+                            litellm.BadGatewayError)):
+            return pe.ProviderUnavailable(f"{where} failed with a server error: {text}",
+                                          "retry later")
+        if isinstance(exc, litellm.BadRequestError):
+            return pe.BadProviderRequest(f"{where} rejected the request: {text}")
+        return pe.ProviderError(f"{where}: {type(exc).__name__}: {text}")
+
+
+def _short(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _looks_like_overflow(text: str) -> bool:
+    return bool(re.search(r"context[_ ]length[_ ]exceeded|maximum context length|prompt is too "
+                          r"long|context window", text, re.I))
+
+
+def _retry_after(exc: Exception) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    try:
+        value = headers.get("retry-after") or headers.get("Retry-After")
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+async def close_clients() -> None:
+    """Close litellm's cached async HTTP clients (else an unclosed-transport warning prints)."""
+    from picochat.providers import litellm_env
+
+    if litellm_env._module is None:
+        return
+    try:
+        await litellm_env._module.close_litellm_async_clients()
+    except Exception:  # best effort at shutdown
+        pass

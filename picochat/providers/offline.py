@@ -1,0 +1,101 @@
+"""The built-in `offline` model: no network, no key, deterministic.
+
+Its reply is a function of the request alone. It streams in small pieces, reports usage with
+the same tokenizer the budget uses, and answers summary requests with an extractive summary
+(`offline_summary`), so that every feature of picochat works on a fresh machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from typing import Any, AsyncIterator
+
+from picochat import tokens
+from picochat.providers import offline_summary
+from picochat.summary_contract import SUMMARY_OPEN
+from picochat.providers.base import (
+    Finish,
+    ModelInfo,
+    Provider,
+    ProviderRequest,
+    StreamEvent,
+    TextDelta,
+    Usage,
+)
+
+OFFLINE_MODEL = "offline"
+DEFAULT_DELAY_MS = 4.0  # between streamed pieces; PICOCHAT_OFFLINE_DELAY_MS overrides
+
+
+class OfflineProvider(Provider):
+    def __init__(self, delay_ms: float | None = None) -> None:
+        self.info = ModelInfo(provider_kind="offline", model=OFFLINE_MODEL, offline=True,
+                              labels=("offline",))
+        if delay_ms is None:
+            delay_ms = float(os.environ.get("PICOCHAT_OFFLINE_DELAY_MS", DEFAULT_DELAY_MS))
+        self.delay = max(0.0, delay_ms) / 1000
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
+        text = reply_for(request)
+        for piece in _pieces(text):
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            else:
+                await asyncio.sleep(0)
+            yield TextDelta(piece)
+        yield Usage(prompt_tokens=tokens.count_provider_messages(request.messages),
+                    completion_tokens=tokens.count_text(text))
+        yield Finish("stop")
+
+
+def reply_for(request: ProviderRequest) -> str:
+    """The whole reply, before streaming: deterministic in the request."""
+    joined = "\n".join(_text(m) for m in request.messages)
+    if request.purpose == "summary" or offline_summary.is_summary_request(joined):
+        return offline_summary.summarize(joined, request.max_tokens)
+    return _chat_reply(request.messages)
+
+
+def _chat_reply(messages: tuple[dict[str, Any], ...]) -> str:
+    users = [_text(m) for m in messages
+             if m.get("role") == "user" and not _text(m).startswith(SUMMARY_OPEN)]
+    has_summary = any(_text(m).startswith(SUMMARY_OPEN) for m in messages)
+    last = users[-1] if users else ""
+    lines = [
+        "I'm picochat's built-in **offline** model: no network and no key, so I can only "
+        "reflect what you sent.",
+        "",
+        f"> {_quote(last) or '(an empty message)'}",
+        "",
+    ]
+    count = tokens.count_provider_messages(messages)
+    lines.append(f"This request holds {len(messages)} messages ({len(users)} from you), "
+                 f"about {count:,} tokens.")
+    if len(users) > 1:
+        lines.append(f"Earlier you said: “{_quote(users[0], 120)}”.")
+    if has_summary:
+        lines.append("Part of this conversation reaches me as a checkpoint summary.")
+    lines.append("")
+    lines.append("Set a real model with `--model` or `picochat config init`.")
+    return "\n".join(lines)
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def _quote(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _pieces(text: str) -> list[str]:
+    """Split into word-sized pieces that concatenate back to `text` exactly."""
+    return re.findall(r"\S+\s*|\s+", text) or [""]

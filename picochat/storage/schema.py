@@ -1,0 +1,89 @@
+"""Schema migrations, one step per `PRAGMA user_version`.
+
+Version 1 is the plain chat log; version 2 adds checkpoints exactly as design §6.2 (and only
+the checkpoint table and session fields, as §15 asks); version 3 adds the §13 timeline and the
+retractions that undo writes instead of deleting rows. Steps never rewrite existing messages.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: sessions and the append-only message log.
+    """
+    CREATE TABLE sessions (
+        id          TEXT PRIMARY KEY,
+        name        TEXT NOT NULL,
+        created_at  INTEGER NOT NULL,
+        updated_at  INTEGER NOT NULL,
+        model       TEXT,
+        deleted_at  INTEGER
+    );
+    CREATE UNIQUE INDEX idx_sessions_live_name ON sessions(name) WHERE deleted_at IS NULL;
+    CREATE TABLE messages (
+        id           INTEGER PRIMARY KEY,
+        session_id   TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        seq          INTEGER NOT NULL,
+        role         TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool')),
+        content      TEXT NOT NULL,
+        tool_calls   TEXT,
+        tool_call_id TEXT,
+        name         TEXT,
+        turn_id      TEXT,
+        tool_status  TEXT,
+        status       TEXT NOT NULL DEFAULT 'complete',
+        tokens       INTEGER NOT NULL,
+        created_at   INTEGER NOT NULL,
+        UNIQUE(session_id, seq)
+    );
+    """,
+    # 2: context checkpoints (design §6.2, column for column) and the session's pointer to one.
+    """
+    CREATE TABLE IF NOT EXISTS context_checkpoints (
+        id                    TEXT PRIMARY KEY,
+        session_id            TEXT NOT NULL,
+        generation            INTEGER NOT NULL,
+        parent_checkpoint_id  TEXT,
+        summary               TEXT NOT NULL,
+        first_retained_seq    INTEGER NOT NULL,
+        source_max_seq        INTEGER NOT NULL,
+        trigger_reason        TEXT NOT NULL,
+        provider_kind         TEXT NOT NULL,
+        model                 TEXT NOT NULL,
+        tokens_before         INTEGER NOT NULL,
+        tokens_after          INTEGER NOT NULL,
+        degraded              INTEGER NOT NULL DEFAULT 0,
+        created_at            INTEGER NOT NULL,
+        FOREIGN KEY(session_id) REFERENCES sessions(id) ON DELETE CASCADE,
+        UNIQUE(session_id, generation)
+    );
+    CREATE INDEX IF NOT EXISTS idx_context_checkpoints_session_created
+    ON context_checkpoints(session_id, created_at DESC);
+    ALTER TABLE sessions ADD COLUMN active_context_checkpoint_id TEXT;
+    ALTER TABLE sessions ADD COLUMN context_generation INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN last_compressed_message_at INTEGER;
+    """,
+    # 3: /clear floor, undo retractions, and the timeline of accepted summaries (§13).
+    """
+    ALTER TABLE sessions ADD COLUMN context_floor_seq INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE retractions (
+        id                 INTEGER PRIMARY KEY,
+        session_id         TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        from_seq           INTEGER NOT NULL,
+        to_seq             INTEGER NOT NULL,
+        context_generation INTEGER NOT NULL,
+        created_at         INTEGER NOT NULL
+    );
+    CREATE INDEX idx_retractions_session ON retractions(session_id, from_seq);
+    CREATE TABLE timeline (
+        id          INTEGER PRIMARY KEY,
+        key         TEXT NOT NULL UNIQUE,
+        category    TEXT NOT NULL,
+        session_id  TEXT REFERENCES sessions(id) ON DELETE CASCADE,
+        content     TEXT NOT NULL,
+        created_at  INTEGER NOT NULL
+    );
+    CREATE INDEX idx_timeline_session ON timeline(session_id, created_at);
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,451 @@
+"""The one storage API: every write to the database goes through a method here.
+
+Messages are append-only and get their `seq` inside the insert's transaction from the durable
+maximum, so two processes appending to one session never collide and a seq is never reused.
+Operations that change what earlier history means (`/clear`, undo) bump `context_generation`
+in the same transaction, so a checkpoint candidate built before them fails its commit (§6.3,
+§12.3).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from picochat import tokens
+from picochat.errors import SessionNotFound, StaleGeneration, StorageError
+from picochat.messages import COMPLETE, ROLES, Checkpoint, Message, NewCheckpoint, Session
+from picochat.storage.db import connect, describe_error, transaction
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class ContextSnapshot:
+    """One consistent read of what a projection needs: session, checkpoint, raw rows."""
+
+    session: Session
+    checkpoint: Checkpoint | None
+    checkpoint_problem: str | None  # why an active checkpoint was not usable, if it was not
+    messages: tuple[Message, ...]
+    max_seq: int
+
+
+@dataclass(frozen=True)
+class UndoResult:
+    removed: tuple[int, ...]  # seqs taken out of the context (still in the raw log)
+    checkpoint_kept: bool
+
+
+_SESSION_COLS = (
+    "id, name, created_at, updated_at, model, active_context_checkpoint_id, context_generation, "
+    "context_floor_seq, last_compressed_message_at, deleted_at"
+)
+_MESSAGE_COLS = (
+    "session_id, seq, role, content, tool_calls, tool_call_id, name, turn_id, tool_status, "
+    "status, tokens, created_at"
+)
+_CHECKPOINT_COLS = (
+    "id, session_id, generation, parent_checkpoint_id, summary, first_retained_seq, "
+    "source_max_seq, trigger_reason, provider_kind, model, tokens_before, tokens_after, "
+    "degraded, created_at"
+)
+_NOT_RETRACTED = (
+    "NOT EXISTS (SELECT 1 FROM retractions r WHERE r.session_id = m.session_id "
+    "AND m.seq BETWEEN r.from_seq AND r.to_seq)"
+)
+
+
+def open_store(path: Path, clock: Clock = wall_clock_ms) -> "Store":
+    return Store(connect(path), path, clock)
+
+
+class Store:
+    """Thread-safe wrapper around one connection; short transactions, no cached state."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, clock: Clock = wall_clock_ms) -> None:
+        self._conn = conn
+        self.path = path
+        self._clock = clock
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _write(self) -> Any:
+        return _Guard(self, "IMMEDIATE")
+
+    def _read(self) -> Any:
+        return _Guard(self, "DEFERRED")
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    def create_session(self, name: str | None = None, model: str | None = None) -> Session:
+        now = self._clock()
+        with self._write() as c:
+            if name is None:
+                name = _free_name(c)
+            elif c.execute("SELECT 1 FROM sessions WHERE name = ? AND deleted_at IS NULL",
+                           (name,)).fetchone():
+                raise StorageError(f"a session named {name!r} already exists",
+                                   "pick another name")
+            sid = "s_" + uuid.uuid4().hex[:12]
+            c.execute("INSERT INTO sessions (id, name, created_at, updated_at, model) "
+                      "VALUES (?, ?, ?, ?, ?)", (sid, name, now, now, model))
+        return self.session(sid)
+
+    def session(self, session_id: str) -> Session:
+        with self._read() as c:
+            return _session_row(c, session_id)
+
+    def find_session(self, ref: str) -> Session | None:
+        """A live session by id, else by name."""
+        with self._read() as c:
+            row = c.execute(
+                f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL AND "
+                "(id = ? OR name = ?) ORDER BY (id = ?) DESC LIMIT 1", (ref, ref, ref)).fetchone()
+            return _session(c, row) if row else None
+
+    def require_session(self, ref: str) -> Session:
+        found = self.find_session(ref)
+        if found is None:
+            raise SessionNotFound(f"no session named {ref!r}",
+                                  "`picochat sessions` lists them")
+        return found
+
+    def latest_session(self) -> Session | None:
+        with self._read() as c:
+            row = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL "
+                            "ORDER BY updated_at DESC, rowid DESC LIMIT 1").fetchone()
+            return _session(c, row) if row else None
+
+    def list_sessions(self) -> list[Session]:
+        with self._read() as c:
+            rows = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL "
+                             "ORDER BY updated_at DESC, rowid DESC").fetchall()
+            return [_session(c, r) for r in rows]
+
+    def set_session_model(self, session_id: str, model: str) -> None:
+        with self._write() as c:
+            c.execute("UPDATE sessions SET model = ? WHERE id = ?", (model, session_id))
+
+    def rename_session(self, session_id: str, name: str) -> Session:
+        with self._write() as c:
+            clash = c.execute("SELECT id FROM sessions WHERE name = ? AND deleted_at IS NULL "
+                              "AND id != ?", (name, session_id)).fetchone()
+            if clash:
+                raise StorageError(f"a session named {name!r} already exists", "pick another name")
+            c.execute("UPDATE sessions SET name = ? WHERE id = ?", (name, session_id))
+        return self.session(session_id)
+
+    def delete_session(self, session_id: str) -> None:
+        """Soft delete: hidden from every list, rows kept."""
+        with self._write() as c:
+            c.execute("UPDATE sessions SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL",
+                      (self._clock(), session_id))
+
+    def purge_session(self, session_id: str) -> None:
+        """Delete for good: messages, checkpoints and timeline rows go with it (cascade)."""
+        with self._write() as c:
+            c.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+    # --- messages ------------------------------------------------------------------------------
+
+    def append_message(
+        self,
+        session_id: str,
+        role: str,
+        content: str,
+        *,
+        tool_calls: Sequence[dict[str, Any]] | None = None,
+        tool_call_id: str | None = None,
+        name: str | None = None,
+        turn_id: str | None = None,
+        tool_status: str | None = None,
+        status: str = COMPLETE,
+        token_count: int | None = None,
+    ) -> Message:
+        """Append one message; its seq comes from the durable maximum inside the transaction."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        calls = [dict(c) for c in tool_calls] if tool_calls else None
+        if token_count is None:
+            token_count = tokens.count_message(role, content, calls, tool_call_id, name)
+        now = self._clock()
+        calls_json = json.dumps(calls, ensure_ascii=False) if calls else None
+        with self._write() as c:
+            _session_row(c, session_id)
+            seq = c.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?",
+                            (session_id,)).fetchone()[0]
+            c.execute(
+                f"INSERT INTO messages ({_MESSAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (session_id, seq, role, content, calls_json, tool_call_id, name, turn_id,
+                 tool_status, status, token_count, now))
+            c.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
+        return Message(session_id, seq, role, content, tuple(calls) if calls else None,
+                       tool_call_id, name, turn_id, tool_status, status, token_count, now)
+
+    def history(self, session_id: str) -> list[Message]:
+        """The raw log, all of it, with undone rows marked (for `history` and `export`)."""
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
+                "WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
+        return [_message(r) for r in rows]
+
+    def max_seq(self, session_id: str) -> int:
+        with self._read() as c:
+            return c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
+                             (session_id,)).fetchone()[0]
+
+    def user_prompts(self, limit: int = 500) -> list[str]:
+        """Earlier user messages, newest first, for prompt recall (no other file holds text)."""
+        with self._read() as c:
+            rows = c.execute("SELECT content FROM messages WHERE role = 'user' "
+                             "ORDER BY created_at DESC, seq DESC LIMIT ?", (limit,)).fetchall()
+        return [r[0] for r in rows]
+
+    # --- the context ---------------------------------------------------------------------------
+
+    def context_snapshot(self, session_id: str) -> ContextSnapshot:
+        """Session, active checkpoint and the raw rows the projection starts from, in one read."""
+        with self._read() as c:
+            session = _session_row(c, session_id)
+            checkpoint, problem = None, None
+            if session.active_context_checkpoint_id:
+                checkpoint = _checkpoint_by_id(c, session.active_context_checkpoint_id)
+                problem = _checkpoint_problem(c, session, checkpoint)
+                if problem:
+                    checkpoint = None
+            start = session.context_floor_seq + 1
+            if checkpoint is not None:
+                start = max(start, checkpoint.first_retained_seq)
+            rows = c.execute(
+                f"SELECT {_MESSAGE_COLS}, 0 FROM messages m WHERE session_id = ? AND seq >= ? "
+                f"AND {_NOT_RETRACTED} ORDER BY seq", (session_id, start)).fetchall()
+            max_seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
+                                (session_id,)).fetchone()[0]
+        return ContextSnapshot(session, checkpoint, problem, tuple(_message(r) for r in rows),
+                               max_seq)
+
+    def clear_context(self, session_id: str) -> Session:
+        """`/clear`: the context restarts after the newest message; raw rows stay (§12.3)."""
+        with self._write() as c:
+            _session_row(c, session_id)
+            c.execute(
+                "UPDATE sessions SET context_floor_seq = (SELECT COALESCE(MAX(seq), 0) FROM "
+                "messages WHERE session_id = :id), active_context_checkpoint_id = NULL, "
+                "context_generation = context_generation + 1, updated_at = :now WHERE id = :id",
+                {"id": session_id, "now": self._clock()})
+        return self.session(session_id)
+
+    def undo_last_turn(self, session_id: str) -> UndoResult:
+        """Take the newest turn out of the context (rows stay in the log, marked undone).
+
+        The active checkpoint survives only if every removed row lies in its raw tail, since
+        only then does the summary still mean the same thing.
+        """
+        with self._write() as c:
+            session = _session_row(c, session_id)
+            rows = c.execute(
+                f"SELECT seq, role, turn_id FROM messages m WHERE session_id = ? AND seq > ? "
+                f"AND {_NOT_RETRACTED} ORDER BY seq DESC", (session_id,
+                                                            session.context_floor_seq)).fetchall()
+            removed = _last_turn(rows)
+            if not removed:
+                return UndoResult((), session.active_context_checkpoint_id is not None)
+            low, high = min(removed), max(removed)
+            keep = False
+            if session.active_context_checkpoint_id:
+                cp = _checkpoint_by_id(c, session.active_context_checkpoint_id)
+                keep = cp is not None and low >= cp.first_retained_seq
+            c.execute("INSERT INTO retractions (session_id, from_seq, to_seq, context_generation, "
+                      "created_at) VALUES (?, ?, ?, ?, ?)",
+                      (session_id, low, high, session.context_generation + 1, self._clock()))
+            c.execute("UPDATE sessions SET context_generation = context_generation + 1, "
+                      "active_context_checkpoint_id = CASE WHEN ? THEN "
+                      "active_context_checkpoint_id ELSE NULL END WHERE id = ?",
+                      (int(keep), session_id))
+        return UndoResult(tuple(sorted(removed)), keep)
+
+    # --- checkpoints ---------------------------------------------------------------------------
+
+    def commit_context_checkpoint(self, session_id: str, expected_generation: int,
+                                  new: NewCheckpoint) -> Checkpoint:
+        """Insert a checkpoint and make it active, in one transaction, or change nothing (§12.1).
+
+        A session whose generation moved since the candidate was built raises `StaleGeneration`.
+        """
+        cp_id = "cp_" + uuid.uuid4().hex[:16]
+        now = self._clock()
+        with self._write() as c:
+            updated = c.execute(
+                "UPDATE sessions SET active_context_checkpoint_id = ?, "
+                "context_generation = context_generation + 1, last_compressed_message_at = ? "
+                "WHERE id = ? AND context_generation = ?",
+                (cp_id, now, session_id, expected_generation)).rowcount
+            if updated != 1:
+                _session_row(c, session_id)
+                raise StaleGeneration(
+                    f"the context of session {session_id} changed while compacting "
+                    f"(expected generation {expected_generation}); nothing was committed",
+                    "run the compaction again")
+            if not c.execute("SELECT 1 FROM messages WHERE session_id = ? AND seq = ?",
+                             (session_id, new.first_retained_seq)).fetchone():
+                raise StorageError(f"first_retained_seq {new.first_retained_seq} is not a message "
+                                   f"of session {session_id}; nothing was committed")
+            c.execute(
+                f"INSERT INTO context_checkpoints ({_CHECKPOINT_COLS}) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (cp_id, session_id, expected_generation + 1, new.parent_checkpoint_id,
+                 new.summary, new.first_retained_seq, new.source_max_seq, new.trigger_reason,
+                 new.provider_kind, new.model, new.tokens_before, new.tokens_after,
+                 int(new.degraded), now))
+            return _checkpoint_by_id(c, cp_id)  # type: ignore[return-value]
+
+    def checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
+        with self._read() as c:
+            return _checkpoint_by_id(c, checkpoint_id)
+
+    def checkpoints(self, session_id: str) -> list[Checkpoint]:
+        """Every checkpoint of the session, newest first."""
+        with self._read() as c:
+            rows = c.execute(f"SELECT {_CHECKPOINT_COLS} FROM context_checkpoints "
+                             "WHERE session_id = ? ORDER BY generation DESC",
+                             (session_id,)).fetchall()
+        return [_checkpoint(r) for r in rows]
+
+    # --- timeline ------------------------------------------------------------------------------
+
+    def add_timeline(self, key: str, session_id: str, content: str,
+                     category: str = "Timeline") -> None:
+        with self._write() as c:
+            c.execute("INSERT OR IGNORE INTO timeline (key, category, session_id, content, "
+                      "created_at) VALUES (?, ?, ?, ?, ?)",
+                      (key, category, session_id, content, self._clock()))
+
+    def timeline(self, session_id: str) -> list[tuple[str, str]]:
+        with self._read() as c:
+            return c.execute("SELECT key, content FROM timeline WHERE session_id = ? "
+                             "ORDER BY created_at, id", (session_id,)).fetchall()
+
+
+class _Guard:
+    """Lock + transaction + translation of sqlite errors into one readable `StorageError`."""
+
+    def __init__(self, store: Store, mode: str) -> None:
+        self.store, self.mode = store, mode
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.store._lock.acquire()
+        try:
+            self._tx = transaction(self.store._conn, self.mode)
+            return self._tx.__enter__()
+        except sqlite3.Error as exc:
+            self.store._lock.release()
+            raise describe_error(self.store.path, exc) from None
+        except BaseException:
+            self.store._lock.release()
+            raise
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        try:
+            self._tx.__exit__(kind, exc, tb)
+        except sqlite3.Error as err:
+            raise describe_error(self.store.path, err) from None
+        finally:
+            self.store._lock.release()
+        if isinstance(exc, sqlite3.Error):
+            raise describe_error(self.store.path, exc) from None
+        return False
+
+
+# --- row helpers ---------------------------------------------------------------------------------
+
+
+def _free_name(c: sqlite3.Connection) -> str:
+    taken = {r[0] for r in c.execute("SELECT name FROM sessions WHERE deleted_at IS NULL")}
+    n = 1
+    while f"chat-{n}" in taken:
+        n += 1
+    return f"chat-{n}"
+
+
+def _session_row(c: sqlite3.Connection, session_id: str) -> Session:
+    row = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(f"no session with id {session_id!r}", "`picochat sessions` lists them")
+    return _session(c, row)
+
+
+def _session(c: sqlite3.Connection, row: Sequence[Any]) -> Session:
+    count = c.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (row[0],)).fetchone()[0]
+    return Session(*row, message_count=count)
+
+
+def _message(row: Sequence[Any]) -> Message:
+    calls = tuple(json.loads(row[4])) if row[4] else None
+    return Message(row[0], row[1], row[2], row[3], calls, *row[5:12], retracted=bool(row[12]))
+
+
+def _checkpoint(row: Sequence[Any]) -> Checkpoint:
+    values = list(row)
+    values[12] = bool(values[12])
+    return Checkpoint(*values)
+
+
+def _checkpoint_by_id(c: sqlite3.Connection, checkpoint_id: str) -> Checkpoint | None:
+    row = c.execute(f"SELECT {_CHECKPOINT_COLS} FROM context_checkpoints WHERE id = ?",
+                    (checkpoint_id,)).fetchone()
+    return _checkpoint(row) if row else None
+
+
+def _checkpoint_problem(c: sqlite3.Connection, session: Session,
+                        cp: Checkpoint | None) -> str | None:
+    """Why the active checkpoint cannot be used (restore then falls back to raw history, §14)."""
+    if cp is None:
+        return f"active checkpoint {session.active_context_checkpoint_id} does not exist"
+    if cp.session_id != session.id:
+        return f"active checkpoint {cp.id} belongs to another session"
+    if not cp.summary.strip():
+        return f"active checkpoint {cp.id} has an empty summary"
+    exists = c.execute("SELECT 1 FROM messages WHERE session_id = ? AND seq = ?",
+                       (session.id, cp.first_retained_seq)).fetchone()
+    if not exists or cp.first_retained_seq <= session.context_floor_seq:
+        return f"active checkpoint {cp.id} has an invalid boundary seq {cp.first_retained_seq}"
+    return None
+
+
+def _last_turn(rows_desc: Iterable[Sequence[Any]]) -> list[int]:
+    """Seqs of the newest turn: by turn_id, else back to and including the newest user message."""
+    rows = list(rows_desc)
+    if not rows:
+        return []
+    newest_turn = rows[0][2]
+    seqs: list[int] = []
+    for seq, role, turn_id in rows:
+        if newest_turn is not None:
+            if turn_id != newest_turn:
+                break
+            seqs.append(seq)
+        else:
+            if turn_id is not None:
+                break
+            seqs.append(seq)
+            if role == "user":
+                break
+    return seqs
+

@@ -1,0 +1,89 @@
+"""Token counting, offline.
+
+tiktoken's encodings are loaded from the copies litellm's wheel ships (found without importing
+litellm), so counting never touches the network. Every message's count is taken once, when it
+is appended, and stored: budgets add stored counts and never re-tokenize history.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+ENCODING = "o200k_base"
+# OpenAI's chat format: each message costs its content plus a small fixed frame, and every reply
+# is primed with a few tokens. Counting the frame keeps estimates at or above the real figure.
+PER_MESSAGE_TOKENS = 4
+REPLY_PRIMING_TOKENS = 3
+
+_lock = threading.Lock()
+
+
+def bundled_tiktoken_dir() -> Path | None:
+    """litellm's bundled tiktoken cache, located without importing litellm (2 s saved)."""
+    spec = importlib.util.find_spec("litellm")
+    if not spec or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "litellm_core_utils" / "tokenizers"
+    return path if path.is_dir() else None
+
+
+def configure_tiktoken_cache() -> None:
+    """Point tiktoken (and litellm, which would overwrite the variable) at the bundled files."""
+    if os.environ.get("TIKTOKEN_CACHE_DIR"):
+        os.environ.setdefault("CUSTOM_TIKTOKEN_CACHE_DIR", os.environ["TIKTOKEN_CACHE_DIR"])
+        return
+    path = bundled_tiktoken_dir()
+    if path is not None:
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(path)
+        os.environ["CUSTOM_TIKTOKEN_CACHE_DIR"] = str(path)
+
+
+@lru_cache(maxsize=4)
+def _encoding(name: str) -> Any:
+    with _lock:
+        configure_tiktoken_cache()
+        import tiktoken
+
+        return tiktoken.get_encoding(name)
+
+
+def count_text(text: str, encoding: str = ENCODING) -> int:
+    """Tokens in `text`; special-token strings typed by a user count as plain text."""
+    if not text:
+        return 0
+    return len(_encoding(encoding).encode(text, disallowed_special=()))
+
+
+def count_message(
+    role: str,
+    content: str | None,
+    tool_calls: Iterable[Mapping[str, Any]] | None = None,
+    tool_call_id: str | None = None,
+    name: str | None = None,
+) -> int:
+    """What one chat message costs in a request: frame, role, content and tool-call JSON."""
+    total = PER_MESSAGE_TOKENS + count_text(role) + count_text(content or "")
+    if tool_calls:
+        total += count_text(json.dumps(list(tool_calls), ensure_ascii=False, sort_keys=True))
+    if tool_call_id:
+        total += count_text(tool_call_id)
+    if name:
+        total += count_text(name) + 1
+    return total
+
+
+def count_provider_messages(messages: Iterable[Mapping[str, Any]]) -> int:
+    """A whole request's prompt, as the provider would count it (plus the reply priming)."""
+    total = REPLY_PRIMING_TOKENS
+    for m in messages:
+        total += count_message(
+            m.get("role", ""), m.get("content"), m.get("tool_calls"),
+            m.get("tool_call_id"), m.get("name"),
+        )
+    return total
