@@ -179,11 +179,11 @@ class SessionWorker:
         self._queue.put_nowait(_Job(run, future))
         return future
 
-    async def call(self, fn: Callable[[], T]) -> T:
-        """Run a quick synchronous command (clear, undo, …) in order with the turns."""
+    def call(self, fn: Callable[[], T]) -> "asyncio.Future[T]":
+        """Queue a quick synchronous command (clear, undo, …) now, in order with the turns."""
         async def run() -> T:
             return fn()
-        return await self.submit(run)
+        return self.submit(run)
 
     def submit_turn(self, text: str) -> TurnHandle:
         handle = TurnHandle(text)

@@ -1,0 +1,67 @@
+"""Shared fixtures: a temporary data and config dir per test, and a way to run the real CLI.
+
+No test may reach a network or a real provider: provider keys are removed from the environment
+and the offline model answers without delay.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from picochat.storage import open_store
+
+_PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "PICOCHAT_MODEL", "OPENAI_BASE_URL",
+                  "OPENAI_API_BASE")
+
+
+@dataclass(frozen=True)
+class CliResult:
+    status: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh PICOCHAT_DATA_DIR and PICOCHAT_CONFIG_DIR under tmp_path, set for this test."""
+    data, config = tmp_path / "data", tmp_path / "config"
+    monkeypatch.setenv("PICOCHAT_DATA_DIR", str(data))
+    monkeypatch.setenv("PICOCHAT_CONFIG_DIR", str(config))
+    monkeypatch.setenv("PICOCHAT_OFFLINE_DELAY_MS", "0")
+    for key in _PROVIDER_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def config_file(home: Path) -> Path:
+    """Where the CLI looks for config.toml in this test (not created)."""
+    return home / "config" / "config.toml"
+
+
+@pytest.fixture
+def run_cli(home: Path):
+    """Run `python -m picochat ARGS` as a user would, in the test's environment."""
+
+    def run(*args: str, input: str | None = None, timeout: float = 60,
+            env: dict[str, str] | None = None) -> CliResult:
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        proc = subprocess.run([sys.executable, "-m", "picochat", *args], input=input,
+                              capture_output=True, text=True, timeout=timeout, env=full_env)
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = open_store(tmp_path / "store" / "picochat.db")
+    yield s
+    s.close()

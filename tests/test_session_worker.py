@@ -1,0 +1,139 @@
+"""The session worker: one job at a time, in order; failed and cancelled turns keep the user's data."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from picochat.config import Config
+from picochat.messages import INTERRUPTED
+from picochat.models import resolve_model
+from picochat.providers.base import Finish, Provider, ProviderRequest, TextDelta, Usage, ModelInfo
+from picochat.providers.errors import RateLimited
+from picochat.providers.offline import OfflineProvider
+from picochat.session import SessionWorker, TurnFailed, TurnFinished, TurnStarted
+
+OFFLINE = resolve_model(Config(), "offline")
+
+
+class Scripted(Provider):
+    """Streams the given pieces, waiting `gap` s between them, then optionally raises."""
+
+    def __init__(self, pieces, gap=0.0, error=None):
+        self.info = ModelInfo("test", "scripted")
+        self.pieces, self.gap, self.error = pieces, gap, error
+        self.requests: list[ProviderRequest] = []
+
+    async def stream(self, request):
+        self.requests.append(request)
+        for piece in self.pieces:
+            await asyncio.sleep(self.gap)
+            yield TextDelta(piece)
+        if self.error:
+            raise self.error
+        yield Usage(10, 2)
+        yield Finish()
+
+
+async def test_turn_streams_events_and_persists_both_messages(store):
+    s = store.create_session("w")
+    async with SessionWorker(store, s.id, OFFLINE, OfflineProvider(0), "sys") as worker:
+        handle = worker.submit_turn("hello")
+        events = [e async for e in handle]
+    assert isinstance(events[0], TurnStarted) and isinstance(events[-1], TurnFinished)
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert text == events[-1].reply
+    roles = [(m.role, m.content) for m in store.history(s.id)]
+    assert roles == [("user", "hello"), ("assistant", text)]
+
+
+async def test_jobs_run_one_at_a_time_in_submission_order(store):
+    s = store.create_session("w")
+    provider = Scripted(["a", "b", "c"], gap=0.02)
+    order: list[str] = []
+    async with SessionWorker(store, s.id, OFFLINE, provider, "sys") as worker:
+        first = worker.submit_turn("one")
+        cleared = worker.call(lambda: order.append(f"clear after {len(store.history(s.id))}")
+                              or store.clear_context(s.id))
+        second = worker.submit_turn("two")
+        await asyncio.gather(first.result(), cleared, second.result())
+    # The clear waited until turn 1 had stored both messages; turn 2 came after the clear.
+    assert order == ["clear after 2"]
+    assert len(provider.requests) == 2
+    assert [m["content"] for m in provider.requests[1].messages] == ["sys", "two"]
+    assert [m["content"] for m in provider.requests[0].messages] == ["sys", "one"]
+
+
+async def test_a_failed_turn_keeps_the_user_message_and_the_partial_answer(store):
+    s = store.create_session("w")
+    provider = Scripted(["half an ", "answer"], error=RateLimited("slow down", 3))
+    async with SessionWorker(store, s.id, OFFLINE, provider, "sys") as worker:
+        outcome = await worker.submit_turn("question").result()
+    assert isinstance(outcome, TurnFailed) and outcome.error.kind == "rate_limit"
+    history = store.history(s.id)
+    assert [(m.role, m.content, m.status) for m in history] == [
+        ("user", "question", "complete"), ("assistant", "half an answer", INTERRUPTED)]
+    assert outcome.user_seq == 1 and outcome.partial_seq == 2
+
+
+async def test_cancel_stops_the_stream_at_once_and_keeps_what_arrived(store):
+    s = store.create_session("w")
+    provider = Scripted(["first ", "second ", "third"] + ["x"] * 100, gap=0.05)
+    async with SessionWorker(store, s.id, OFFLINE, provider, "sys") as worker:
+        handle = worker.submit_turn("go")
+        seen = []
+        async for event in handle:
+            if isinstance(event, TextDelta):
+                seen.append(event.text)
+                if len(seen) == 2:
+                    handle.cancel()
+        outcome = await handle.result()
+    assert isinstance(outcome, TurnFailed) and outcome.cancelled
+    partial = store.history(s.id)[-1]
+    assert partial.status == INTERRUPTED and partial.content == "first second "
+
+
+async def test_a_turn_cancelled_while_queued_never_reaches_the_provider(store):
+    s = store.create_session("w")
+    provider = Scripted(["slow"], gap=0.1)
+    async with SessionWorker(store, s.id, OFFLINE, provider, "sys") as worker:
+        running = worker.submit_turn("one")
+        queued = worker.submit_turn("two")
+        queued.cancel()
+        await running.result()
+        outcome = await queued.result()
+    assert isinstance(outcome, TurnFailed) and outcome.cancelled and outcome.user_seq is None
+    assert len(provider.requests) == 1
+    assert [m.content for m in store.history(s.id)] == ["one", "slow"]
+
+
+async def test_total_timeout_fails_the_turn_clearly(store):
+    s = store.create_session("w")
+    provider = Scripted(["never"], gap=5)
+    async with SessionWorker(store, s.id, OFFLINE, provider, "sys", total_timeout=0.1) as worker:
+        outcome = await worker.submit_turn("hi").result()
+    assert isinstance(outcome, TurnFailed) and outcome.error.kind == "timeout"
+    assert [m.role for m in store.history(s.id)] == ["user"]
+
+
+async def test_an_empty_reply_is_an_error_not_a_blank_message(store):
+    s = store.create_session("w")
+    async with SessionWorker(store, s.id, OFFLINE, Scripted([]), "sys") as worker:
+        outcome = await worker.submit_turn("hi").result()
+    assert isinstance(outcome, TurnFailed) and "empty reply" in outcome.error.message
+    assert [m.role for m in store.history(s.id)] == ["user"]
+
+
+@pytest.mark.parametrize("system", ["You are terse.", ""])
+async def test_system_prompt_first_and_alone(store, system):
+    s = store.create_session("w")
+    provider = Scripted(["ok"])
+    async with SessionWorker(store, s.id, OFFLINE, provider, system) as worker:
+        await worker.submit_turn("a").result()
+        await worker.submit_turn("b").result()
+    sent = provider.requests[1].messages
+    expected = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": "a"}, {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "b"}]
+    assert list(sent) == expected
