@@ -151,9 +151,13 @@ def create_provider(resolved: ResolvedModel) -> Provider:
         from picochat.providers.offline import OfflineProvider
 
         return OfflineProvider()
-    from picochat.providers.litellm_provider import LiteLLMProvider
+    from picochat.providers.litellm_provider import KEY_ENV, LiteLLMProvider
 
     key = os.environ.get(resolved.api_key_env) if resolved.api_key_env else None
+    implicit = KEY_ENV.get(resolved.provider_kind)
+    if key is None and not resolved.api_base and implicit and not os.environ.get(implicit):
+        raise ConfigError(f"no API key for {resolved.model}: {implicit} is not set",
+                          f"export {implicit}=…, or use --model offline")
     return LiteLLMProvider(model=resolved.model, provider_kind=resolved.provider_kind,
                            api_base=resolved.api_base, api_key=key,
                            api_key_env=resolved.api_key_env)

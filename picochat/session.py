@@ -248,7 +248,7 @@ class SessionWorker:
                 raise ProviderError("the model returned an empty reply", "try again")
             assistant = self.store.append_message(sid, "assistant", reply, turn_id=turn_id)
         except asyncio.CancelledError:
-            self._fail(handle, user.seq, parts, TurnCancelled("stopped; what had arrived is kept"))
+            self._fail(handle, user.seq, parts, TurnCancelled("stopped"))
             return
         except PicochatError as exc:
             self._fail(handle, user.seq, parts, exc)

@@ -136,3 +136,31 @@ def test_log_holds_no_message_text(run_cli, home):
     run_cli("ask", "secret-sauce-1234 is my password")
     log = (home / "data" / "picochat.log").read_text()
     assert "turn_ok" in log and "secret-sauce-1234" not in log
+
+
+def test_ctrl_c_mid_stream_keeps_message_and_partial_answer(home, run_cli):
+    import os
+    import signal
+
+    env = dict(os.environ, PICOCHAT_OFFLINE_DELAY_MS="200")
+    proc = subprocess.Popen([sys.executable, "-m", "picochat", "ask", "a long story please"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    first = proc.stdout.read(10)  # the stream has begun
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert b"stopped; your message and the partial answer are saved" in err
+    assert b"Traceback" not in err
+    messages = json.loads(run_cli("history", "--json").stdout)["messages"]
+    assert [(m["role"], m["status"]) for m in messages] == [
+        ("user", "complete"), ("assistant", "interrupted")]
+    assert messages[1]["content"].encode().startswith(first)
+    assert messages[1]["marks"] == ["interrupted"]
+
+
+def test_a_real_model_without_its_key_fails_before_writing_anything(run_cli, home):
+    result = run_cli("ask", "--session", "s", "--model", "openai/gpt-4o-mini", "hi")
+    assert result.status == 2
+    assert "OPENAI_API_KEY is not set" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert json.loads(run_cli("sessions", "--json").stdout) == []

@@ -95,11 +95,11 @@ def cmd_ask(app: App) -> int:
     flag = app.opt("model")
     resolved = resolve_model(config, choose_model_name(config, flag, session.model if session
                                                        else None))
+    provider = create_provider(resolved)  # fails before anything is written
     if session is None:
         session = store.create_session(name=ref, model=flag)
     elif flag and session.model != flag:
         store.set_session_model(session.id, flag)
-    provider = create_provider(resolved)
     return asyncio.run(_ask(app, session, resolved, provider, text, config.agent.system_prompt))
 
 
@@ -128,9 +128,11 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
             dump_json({"session_id": session.id, "reply": None, "usage": None,
                        "compaction": None, "error": {"kind": outcome.error.kind,
                                                      "message": outcome.error.user_line()}})
-        kept = " (your message is saved" + (", and the partial answer" if outcome.partial_seq
-                                            else "") + ")"
-        sys.stderr.write(f"picochat: {outcome.error.user_line()}{kept if outcome.user_seq else ''}\n")
+        saved = ""
+        if outcome.user_seq is not None:
+            saved = ("; your message and the partial answer are saved" if outcome.partial_seq
+                     else "; your message is saved")
+        sys.stderr.write(f"picochat: {outcome.error.user_line()}{saved}\n")
         return 130 if outcome.cancelled else outcome.error.exit_status
     if as_json:
         usage = ({"prompt_tokens": outcome.usage.prompt_tokens,

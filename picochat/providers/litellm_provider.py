@@ -24,7 +24,7 @@ from picochat.providers.base import (
 from picochat.providers.litellm_env import import_litellm
 
 READ_TIMEOUT_S = 60.0
-_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY",
+KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY",
             "gemini": "GEMINI_API_KEY", "mistral": "MISTRAL_API_KEY", "groq": "GROQ_API_KEY",
             "openrouter": "OPENROUTER_API_KEY", "deepseek": "DEEPSEEK_API_KEY"}
 
@@ -36,7 +36,7 @@ class LiteLLMProvider(Provider):
         self.info = ModelInfo(provider_kind=provider_kind, model=model)
         self.api_base = api_base
         self.api_key = api_key
-        self.api_key_env = api_key_env or _KEY_ENV.get(provider_kind)
+        self.api_key_env = api_key_env or KEY_ENV.get(provider_kind)
         self.read_timeout = read_timeout
 
     def _kwargs(self, request: ProviderRequest) -> dict[str, Any]:
