@@ -24,19 +24,33 @@ def connect(path: Path) -> sqlite3.Connection:
     except OSError as exc:
         raise StorageError(f"{path.parent}: cannot create the data directory: {exc.strerror}",
                            "set PICOCHAT_DATA_DIR or --data-dir to a writable folder") from None
+    conn: sqlite3.Connection | None = None
     try:
         conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000,
                                isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA foreign_keys = ON")
+        _refuse_newer_schema(conn, path)  # before WAL: switching modes would change the file
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise StorageError(f"{path}: cannot switch the database to WAL mode (got {mode})")
         conn.execute("PRAGMA synchronous = NORMAL")
         migrate(conn, path)
-    except sqlite3.DatabaseError as exc:
-        raise describe_error(path, exc) from None
+    except BaseException as exc:
+        if conn is not None:
+            conn.close()
+        if isinstance(exc, sqlite3.DatabaseError):
+            raise describe_error(path, exc) from None
+        raise
     return conn
+
+
+def _refuse_newer_schema(conn: sqlite3.Connection, path: Path) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StorageError(
+            f"{path}: database schema version {version} is newer than this picochat "
+            f"understands ({SCHEMA_VERSION}); left untouched", "upgrade picochat")
 
 
 def describe_error(path: Path, exc: sqlite3.Error) -> StorageError:
@@ -57,11 +71,8 @@ def describe_error(path: Path, exc: sqlite3.Error) -> StorageError:
 
 def migrate(conn: sqlite3.Connection, path: Path) -> int:
     """Bring the schema to `SCHEMA_VERSION`, one step per version, each in its own transaction."""
+    _refuse_newer_schema(conn, path)
     version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version > SCHEMA_VERSION:
-        raise StorageError(
-            f"{path}: database schema version {version} is newer than this picochat "
-            f"understands ({SCHEMA_VERSION}); left untouched", "upgrade picochat")
     while version < SCHEMA_VERSION:
         step = MIGRATIONS[version]
         with transaction(conn):
