@@ -101,7 +101,7 @@ def load_config(path: Path) -> Config:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {_toml_message(exc)}") from None
-    return _Validator(path, text or "").config(data)
+    return _Validator(path, text or "", exists=text is not None).config(data)
 
 
 def _toml_message(exc: tomllib.TOMLDecodeError) -> str:
@@ -119,9 +119,10 @@ def _toml_message(exc: tomllib.TOMLDecodeError) -> str:
 class _Validator:
     """Turns parsed TOML into a `Config`, or one precise `ConfigError`."""
 
-    def __init__(self, path: Path, text: str) -> None:
+    def __init__(self, path: Path, text: str, exists: bool = True) -> None:
         self.path = path
         self.lines = text.splitlines()
+        self.exists = exists
 
     def fail(self, table: str, key: str, problem: str, hint: str | None = None) -> ConfigError:
         where = f"{table}.{key}" if table else key
@@ -166,7 +167,7 @@ class _Validator:
             context_compaction=self.compaction(self.table("", data, "context_compaction")),
             tools=self.tools(self.table("", data, "tools")),
             ui=self.ui(self.table("", data, "ui")),
-            source=self.path if self.lines else None,
+            source=self.path if self.exists else None,
         )
 
     def model(self, name: str, entry: Any) -> ModelConfig:

@@ -54,26 +54,44 @@ class ResolvedModel:
         return f"{self.name} (offline)" if self.offline and self.name != OFFLINE else self.name
 
 
-def choose_model_name(config: Config, flag: str | None, session_model: str | None) -> str:
-    for candidate in (flag, os.environ.get("PICOCHAT_MODEL"), session_model,
-                      config.agent.model, config.default_model):
+def choose_model(config: Config, flag: str | None,
+                 session_model: str | None) -> tuple[str, str]:
+    """The model name and where it came from (for error messages that say where to fix it)."""
+    candidates = (
+        (flag, "--model"),
+        (os.environ.get("PICOCHAT_MODEL"), "PICOCHAT_MODEL"),
+        (session_model, "the session's model"),
+        (config.agent.model, _in_file(config, "agents.default.model")),
+        (config.default_model, _in_file(config, "default_model")),
+    )
+    for candidate, origin in candidates:
         if candidate:
-            return candidate
-    return auto_detect()
+            return candidate, origin
+    return auto_detect(), "auto-detection"
 
 
-def resolve_model(config: Config, name: str) -> ResolvedModel:
+def choose_model_name(config: Config, flag: str | None, session_model: str | None) -> str:
+    return choose_model(config, flag, session_model)[0]
+
+
+def _in_file(config: Config, key: str) -> str:
+    return f"{config.source}: {key}" if config.source else key
+
+
+def resolve_model(config: Config, name: str, origin: str | None = None) -> ResolvedModel:
     entry = config.models.get(name)
     if entry is None and name != OFFLINE and "/" not in name and lookup_window(name) is None:
         choices = ", ".join(sorted(config.models)) or "none configured"
+        where = f"{origin}: " if origin else ""
         raise ConfigError(
-            f"unknown model {name!r}: not a [models] key ({choices}) and not a litellm "
+            f"{where}unknown model {name!r}: not a [models] key ({choices}) and not a litellm "
             "model string", 'use e.g. "offline", "openai/gpt-4o-mini" or a [models] key')
     if entry is None:
         entry = ModelConfig(name=name, model=name)
     if entry.api_key_env and not os.environ.get(entry.api_key_env):
-        raise ConfigError(f"models.{entry.name}.api_key_env: the environment variable "
-                          f"{entry.api_key_env} is not set", f"export {entry.api_key_env}=…")
+        key = _in_file(config, f"models.{entry.name}.api_key_env")
+        raise ConfigError(f"{key}: the environment variable {entry.api_key_env} is not set",
+                          f"export {entry.api_key_env}=…")
     if entry.token_limit is not None:
         window, source = entry.token_limit, "config"
     else:

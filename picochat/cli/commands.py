@@ -87,15 +87,17 @@ def cmd_ask(app: App) -> int:
     if not text.strip():
         raise UsageError("the message is empty", "pass some text, or - to read stdin")
     config = app.config  # validate before touching the database
-    from picochat.models import choose_model_name, create_provider, resolve_model
+    from picochat.models import choose_model, create_provider, resolve_model
 
-    store = app.store
     ref = app.opt("session")
-    session = store.find_session(ref) if ref else store.latest_session()
+    session = None
+    if app.paths.database.exists():  # else there is no session yet, and nothing to create early
+        session = app.store.find_session(ref) if ref else app.store.latest_session()
     flag = app.opt("model")
-    resolved = resolve_model(config, choose_model_name(config, flag, session.model if session
-                                                       else None))
+    name, origin = choose_model(config, flag, session.model if session else None)
+    resolved = resolve_model(config, name, origin)
     provider = create_provider(resolved)  # fails before anything is written
+    store = app.store
     if session is None:
         session = store.create_session(name=ref, model=flag)
     elif flag and session.model != flag:
