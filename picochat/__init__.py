@@ -4,4 +4,9 @@ Kept import-free on purpose: `picochat --version` reads `__version__` from here 
 pull in litellm or textual.
 """
 
+import logging as _logging
+
 __version__ = "0.1.0"
+
+# Until the CLI or app points it at the log file, picochat's logger says nothing anywhere.
+_logging.getLogger("picochat").addHandler(_logging.NullHandler())

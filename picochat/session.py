@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar, Union
@@ -121,6 +122,7 @@ class SessionWorker:
         self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._current: TurnHandle | None = None
+        self._closing = False
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -130,7 +132,9 @@ class SessionWorker:
         return self
 
     async def close(self) -> None:
-        """Finish nothing new: cancel the running turn (keeping what it has), then stop."""
+        """Start nothing new: cancel the running turn (keeping what it has) and every queued
+        job, then stop."""
+        self._closing = True
         if self._current is not None:
             self._current.cancel()
         if self._task is not None:
@@ -151,6 +155,9 @@ class SessionWorker:
             if job is None:
                 return
             if job.future.done():  # cancelled while queued
+                continue
+            if self._closing and not getattr(job.run, "reports_cancel", False):
+                job.future.cancel()
                 continue
             try:
                 value = await job.run()
@@ -189,7 +196,7 @@ class SessionWorker:
         handle = TurnHandle(text)
 
         async def run() -> TurnOutcome:
-            if handle._cancel_requested:
+            if handle._cancel_requested or self._closing:
                 failed = TurnFailed(handle.turn_id, TurnCancelled("cancelled before it started"),
                                     None, None)
                 handle._emit(failed)
@@ -203,6 +210,7 @@ class SessionWorker:
                 self._current = None
             return await handle.result()
 
+        run.reports_cancel = True  # type: ignore[attr-defined]  # it answers its handle itself
         self.submit(run)
         return handle
 
@@ -254,7 +262,8 @@ class SessionWorker:
             self._fail(handle, user.seq, parts, exc)
             return
         except Exception as exc:  # a bug, not a provider problem: still keep the user's data
-            log.exception("turn_crashed session=%s turn=%s", sid, turn_id)
+            log.error("turn_crashed session=%s turn=%s kind=%s\n%s", sid, turn_id,
+                      type(exc).__name__, "".join(traceback.format_tb(exc.__traceback__)))
             self._fail(handle, user.seq, parts,
                        PicochatError(f"internal error ({type(exc).__name__}); see the log"))
             return

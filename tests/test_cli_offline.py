@@ -89,6 +89,10 @@ def test_export_md_and_json(run_cli, home):
     md = run_cli("export", "--session", "w", "--format", "md")
     assert md.status == 0 and md.stdout.startswith("# w") and "export me" in md.stdout
     target = home / "out" / "w.json"
+    missing = run_cli("export", "--session", "w", "--format", "json", "-o", str(target))
+    assert missing.status == 2 and "no such folder" in missing.stderr
+    assert not target.parent.exists()  # a mistyped path is not created
+    target.parent.mkdir()
     js = run_cli("export", "--session", "w", "--format", "json", "-o", str(target))
     assert js.status == 0 and js.stdout == ""
     body = json.loads(target.read_text())
@@ -164,3 +168,21 @@ def test_a_real_model_without_its_key_fails_before_writing_anything(run_cli, hom
     assert "OPENAI_API_KEY is not set" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert json.loads(run_cli("sessions", "--json").stdout) == []
+
+
+def test_every_command_refuses_an_invalid_config(run_cli, config_file):
+    run_cli("ask", "hi")
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text("default_model = 3\n")
+    for args in (("sessions",), ("history",), ("clear",), ("export", "--format", "md")):
+        result = run_cli(*args)
+        assert result.status == 2, args
+        assert "default_model" in result.stderr and str(config_file) in result.stderr
+
+
+def test_an_explicit_config_path_must_exist(run_cli, home):
+    missing = home / "typo.toml"
+    result = run_cli("--config", str(missing), "config", "show")
+    assert result.status == 2 and "no such config file" in result.stderr
+    assert run_cli("--config", str(missing), "config", "init").status == 0
+    assert run_cli("--config", str(missing), "config", "show").status == 0

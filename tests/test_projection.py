@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import dataclasses
 import sqlite3
 from pathlib import Path
@@ -389,8 +391,11 @@ def test_property_projection_whole_and_log_unchanged(store, ops) -> None:
             snap = store.context_snapshot(sid)
             if snap.messages:
                 boundary = snap.messages[op[1] % len(snap.messages)].seq
-                store.commit_context_checkpoint(sid, snap.session.context_generation,
-                                                new_cp(boundary, f"summary up to {boundary}"))
+                parent = snap.session.active_context_checkpoint_id
+                store.commit_context_checkpoint(
+                    sid, snap.session.context_generation,
+                    replace(new_cp(boundary, f"summary up to {boundary}"),
+                            parent_checkpoint_id=parent))
 
         proj = restore(store, sid)
         assert_tool_chains_whole(proj.provider_messages(SYSTEM)[1:])

@@ -137,3 +137,20 @@ async def test_system_prompt_first_and_alone(store, system):
         {"role": "user", "content": "a"}, {"role": "assistant", "content": "ok"},
         {"role": "user", "content": "b"}]
     assert list(sent) == expected
+
+
+async def test_closing_runs_nothing_that_was_still_queued(store):
+    s = store.create_session("w")
+    provider = Scripted(["slow ", "reply"], gap=0.05)
+    worker = await SessionWorker(store, s.id, OFFLINE, provider, "sys").start()
+    running = worker.submit_turn("one")
+    queued = worker.submit_turn("two")
+    command = worker.call(lambda: store.clear_context(s.id))
+    await asyncio.sleep(0.07)
+    await worker.close()
+    assert (await running.result()).cancelled
+    assert (await queued.result()).cancelled
+    assert command.cancelled()
+    assert len(provider.requests) == 1
+    assert [m.content for m in store.history(s.id)] == ["one", "slow "]
+    assert store.session(s.id).context_generation == 0  # the queued clear never ran

@@ -477,3 +477,28 @@ def test_auto_names(store) -> None:
     assert store.create_session().name == "chat-2"
     store.create_session("chat-3")
     assert store.create_session().name == "chat-4"
+
+
+def test_commit_refuses_a_wrong_parent_a_cleared_boundary_and_a_bad_reason(store) -> None:
+    from dataclasses import replace as _replace
+
+    from picochat.errors import StaleGeneration as _Stale
+    from picochat.errors import StorageError as _StorageError
+    from picochat.messages import NewCheckpoint as _New
+
+    sid = store.create_session().id
+    for i in range(6):
+        store.append_message(sid, "user" if i % 2 == 0 else "assistant", f"m{i}", turn_id=f"t{i//2}")
+    base = _New(None, "s", 3, 6, "manual", "offline", "offline", 10, 5)
+    first = store.commit_context_checkpoint(sid, 0, base)
+    with pytest.raises(_Stale):  # built on no checkpoint, but one is active now
+        store.commit_context_checkpoint(sid, 1, base)
+    with pytest.raises(ValueError):
+        store.commit_context_checkpoint(sid, 1, _replace(base, parent_checkpoint_id=first.id,
+                                                         trigger_reason="whim"))
+    store.clear_context(sid)  # generation 2, floor 6, no active checkpoint
+    store.append_message(sid, "user", "after clear", turn_id="t9")
+    with pytest.raises(_StorageError, match="not a message in the context"):
+        store.commit_context_checkpoint(sid, 2, _replace(base, first_retained_seq=5))
+    assert [c.id for c in store.checkpoints(sid)] == [first.id]
+    assert store.session(sid).context_generation == 2

@@ -64,6 +64,16 @@ def run(args: argparse.Namespace) -> int:
                             'use `picochat ask "..."`; see `picochat --help`')
     app = App(args)
     try:
+        creating = args.command == "config" and args.action in ("init", "path")
+        if not creating:
+            explicit = app.opt("config")
+            if explicit and not app.paths.config_file.exists():
+                from picochat.errors import ConfigError
+
+                raise ConfigError(f"{app.paths.config_file}: no such config file",
+                                  "check the --config path, or create it with `picochat config "
+                                  "init --config FILE`")
+            app.config  # noqa: B018 - an invalid config is exit 2 for every command
         return HANDLERS[args.command](app)
     finally:
         app.close()
@@ -99,9 +109,7 @@ def cmd_ask(app: App) -> int:
     provider = create_provider(resolved)  # fails before anything is written
     store = app.store
     if session is None:
-        session = store.create_session(name=ref, model=flag)
-    elif flag and session.model != flag:
-        store.set_session_model(session.id, flag)
+        session = store.create_session(name=ref)
     return asyncio.run(_ask(app, session, resolved, provider, text, config.agent.system_prompt))
 
 
@@ -136,6 +144,8 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
                      else "; your message is saved")
         sys.stderr.write(f"picochat: {outcome.error.user_line()}{saved}\n")
         return 130 if outcome.cancelled else outcome.error.exit_status
+    if app.opt("model") and session.model != app.opt("model"):
+        app.store.set_session_model(session.id, app.opt("model"))  # remembered once it worked
     if as_json:
         usage = ({"prompt_tokens": outcome.usage.prompt_tokens,
                   "completion_tokens": outcome.usage.completion_tokens}
@@ -212,6 +222,8 @@ def cmd_export(app: App) -> int:
         target = Path(app.args.output).expanduser()
         if target.is_dir():
             raise UsageError(f"{target}: is a directory", "give a file name with -o")
+        if not target.parent.is_dir():
+            raise UsageError(f"{target.parent}: no such folder", "create it first, or fix -o")
         try:
             atomic_write_text(target, text)
         except OSError as exc:

@@ -88,7 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exc.exit_status
         import logging
 
-        logging.getLogger("picochat").exception("internal_error kind=%s", type(exc).__name__)
+        import traceback
+
+        logging.getLogger("picochat").error(  # frames only: the message may hold user text
+            "internal_error kind=%s\n%s", type(exc).__name__,
+            "".join(traceback.format_tb(exc.__traceback__)))
         sys.stderr.write(f"picochat: internal error ({type(exc).__name__}); the log has details\n")
         return 1
 

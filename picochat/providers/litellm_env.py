@@ -35,6 +35,8 @@ def import_litellm() -> ModuleType:
             os.environ.setdefault(key, value)
         tokens.configure_tiktoken_cache()
         ours = logging.getLogger("picochat")
+        if not ours.handlers:
+            ours.addHandler(logging.NullHandler())
         for name in _LOGGERS:
             lg = logging.getLogger(name)
             lg.handlers[:] = list(ours.handlers)

@@ -99,8 +99,11 @@ class LiteLLMProvider(Provider):
     def translate(self, exc: Exception) -> pe.ProviderError:
         """One clear line per failure kind; the raw message is kept short."""
         litellm = import_litellm()
-        text = _short(str(exc))
+        text = _short(_strip_prefixes(str(exc)))
         where = self.api_base or self.info.provider_kind
+        if _is_connection_failure(exc, litellm):
+            return pe.ProviderUnavailable(f"cannot connect to {where}",
+                                          "is the server running and the address right?")
         if isinstance(exc, litellm.ContextWindowExceededError) or _looks_like_overflow(text):
             window = pe.parse_context_window(str(exc))
             said = f" of {window:,} tokens" if window else ""
@@ -134,6 +137,29 @@ class LiteLLMProvider(Provider):
 def _short(text: str, limit: int = 200) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _strip_prefixes(text: str) -> str:
+    """litellm wraps messages as 'litellm.X: X: OpenAIException - …'; keep the provider's words."""
+    text = re.sub(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w+Exception\s*-\s*)?", "", text)
+    return text.strip() or "no details"
+
+
+def _is_connection_failure(exc: BaseException, litellm: Any) -> bool:
+    """litellm reports a refused connection as an InternalServerError; look at the cause."""
+    if isinstance(exc, litellm.Timeout):
+        return False
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (ConnectionError, litellm.APIConnectionError)):
+            return True
+        name = type(current).__name__
+        if name in ("ConnectError", "APIConnectionError"):
+            return True
+        current = current.__cause__ or current.__context__
+    return bool(re.search(r"\bConnection (?:error|refused)\b", str(exc), re.I))
 
 
 def _looks_like_overflow(text: str) -> bool:

@@ -24,6 +24,7 @@ from picochat.messages import COMPLETE, ROLES, Checkpoint, Message, NewCheckpoin
 from picochat.storage.db import connect, describe_error, transaction
 
 Clock = Callable[[], int]
+TRIGGER_REASONS = ("manual", "auto", "overflow")
 
 
 def wall_clock_ms() -> int:
@@ -289,9 +290,12 @@ class Store:
 
         A session whose generation moved since the candidate was built raises `StaleGeneration`.
         """
+        if new.trigger_reason not in TRIGGER_REASONS:
+            raise ValueError(f"trigger_reason must be one of {TRIGGER_REASONS}")
         cp_id = "cp_" + uuid.uuid4().hex[:16]
         now = self._clock()
         with self._write() as c:
+            before = _session_row(c, session_id)
             updated = c.execute(
                 "UPDATE sessions SET active_context_checkpoint_id = ?, "
                 "context_generation = context_generation + 1, last_compressed_message_at = ? "
@@ -303,10 +307,18 @@ class Store:
                     f"the context of session {session_id} changed while compacting "
                     f"(expected generation {expected_generation}); nothing was committed",
                     "run the compaction again")
-            if not c.execute("SELECT 1 FROM messages WHERE session_id = ? AND seq = ?",
-                             (session_id, new.first_retained_seq)).fetchone():
+            if new.parent_checkpoint_id != before.active_context_checkpoint_id:
+                raise StaleGeneration(f"checkpoint parent {new.parent_checkpoint_id} is not the "
+                                      f"active checkpoint of session {session_id}; nothing was "
+                                      "committed", "run the compaction again")
+            boundary = c.execute(
+                f"SELECT 1 FROM messages m WHERE session_id = ? AND seq = ? AND seq > ? "
+                f"AND {_NOT_RETRACTED}",
+                (session_id, new.first_retained_seq, before.context_floor_seq)).fetchone()
+            if not boundary:
                 raise StorageError(f"first_retained_seq {new.first_retained_seq} is not a message "
-                                   f"of session {session_id}; nothing was committed")
+                                   f"in the context of session {session_id}; nothing was "
+                                   "committed")
             c.execute(
                 f"INSERT INTO context_checkpoints ({_CHECKPOINT_COLS}) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
