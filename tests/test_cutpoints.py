@@ -1,0 +1,79 @@
+"""Turn boundaries and cut points, as design §9 and §20.2 state them."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from picochat.cutpoints import find_cut_point, group_turns
+from picochat.messages import Message
+
+
+def msg(seq, role, turn=None, tokens=10, calls=None, call_id=None):
+    return Message("s", seq, role, f"m{seq}", calls, call_id, None, turn, None, "complete",
+                   tokens, 0)
+
+
+def call(cid):
+    return {"id": cid, "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+
+
+def test_keeps_whole_turns_from_the_tail_by_tokens():
+    turns = group_turns([msg(i, "user" if i % 2 else "assistant", f"t{(i + 1) // 2}", 100)
+                         for i in range(1, 11)])  # five turns of 200 tokens
+    assert [t.first_seq for t in turns] == [1, 3, 5, 7, 9]
+    assert turns[find_cut_point(turns, 400)].first_seq == 7
+    assert turns[find_cut_point(turns, 401)].first_seq == 5
+
+
+def test_the_newest_turn_is_kept_even_when_it_alone_exceeds_keep():
+    turns = group_turns([msg(1, "user", "a"), msg(2, "assistant", "a"),
+                         msg(3, "user", "b", 5000), msg(4, "assistant", "b", 5000)])
+    assert turns[find_cut_point(turns, 100)].first_seq == 3
+
+
+def test_nothing_to_fold_when_only_one_turn_or_everything_fits():
+    one = group_turns([msg(1, "user", "a"), msg(2, "assistant", "a")])
+    assert find_cut_point(one, 0) is None
+    two = group_turns([msg(1, "user", "a"), msg(2, "assistant", "b")])
+    assert find_cut_point(two, 10_000) is None
+
+
+def test_steering_and_parallel_tool_calls_stay_in_their_turn():
+    rows = [msg(1, "user", "a"), msg(2, "assistant", "a"),
+            msg(3, "user", "b"), msg(4, "user", "b"),  # steering typed mid-turn
+            msg(5, "assistant", "b", calls=(call("x"), call("y"))),
+            msg(6, "tool", "b", call_id="x"), msg(7, "tool", "b", call_id="y"),
+            msg(8, "assistant", "b")]
+    turns = group_turns(rows)
+    assert [[m.seq for m in t.messages] for t in turns] == [[1, 2], [3, 4, 5, 6, 7, 8]]
+
+
+def test_rows_without_turn_id_fall_back_to_roles():
+    rows = [msg(1, "user"), msg(2, "assistant", calls=(call("x"),)), msg(3, "tool", call_id="x"),
+            msg(4, "assistant"), msg(5, "user"), msg(6, "user"), msg(7, "assistant")]
+    assert [t.first_seq for t in group_turns(rows)] == [1, 5]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool", "calls"]),
+                          st.booleans(), st.integers(1, 500)), min_size=1, max_size=60),
+       st.integers(0, 5000))
+def test_a_cut_never_lands_on_a_tool_result_or_splits_a_group(spec, keep):
+    rows, turn = [], 0
+    for seq, (role, with_id, tokens) in enumerate(spec, start=1):
+        if role == "user":
+            turn += 1
+        tid = f"t{turn}" if with_id else None
+        if role == "calls":
+            rows.append(msg(seq, "assistant", tid, tokens, calls=(call(f"c{seq}"),)))
+        elif role == "tool":
+            rows.append(msg(seq, "tool", tid, tokens, call_id="c"))
+        else:
+            rows.append(msg(seq, role, tid, tokens))
+    turns = group_turns(rows)
+    assert [m for t in turns for m in t.messages] == rows  # a partition, in order
+    index = find_cut_point(turns, keep)
+    if index is not None:
+        first = turns[index].messages[0]
+        assert first.role != "tool"
+        assert index >= 1
