@@ -27,10 +27,15 @@ class BudgetLimits:
     threshold: int
 
 
+def effective_window(model_window: int, agent_limit: int | None) -> int:
+    """§10.3, §21.14: an agent's limit may only tighten the model's window."""
+    return model_window if agent_limit is None else min(model_window, agent_limit)
+
+
 def budget_limits(model_window: int, agent_limit: int | None, reserve_tokens: int,
                   keep_recent_tokens: int) -> BudgetLimits:
     """§8.2 and §21.14: the agent only tightens; reserve and keep shrink with small windows."""
-    window = model_window if agent_limit is None else min(model_window, agent_limit)
+    window = effective_window(model_window, agent_limit)
     reserve = min(reserve_tokens, window // 2)
     threshold = window - reserve
     keep = min(keep_recent_tokens, threshold // 2)

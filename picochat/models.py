@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from picochat.budget import effective_window
 from picochat.config import Config, ModelConfig
 from picochat.errors import ConfigError
 from picochat.providers.base import Provider
@@ -45,9 +46,7 @@ class ResolvedModel:
     @property
     def window(self) -> int:
         """The effective window: the agent may only tighten the model's."""
-        if self.agent_limit is None:
-            return self.model_window
-        return min(self.model_window, self.agent_limit)
+        return effective_window(self.model_window, self.agent_limit)
 
     @property
     def label(self) -> str:

@@ -107,6 +107,7 @@ class TurnHandle:
 class _Job:
     run: Callable[[], Awaitable[Any]]
     future: asyncio.Future[Any]
+    answers_itself: bool = False  # a turn reports its own cancellation to its handle
 
 
 class SessionWorker:
@@ -156,7 +157,7 @@ class SessionWorker:
                 return
             if job.future.done():  # cancelled while queued
                 continue
-            if self._closing and not getattr(job.run, "reports_cancel", False):
+            if self._closing and not job.answers_itself:
                 job.future.cancel()
                 continue
             try:
@@ -180,10 +181,11 @@ class SessionWorker:
     def queued(self) -> int:
         return self._queue.qsize()
 
-    def submit(self, run: Callable[[], Awaitable[T]]) -> "asyncio.Future[T]":
+    def submit(self, run: Callable[[], Awaitable[T]],
+               _answers_itself: bool = False) -> "asyncio.Future[T]":
         """Queue an async command behind everything already submitted."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Job(run, future))
+        self._queue.put_nowait(_Job(run, future, _answers_itself))
         return future
 
     def call(self, fn: Callable[[], T]) -> "asyncio.Future[T]":
@@ -210,8 +212,7 @@ class SessionWorker:
                 self._current = None
             return await handle.result()
 
-        run.reports_cancel = True  # type: ignore[attr-defined]  # it answers its handle itself
-        self.submit(run)
+        self.submit(run, _answers_itself=True)
         return handle
 
     def projection(self) -> ContextProjection:

@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from picochat.storage import open_store
+
+# Keep hypothesis's files (example database, caches) beside the tests, not at the repo's top.
+set_hypothesis_home_dir(str(Path(__file__).parent / ".hypothesis"))
 
 _PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "PICOCHAT_MODEL", "OPENAI_BASE_URL",
                   "OPENAI_API_BASE")

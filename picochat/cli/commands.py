@@ -13,7 +13,7 @@ from typing import Any
 
 from picochat.cli import render
 from picochat.config import Config, effective_config_text, load_config, write_starter_config
-from picochat.errors import PicochatError, UsageError
+from picochat.errors import ConfigError, PicochatError, UsageError
 from picochat.logs import setup_logging
 from picochat.messages import Session
 from picochat.paths import Paths, resolve_paths
@@ -34,7 +34,11 @@ class App:
 
     @cached_property
     def config(self) -> Config:
-        return load_config(self.paths.config_file)
+        path = self.paths.config_file
+        if self.opt("config") and not path.exists():  # a missing default file is fine; a typo not
+            raise ConfigError(f"{path}: no such config file", "check the --config path, or "
+                              "create it with `picochat config init --config FILE`")
+        return load_config(path)
 
     @property
     def store(self) -> Store:
@@ -64,15 +68,7 @@ def run(args: argparse.Namespace) -> int:
                             'use `picochat ask "..."`; see `picochat --help`')
     app = App(args)
     try:
-        creating = args.command == "config" and args.action in ("init", "path")
-        if not creating:
-            explicit = app.opt("config")
-            if explicit and not app.paths.config_file.exists():
-                from picochat.errors import ConfigError
-
-                raise ConfigError(f"{app.paths.config_file}: no such config file",
-                                  "check the --config path, or create it with `picochat config "
-                                  "init --config FILE`")
+        if not (args.command == "config" and args.action in ("init", "path")):
             app.config  # noqa: B018 - an invalid config is exit 2 for every command
         return HANDLERS[args.command](app)
     finally:
@@ -96,7 +92,7 @@ def cmd_ask(app: App) -> int:
         text = _read_stdin()
     if not text.strip():
         raise UsageError("the message is empty", "pass some text, or - to read stdin")
-    config = app.config  # validate before touching the database
+    config = app.config
     from picochat.models import choose_model, create_provider, resolve_model
 
     ref = app.opt("session")

@@ -34,9 +34,7 @@ def import_litellm() -> ModuleType:
         for key, value in _OFFLINE_ENV.items():
             os.environ.setdefault(key, value)
         tokens.configure_tiktoken_cache()
-        ours = logging.getLogger("picochat")
-        if not ours.handlers:
-            ours.addHandler(logging.NullHandler())
+        ours = logging.getLogger("picochat")  # has a handler: NullHandler or the log file
         for name in _LOGGERS:
             lg = logging.getLogger(name)
             lg.handlers[:] = list(ours.handlers)

@@ -70,8 +70,9 @@ def describe_error(path: Path, exc: sqlite3.Error) -> StorageError:
 
 
 def migrate(conn: sqlite3.Connection, path: Path) -> int:
-    """Bring the schema to `SCHEMA_VERSION`, one step per version, each in its own transaction."""
-    _refuse_newer_schema(conn, path)
+    """Bring the schema to `SCHEMA_VERSION`, one step per version, each in its own transaction.
+
+    `connect` has already refused a schema newer than this code."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     while version < SCHEMA_VERSION:
         step = MIGRATIONS[version]

@@ -404,7 +404,10 @@ def _session_row(c: sqlite3.Connection, session_id: str) -> Session:
 
 
 def _session(c: sqlite3.Connection, row: Sequence[Any]) -> Session:
-    count = c.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (row[0],)).fetchone()[0]
+    # Seqs run 1, 2, 3… and rows are never deleted, so the count is the maximum seq: one index
+    # lookup instead of a scan that would grow with the history on every append and restore.
+    count = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
+                      (row[0],)).fetchone()[0]
     return Session(*row, message_count=count)
 
 
