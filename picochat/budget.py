@@ -1,7 +1,9 @@
 """ContextBudget: how full the next request is, and whether to compact first (design §7.2, §8).
 
-Pure functions over numbers that were counted once, at append: nothing here tokenizes history.
-The same `ContextBudget` value decides auto compaction and fills `/info` (§21.10).
+Every figure comes from counts taken once: each message's tokens are stored at append, the
+system prompt, tool schemas and a checkpoint summary are counted once and cached. Nothing here
+re-tokenizes history. The same `ContextBudget` value decides auto compaction and fills `/info`
+(§21.10).
 """
 
 from __future__ import annotations
@@ -9,9 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from functools import lru_cache
+from typing import Any, Iterable, Mapping, Sequence
 
+from picochat import tokens
 from picochat.errors import PicochatError
+from picochat.projection import ContextProjection, summary_block
 
 
 @dataclass(frozen=True)
@@ -48,22 +53,7 @@ def should_compact(enabled: bool, context_tokens: int, threshold: int) -> bool:
     return enabled and context_tokens > threshold
 
 
-@dataclass(frozen=True)
-class CalibrationKey:
-    """Identifies one exact request (§7.2); provider usage is reused only on a full match."""
-
-    provider: str
-    model: str
-    context_generation: int
-    last_raw_seq: int | None
-    digest: str
-
-
-def request_digest(messages: Iterable[Mapping[str, Any]],
-                   tools: Iterable[Mapping[str, Any]] = ()) -> str:
-    payload = json.dumps([list(messages), list(tools)], ensure_ascii=False, sort_keys=True,
-                         separators=(",", ":"))
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+# --- the next request ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -75,14 +65,88 @@ class RequestParts:
     summary: int = 0
     raw_tail: int = 0
     current_input: int = 0
+    framing: int = 0  # the reply priming every chat request carries
 
     @property
     def fixed(self) -> int:
-        return self.system + self.tools
+        """What compaction cannot shrink (§8.4)."""
+        return self.system + self.tools + self.framing
 
     @property
     def total(self) -> int:
-        return self.system + self.tools + self.summary + self.raw_tail + self.current_input
+        return self.fixed + self.summary + self.raw_tail + self.current_input
+
+
+@dataclass(frozen=True)
+class CalibrationKey:
+    """Identifies one exact request prefix (§7.2); provider usage is reused only on a match."""
+
+    provider: str
+    model: str
+    context_generation: int
+    last_raw_seq: int | None
+    digest: str
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The prompt tokens a provider reported for the request identified by `key`."""
+
+    key: CalibrationKey
+    prompt_tokens: int
+
+
+def request_digest(system_prompt: str, tools: Sequence[Mapping[str, Any]],
+                   checkpoint_id: str | None, raw_seqs: Iterable[int]) -> str:
+    """A digest of a request's messages and tools.
+
+    Raw rows are immutable (append-only; undo and `/clear` bump the generation, which is part of
+    the key), so a row is identified by its seq and a summary by its checkpoint id: hashing
+    identities instead of text keeps this cheap on long histories.
+    """
+    h = hashlib.sha256()
+    h.update(system_prompt.encode("utf-8"))
+    h.update(b"\0" + _tools_json(tuple(_freeze(t) for t in tools)).encode("utf-8"))
+    h.update(b"\0" + (checkpoint_id or "").encode("ascii") + b"\0")
+    h.update(",".join(map(str, raw_seqs)).encode("ascii"))
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class RequestDraft:
+    """The complete next request before it is sent: system, tools, history, new input."""
+
+    system_prompt: str
+    projection: ContextProjection
+    tools: tuple[Mapping[str, Any], ...] = ()
+    current_input: str = ""
+
+    def parts(self) -> RequestParts:
+        return RequestParts(
+            system=_system_tokens(self.system_prompt),
+            tools=tool_schema_tokens(self.tools),
+            summary=summary_tokens(self.projection.summary),
+            raw_tail=self.projection.raw_tokens,
+            current_input=(tokens.count_message("user", self.current_input)
+                           if self.current_input else 0),
+            framing=tokens.REPLY_PRIMING_TOKENS,
+        )
+
+    def messages(self) -> list[dict[str, Any]]:
+        out = self.projection.provider_messages(self.system_prompt)
+        if self.current_input:
+            out.append({"role": "user", "content": self.current_input})
+        return out
+
+    def key(self, provider: str, model: str, upto_seq: int | None = None) -> CalibrationKey:
+        """The key of this request (with `upto_seq`: of its prefix up to that raw seq)."""
+        raw = self.projection.raw
+        if upto_seq is not None:
+            raw = tuple(m for m in raw if m.seq <= upto_seq)
+        last = raw[-1].seq if raw else None
+        digest = request_digest(self.system_prompt, self.tools, self.projection.checkpoint_id,
+                                (m.seq for m in raw))
+        return CalibrationKey(provider, model, self.projection.context_generation, last, digest)
 
 
 @dataclass(frozen=True)
@@ -90,14 +154,16 @@ class ContextBudget:
     limits: BudgetLimits
     parts: RequestParts
     used_tokens: int
-    usage_source: str  # "provider" (calibrated usage matched) or "estimate"
+    usage_source: str  # "estimate", "provider", or "provider+estimate" (reported prefix + tail)
 
     @property
     def remaining_tokens(self) -> int:
+        """Tokens left before auto compaction would trigger."""
         return max(0, self.limits.threshold - self.used_tokens)
 
     @property
     def over_window(self) -> bool:
+        """The request would not fit the hard window at all."""
         return self.used_tokens > self.limits.window
 
     def should_compact(self, enabled: bool) -> bool:
@@ -118,12 +184,59 @@ class FixedContextExceedsBudget(PicochatError):
         self.threshold = threshold
 
 
-def measure(limits: BudgetLimits, parts: RequestParts, key: CalibrationKey | None = None,
-            last_usage: tuple[CalibrationKey, int] | None = None) -> ContextBudget:
-    """The budget of the next request: provider-reported usage when the key matches field for
-    field, else the conservative sum of stored per-message counts."""
+def check_fixed(limits: BudgetLimits, parts: RequestParts) -> None:
     if parts.fixed >= limits.threshold:
         raise FixedContextExceedsBudget(parts, limits.threshold)
-    if key is not None and last_usage is not None and last_usage[0] == key:
-        return ContextBudget(limits, parts, last_usage[1], "provider")
+
+
+def measure(limits: BudgetLimits, draft: RequestDraft, provider: str = "", model: str = "",
+            calibration: Calibration | None = None) -> ContextBudget:
+    """The budget of the next request.
+
+    When the provider reported usage for a request whose key matches this draft's prefix field
+    for field, that figure is the truth for the prefix and only the raw messages after it are
+    estimated; otherwise the whole request is the sum of the stored counts (§7.2).
+    """
+    parts = draft.parts()
+    check_fixed(limits, parts)
+    if calibration is not None:
+        key = calibration.key
+        if draft.key(provider, model, key.last_raw_seq) == key:
+            tail = sum(m.tokens for m in draft.projection.raw
+                       if key.last_raw_seq is None or m.seq > key.last_raw_seq)
+            extra = tail + parts.current_input
+            source = "provider+estimate" if extra else "provider"
+            return ContextBudget(limits, parts, calibration.prompt_tokens + extra, source)
     return ContextBudget(limits, parts, parts.total, "estimate")
+
+
+# --- cached counts of the parts that are not stored per message ----------------------------------
+
+
+@lru_cache(maxsize=64)
+def _system_tokens(system_prompt: str) -> int:
+    return tokens.count_message("system", system_prompt) if system_prompt else 0
+
+
+@lru_cache(maxsize=256)
+def summary_tokens(summary: str | None) -> int:
+    """A summary block's tokens; counted once per summary text (summaries are bounded)."""
+    return 0 if summary is None else tokens.count_message("user", summary_block(summary))
+
+
+def tool_schema_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
+    return _tool_tokens(tuple(_freeze(t) for t in tools)) if tools else 0
+
+
+@lru_cache(maxsize=64)
+def _tool_tokens(frozen: tuple[str, ...]) -> int:
+    return tokens.count_text(_tools_json(frozen)) + 4 * len(frozen)
+
+
+@lru_cache(maxsize=64)
+def _tools_json(frozen: tuple[str, ...]) -> str:
+    return "[" + ",".join(frozen) + "]"
+
+
+def _freeze(tool: Mapping[str, Any]) -> str:
+    return json.dumps(tool, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

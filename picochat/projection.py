@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from picochat import tokens
 from picochat.messages import Message
 from picochat.storage.store import ContextSnapshot, Store
 from picochat.summary_contract import SUMMARY_CLOSE, SUMMARY_OPEN
@@ -41,12 +40,6 @@ class ContextProjection:
     max_raw_seq: int
     repairs: tuple[Repair, ...] = ()
     diagnostics: tuple[str, ...] = ()  # e.g. an unusable active checkpoint we fell back from
-
-    @property
-    def summary_tokens(self) -> int:
-        if self.summary is None:
-            return 0
-        return tokens.count_message("user", summary_block(self.summary))
 
     @property
     def raw_tokens(self) -> int:

@@ -3,7 +3,12 @@
 It owns the session's turns and commands and runs them one at a time, in the order they were
 submitted, so a `/compact` typed during a turn waits for it instead of racing it. Callers submit
 work and await results; a turn also streams typed events (`TurnStarted`, `TextDelta`,
-`TurnFinished` | `TurnFailed`) that the CLI prints and the TUI renders.
+`CompactionStarted`/`Compacted`, `TurnFinished` | `TurnFailed`) that the CLI prints and the TUI
+renders.
+
+Before each turn the full request draft is budgeted and compacted at most once (§11.2); an
+overflow from the provider is recovered once and retried once (§11.3). `/compact`, `/uncompact`,
+`/clear` and undo are queued like turns, so none of them races a running turn.
 
 A turn writes the user's message before the provider is called; a failed or cancelled turn
 keeps it, keeps any partial answer (marked interrupted) and says what happened.
@@ -16,15 +21,24 @@ import logging
 import traceback
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar, Union
 
+from picochat.budget import BudgetLimits, Calibration, ContextBudget, RequestDraft, measure
+from picochat.compaction.compact import (
+    NOTHING_TO_COMPACT,
+    CompactOutcome,
+    CompactRequest,
+    compact_context,
+)
+from picochat.config import CompactionConfig
+from picochat.context_usage import ContextUsage, context_usage, limits_for
 from picochat.errors import PicochatError
 from picochat.messages import INTERRUPTED
 from picochat.models import ResolvedModel
-from picochat.projection import ContextProjection, restore
+from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Finish, Provider, ProviderRequest, TextDelta, Usage
-from picochat.providers.errors import ProviderError, ProviderTimeout
-from picochat.storage.store import Store
+from picochat.providers.errors import ContextOverflow, ProviderError, ProviderTimeout
+from picochat.storage.store import Store, UncompactResult, UndoResult
 
 log = logging.getLogger("picochat.session")
 T = TypeVar("T")
@@ -48,6 +62,7 @@ class TurnFinished:
     reply: str
     usage: Usage | None
     assistant_seq: int
+    compactions: tuple[CompactOutcome, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,13 +71,29 @@ class TurnFailed:
     error: PicochatError
     user_seq: int | None        # None only when even the user's message could not be stored
     partial_seq: int | None     # the interrupted partial answer, when some text had arrived
+    compactions: tuple[CompactOutcome, ...] = ()
 
     @property
     def cancelled(self) -> bool:
         return isinstance(self.error, TurnCancelled)
 
 
-TurnEvent = Union[TurnStarted, TextDelta, TurnFinished, TurnFailed]
+@dataclass(frozen=True)
+class CompactionStarted:
+    """A turn is compacting first: "auto" (over the threshold) or "overflow" (the provider
+    refused the request as too long)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """How that compaction ended; the turn goes on either way unless it cannot."""
+
+    outcome: CompactOutcome
+
+
+TurnEvent = Union[TurnStarted, TextDelta, CompactionStarted, Compacted, TurnFinished, TurnFailed]
 TurnOutcome = Union[TurnFinished, TurnFailed]
 
 
@@ -112,14 +143,20 @@ class _Job:
 
 class SessionWorker:
     def __init__(self, store: Store, session_id: str, model: ResolvedModel, provider: Provider,
-                 system_prompt: str, total_timeout: float = TOTAL_TIMEOUT_S) -> None:
+                 system_prompt: str, total_timeout: float = TOTAL_TIMEOUT_S,
+                 compaction: CompactionConfig = CompactionConfig(),
+                 tools: tuple[dict[str, Any], ...] = ()) -> None:
         self.store = store
         self.session_id = session_id
         self.model = model
         self.provider = provider
         self.system_prompt = system_prompt
         self.total_timeout = total_timeout
+        self.compaction = compaction
+        self.tools = tools
         self.last_usage: Usage | None = None
+        self.calibration: Calibration | None = None  # the last request's reported prompt size
+        self.window_override: int | None = None      # a smaller window an overflow error stated
         self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._current: TurnHandle | None = None
@@ -218,6 +255,59 @@ class SessionWorker:
     def projection(self) -> ContextProjection:
         return restore(self.store, self.session_id)
 
+    # --- the context: budget, /info, compaction, clear, undo -----------------------------------
+
+    @property
+    def limits(self) -> BudgetLimits:
+        return limits_for(self.model, self.compaction, self.window_override)
+
+    def _draft(self, projection: ContextProjection) -> RequestDraft:
+        return RequestDraft(self.system_prompt, projection, self.tools)
+
+    def budget(self, projection: ContextProjection | None = None) -> ContextBudget:
+        """The budget of the next request: the value auto compaction and /info both use."""
+        projection = projection or self.projection()
+        info = self.provider.info
+        return measure(self.limits, self._draft(projection), info.provider_kind, info.model,
+                       self.calibration)
+
+    def info(self) -> ContextUsage:
+        """The /info card, from the same budget (§21.10). Reads only; safe at any time."""
+        snapshot = self.store.context_snapshot(self.session_id)
+        return context_usage(snapshot.session, project(snapshot), self.model, self.compaction,
+                             self.system_prompt, snapshot.checkpoint, self.tools,
+                             self.calibration, self.window_override)
+
+    def compact(self, focus: str | None = None) -> "asyncio.Future[CompactOutcome]":
+        """`/compact [focus]`: forced, queued behind the running turn (§11.1)."""
+        return self.submit(lambda: self._compact("manual", focus=focus))
+
+    def uncompact(self) -> "asyncio.Future[UncompactResult]":
+        """`/uncompact`: the previous checkpoint (or none) becomes active again."""
+        def run() -> UncompactResult:
+            result = self.store.uncompact(self.session_id)
+            log.info("uncompact session=%s undone=%s active=%s generation=%d", self.session_id,
+                     result.undone, result.active, result.context_generation)
+            return result
+        return self.call(run)
+
+    def clear(self) -> "asyncio.Future[Any]":
+        return self.call(lambda: self.store.clear_context(self.session_id))
+
+    def undo(self) -> "asyncio.Future[UndoResult]":
+        return self.call(lambda: self.store.undo_last_turn(self.session_id))
+
+    async def _compact(self, reason: str, *, focus: str | None = None, try_summary: bool = True,
+                       degraded_fallback: bool = False,
+                       limits: BudgetLimits | None = None) -> CompactOutcome:
+        request = CompactRequest(
+            session_id=self.session_id, reason=reason, limits=limits or self.limits,
+            system_prompt=self.system_prompt, tools=self.tools, focus=focus,
+            instructions=self.compaction.instructions, try_summary=try_summary,
+            degraded_fallback=degraded_fallback, calibration=self.calibration,
+            timeout=self.total_timeout)
+        return await compact_context(self.store, self.provider, request)
+
     # --- one turn ------------------------------------------------------------------------------
 
     async def _turn(self, handle: TurnHandle) -> None:
@@ -232,50 +322,119 @@ class SessionWorker:
         handle._emit(TurnStarted(turn_id, user.seq))
         parts: list[str] = []
         usage: Usage | None = None
+        compactions: list[CompactOutcome] = []
         try:
-            projection = self.projection()
-            if projection.repairs or projection.diagnostics:
-                log.warning("projection_repaired session=%s repairs=%d diagnostics=%d", sid,
-                            len(projection.repairs), len(projection.diagnostics))
-            request = ProviderRequest(
-                messages=tuple(projection.provider_messages(self.system_prompt)))
-            try:
-                async with asyncio.timeout(self.total_timeout):
-                    async for event in self.provider.stream(request):
-                        if isinstance(event, TextDelta):
-                            parts.append(event.text)
-                            handle._emit(event)
-                        elif isinstance(event, Usage):
-                            usage = event
-                        elif isinstance(event, Finish):
-                            break
-            except TimeoutError:
-                raise ProviderTimeout(f"no complete answer within {self.total_timeout:g} s",
-                                      "retry, or check the provider") from None
+            projection, budget = await self._before_send(handle, compactions)
+            retried = False
+            while True:
+                draft = self._draft(projection)
+                try:
+                    usage = await self._stream(handle, draft, parts)
+                    break
+                except ContextOverflow as exc:
+                    if parts or exc.tool_progress or retried:
+                        if retried:
+                            raise ContextOverflow(
+                                "the request is still too long for the model after compacting "
+                                "once", exc.window, "shorten the message, /clear, or switch to "
+                                "a model with a larger window") from None
+                        raise
+                    retried = True
+                    projection = await self._recover_overflow(handle, exc, compactions)
             reply = "".join(parts)
             if not reply.strip():
                 raise ProviderError("the model returned an empty reply", "try again")
             assistant = self.store.append_message(sid, "assistant", reply, turn_id=turn_id)
         except asyncio.CancelledError:
-            self._fail(handle, user.seq, parts, TurnCancelled("stopped"))
+            self._fail(handle, user.seq, parts, TurnCancelled("stopped"), compactions)
             return
         except PicochatError as exc:
-            self._fail(handle, user.seq, parts, exc)
+            self._fail(handle, user.seq, parts, exc, compactions)
             return
         except Exception as exc:  # a bug, not a provider problem: still keep the user's data
             log.error("turn_crashed session=%s turn=%s kind=%s\n%s", sid, turn_id,
                       type(exc).__name__, "".join(traceback.format_tb(exc.__traceback__)))
             self._fail(handle, user.seq, parts,
-                       PicochatError(f"internal error ({type(exc).__name__}); see the log"))
+                       PicochatError(f"internal error ({type(exc).__name__}); see the log"),
+                       compactions)
             return
         self.last_usage = usage
+        if usage is not None and usage.prompt_tokens > 0:
+            info = self.provider.info
+            self.calibration = Calibration(draft.key(info.provider_kind, info.model),
+                                           usage.prompt_tokens)
         log.info("turn_ok session=%s turn=%s user_seq=%d assistant_seq=%d prompt_tokens=%s "
                  "completion_tokens=%s", sid, turn_id, user.seq, assistant.seq,
                  usage.prompt_tokens if usage else None, usage.completion_tokens if usage else None)
-        handle._emit(TurnFinished(turn_id, reply, usage, assistant.seq))
+        handle._emit(TurnFinished(turn_id, reply, usage, assistant.seq, tuple(compactions)))
+
+    async def _before_send(self, handle: TurnHandle, compactions: list[CompactOutcome]
+                           ) -> tuple[ContextProjection, ContextBudget]:
+        """Auto compaction (§11.2): budget the full draft, compact at most once, re-budget.
+
+        A failed summary leaves the context as it was, unless the draft is already over the
+        hard window: then a degraded checkpoint now beats a request bound to fail.
+        """
+        projection = self.projection()
+        if projection.repairs or projection.diagnostics:
+            log.warning("projection_repaired session=%s repairs=%d diagnostics=%d",
+                        self.session_id, len(projection.repairs), len(projection.diagnostics))
+        budget = self.budget(projection)
+        if not budget.should_compact(self.compaction.enabled):
+            return projection, budget
+        handle._emit(CompactionStarted("auto"))
+        outcome = await self._compact("auto", degraded_fallback=budget.over_window)
+        compactions.append(outcome)
+        handle._emit(Compacted(outcome))
+        if not outcome.compacted:
+            return projection, budget
+        return outcome.projection, self.budget(outcome.projection)
+
+    async def _recover_overflow(self, handle: TurnHandle, exc: ContextOverflow,
+                                compactions: list[CompactOutcome]) -> ContextProjection:
+        """§11.3: recompute with the stated window, one summary unless this turn tried one,
+        else a degraded whole-turn trim; the caller retries exactly once."""
+        if exc.window and exc.window < self.limits.window:
+            self.window_override = exc.window
+        self.calibration = None
+        handle._emit(CompactionStarted("overflow"))
+        tried = any(o.reason == "auto" for o in compactions)
+        outcome = await self._compact("overflow", try_summary=not tried, degraded_fallback=True)
+        compactions.append(outcome)
+        handle._emit(Compacted(outcome))
+        if outcome.status == NOTHING_TO_COMPACT:
+            raise ContextOverflow(exc.message, exc.window,
+                                  "there is no older history to compact: shorten the message, "
+                                  "or switch to a model with a larger window")
+        if not outcome.compacted:
+            reason = outcome.error.message if outcome.error else "no summary"
+            raise ContextOverflow(f"{exc.message}, and compacting could not make it fit "
+                                  f"({reason})", exc.window,
+                                  "shorten the message, or switch to a model with a larger "
+                                  "window")
+        return outcome.projection
+
+    async def _stream(self, handle: TurnHandle, draft: RequestDraft, parts: list[str]
+                      ) -> Usage | None:
+        request = ProviderRequest(messages=tuple(draft.messages()), tools=draft.tools)
+        usage: Usage | None = None
+        try:
+            async with asyncio.timeout(self.total_timeout):
+                async for event in self.provider.stream(request):
+                    if isinstance(event, TextDelta):
+                        parts.append(event.text)
+                        handle._emit(event)
+                    elif isinstance(event, Usage):
+                        usage = event
+                    elif isinstance(event, Finish):
+                        break
+        except TimeoutError:
+            raise ProviderTimeout(f"no complete answer within {self.total_timeout:g} s",
+                                  "retry, or check the provider") from None
+        return usage
 
     def _fail(self, handle: TurnHandle, user_seq: int, parts: list[str],
-              error: PicochatError) -> None:
+              error: PicochatError, compactions: Sequence[CompactOutcome] = ()) -> None:
         partial_seq = None
         text = "".join(parts)
         if text.strip():
@@ -288,4 +447,4 @@ class SessionWorker:
                             handle.turn_id, exc.kind)
         log.warning("turn_failed session=%s turn=%s kind=%s user_seq=%d partial_seq=%s",
                     self.session_id, handle.turn_id, error.kind, user_seq, partial_seq)
-        handle._emit(TurnFailed(handle.turn_id, error, user_seq, partial_seq))
+        handle._emit(TurnFailed(handle.turn_id, error, user_seq, partial_seq, tuple(compactions)))

@@ -6,15 +6,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from picochat import tokens
 from picochat.budget import (
-    CalibrationKey,
+    Calibration,
     FixedContextExceedsBudget,
+    RequestDraft,
     RequestParts,
     budget_limits,
+    check_fixed,
     measure,
     request_digest,
     should_compact,
 )
+from picochat.messages import Message
+from picochat.projection import ContextProjection
 
 
 def test_128k_defaults_give_the_pi_style_threshold():
@@ -52,29 +57,65 @@ def test_threshold_is_positive_and_keep_fits_below_it(window, reserve, keep, age
     assert limits.reserve <= limits.window // 2
 
 
-def test_provider_usage_is_used_only_when_the_key_matches_field_for_field():
+def proj(seqs, generation=3, checkpoint=None, summary=None, tokens=100):
+    raw = tuple(Message("s", q, "user" if q % 2 else "assistant", f"m{q}", None, None, None,
+                        None, None, "complete", tokens, 0) for q in seqs)
+    return ContextProjection("s", checkpoint, generation, summary, raw,
+                             raw[0].seq if raw else None, raw[-1].seq if raw else 0)
+
+
+def test_the_estimate_is_the_sum_of_stored_counts_and_fixed_parts():
     limits = budget_limits(8_192, None, 1_024, 800)
-    parts = RequestParts(system=50, summary=300, raw_tail=2_000, current_input=20)
-    key = CalibrationKey("openai", "gpt-4o-mini", 3, 41, request_digest([{"role": "user"}]))
-    assert measure(limits, parts, key, (key, 2_500)).usage_source == "provider"
-    assert measure(limits, parts, key, (key, 2_500)).used_tokens == 2_500
-    for changed in (CalibrationKey("openai", "gpt-4o-mini", 4, 41, key.digest),
-                    CalibrationKey("openai", "gpt-4o-mini", 3, 42, key.digest),
-                    CalibrationKey("openai", "gpt-4o", 3, 41, key.digest),
-                    CalibrationKey("openai", "gpt-4o-mini", 3, 41, "other")):
-        fallback = measure(limits, parts, key, (changed, 2_500))
-        assert fallback.usage_source == "estimate" and fallback.used_tokens == parts.total
+    draft = RequestDraft("be brief", proj(range(1, 11)))
+    budget = measure(limits, draft)
+    assert budget.usage_source == "estimate"
+    assert budget.parts.raw_tail == 1_000  # ten stored counts of 100: nothing re-tokenized
+    assert budget.used_tokens == budget.parts.total == 1_000 + budget.parts.fixed
+    assert budget.parts.system == tokens.count_message("system", "be brief")
 
 
-def test_digest_changes_with_messages_and_tools():
-    base = request_digest([{"role": "user", "content": "a"}])
-    assert base != request_digest([{"role": "user", "content": "b"}])
-    assert base != request_digest([{"role": "user", "content": "a"}], [{"name": "t"}])
+def test_provider_usage_counts_only_when_the_key_matches_field_for_field():
+    limits = budget_limits(8_192, None, 1_024, 800)
+    sent = RequestDraft("sys", proj(range(1, 5)))
+    cal = Calibration(sent.key("openai", "gpt-4o-mini"), 777)
+    # the same request: the reported figure is the truth
+    same = measure(limits, sent, "openai", "gpt-4o-mini", cal)
+    assert (same.usage_source, same.used_tokens) == ("provider", 777)
+    # the next request: the reported prefix plus the stored counts of the two new messages
+    grown = measure(limits, RequestDraft("sys", proj(range(1, 7))), "openai", "gpt-4o-mini", cal)
+    assert (grown.usage_source, grown.used_tokens) == ("provider+estimate", 777 + 200)
+    for draft, provider, model in (
+            (RequestDraft("sys", proj(range(1, 7), generation=4)), "openai", "gpt-4o-mini"),
+            (RequestDraft("other", proj(range(1, 7))), "openai", "gpt-4o-mini"),
+            (RequestDraft("sys", proj(range(1, 7)), tools=({"name": "t"},)), "openai",
+             "gpt-4o-mini"),
+            (RequestDraft("sys", proj(range(1, 7), checkpoint="cp_1", summary="s")), "openai",
+             "gpt-4o-mini"),
+            (RequestDraft("sys", proj([1, 3, 4, 5, 6])), "openai", "gpt-4o-mini"),
+            (RequestDraft("sys", proj(range(1, 7))), "openai", "gpt-4o"),
+            (RequestDraft("sys", proj(range(1, 7))), "anthropic", "gpt-4o-mini")):
+        fallback = measure(limits, draft, provider, model, cal)
+        assert fallback.usage_source == "estimate"
+        assert fallback.used_tokens == draft.parts().total
+
+
+def test_digest_changes_with_messages_tools_and_summary():
+    base = request_digest("s", (), None, [1, 2])
+    assert base != request_digest("s", (), None, [1, 3])
+    assert base != request_digest("s", [{"name": "t"}], None, [1, 2])
+    assert base != request_digest("s", (), "cp_1", [1, 2])
+    assert base != request_digest("t", (), None, [1, 2])
 
 
 def test_fixed_context_over_the_threshold_is_an_error_listing_each_part():
     limits = budget_limits(4_096, None, 1_024, 800)
     with pytest.raises(FixedContextExceedsBudget) as info:
-        measure(limits, RequestParts(system=2_000, tools=1_100, raw_tail=10))
+        check_fixed(limits, RequestParts(system=2_000, tools=1_100, raw_tail=10))
     assert "2,000" in info.value.message and "1,100" in info.value.message
     assert "3,072" in info.value.message
+
+
+def test_a_long_system_prompt_is_reported_before_any_history_is_dropped():
+    limits = budget_limits(4_096, None, 1_024, 800)
+    with pytest.raises(FixedContextExceedsBudget):
+        measure(limits, RequestDraft("word " * 4_000, proj(range(1, 3))))

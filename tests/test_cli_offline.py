@@ -129,13 +129,6 @@ def test_bad_usage_is_one_line_exit_2(run_cli):
     assert "Traceback" not in result.stderr
 
 
-def test_not_yet_available_commands_say_so(run_cli):
-    run_cli("ask", "hi")
-    for command in ("compact", "info"):
-        result = run_cli(command)
-        assert result.status == 1 and "not available yet" in result.stderr
-
-
 def test_log_holds_no_message_text(run_cli, home):
     run_cli("ask", "secret-sauce-1234 is my password")
     log = (home / "data" / "picochat.log").read_text()

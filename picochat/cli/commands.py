@@ -92,31 +92,42 @@ def cmd_ask(app: App) -> int:
         text = _read_stdin()
     if not text.strip():
         raise UsageError("the message is empty", "pass some text, or - to read stdin")
-    config = app.config
-    from picochat.models import choose_model, create_provider, resolve_model
+    from picochat.models import create_provider
 
     ref = app.opt("session")
     session = None
     if app.paths.database.exists():  # else there is no session yet, and nothing to create early
         session = app.store.find_session(ref) if ref else app.store.latest_session()
-    flag = app.opt("model")
-    name, origin = choose_model(config, flag, session.model if session else None)
-    resolved = resolve_model(config, name, origin)
+    resolved = _model(app, session)
     provider = create_provider(resolved)  # fails before anything is written
     store = app.store
     if session is None:
         session = store.create_session(name=ref)
-    return asyncio.run(_ask(app, session, resolved, provider, text, config.agent.system_prompt))
+    return asyncio.run(_ask(app, session, resolved, provider, text))
 
 
-async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: str,
-               system_prompt: str) -> int:
+def _worker(app: App, session: Session, resolved: Any, provider: Any) -> Any:
+    from picochat.session import SessionWorker
+
+    config = app.config
+    return SessionWorker(app.store, session.id, resolved, provider, config.agent.system_prompt,
+                         compaction=config.context_compaction)
+
+
+def _model(app: App, session: Session | None) -> Any:
+    from picochat.models import choose_model, resolve_model
+
+    name, origin = choose_model(app.config, app.opt("model"), session.model if session else None)
+    return resolve_model(app.config, name, origin)
+
+
+async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: str) -> int:
     from picochat.providers.base import TextDelta
-    from picochat.session import SessionWorker, TurnFailed
+    from picochat.session import Compacted, TurnFailed
 
     as_json = app.opt("json")
     streamed_newline = True
-    async with SessionWorker(app.store, session.id, resolved, provider, system_prompt) as worker:
+    async with _worker(app, session, resolved, provider) as worker:
         handle = worker.submit_turn(text)
         try:
             async for event in handle:
@@ -124,15 +135,21 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
                     sys.stdout.write(event.text)
                     sys.stdout.flush()
                     streamed_newline = event.text.endswith("\n")
+                elif isinstance(event, Compacted) and not as_json:
+                    note = render.compaction_note(event.outcome)
+                    if note:
+                        sys.stderr.write(f"picochat: {note}\n")
+                        sys.stderr.flush()
         except asyncio.CancelledError:  # Ctrl-C: keep what arrived, then report
             handle.cancel()
         outcome = await handle.result()
+    compaction = outcome.compactions[-1].as_dict() if outcome.compactions else None
     if not as_json and not streamed_newline:
         sys.stdout.write("\n")
     if isinstance(outcome, TurnFailed):
         if as_json:
             dump_json({"session_id": session.id, "reply": None, "usage": None,
-                       "compaction": None, "error": {"kind": outcome.error.kind,
+                       "compaction": compaction, "error": {"kind": outcome.error.kind,
                                                      "message": outcome.error.user_line()}})
         saved = ""
         if outcome.user_seq is not None:
@@ -147,7 +164,7 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
                   "completion_tokens": outcome.usage.completion_tokens}
                  if outcome.usage else None)
         dump_json({"session_id": session.id, "reply": outcome.reply, "usage": usage,
-                   "compaction": None})
+                   "compaction": compaction})
     return 0
 
 
@@ -238,10 +255,72 @@ def cmd_clear(app: App) -> int:
     return 0
 
 
-def cmd_not_yet(app: App) -> int:
-    app.session()  # an unknown --session is still reported as such
-    raise PicochatError(f"`picochat {app.args.command}` is not available yet in this version",
-                        "it arrives with the compaction engine")
+# --- compact, info ---------------------------------------------------------------------------------
+
+
+def cmd_compact(app: App) -> int:
+    session = app.session()
+    if app.opt("undo"):
+        return _uncompact(app, session)
+    from picochat.models import create_provider
+
+    resolved = _model(app, session)
+    provider = create_provider(resolved)
+    return asyncio.run(_compact(app, session, resolved, provider))
+
+
+async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> int:
+    from picochat.compaction.compact import COMPACTED, NOTHING_TO_COMPACT
+
+    async with _worker(app, session, resolved, provider) as worker:
+        outcome = await worker.compact(app.opt("focus"))
+        limits = worker.limits
+    if app.opt("json"):
+        dump_json(outcome.as_dict())
+    elif outcome.status == COMPACTED:
+        out(render.compacted_lines(outcome))
+    elif outcome.status == NOTHING_TO_COMPACT:
+        out("Nothing to compact")
+        sys.stderr.write(f"picochat: {render.nothing_reason(outcome, limits)}\n")
+    if outcome.error is not None:
+        sys.stderr.write(f"picochat: compaction failed: {outcome.error.user_line()}\n")
+        return outcome.error.exit_status
+    return 0
+
+
+def _uncompact(app: App, session: Session) -> int:
+    result = app.store.uncompact(session.id)
+    if app.opt("json"):
+        dump_json({"status": "uncompacted" if result.undone else "nothing_to_uncompact",
+                   "undone_checkpoint_id": result.undone,
+                   "active_checkpoint_id": result.active,
+                   "context_generation": result.context_generation})
+    elif result.undone is None:
+        out("Nothing to uncompact: the session has no active checkpoint")
+    else:
+        out(f"Compaction undone: {result.undone} is no longer active")
+        out(f"The context now uses checkpoint {result.active}" if result.active
+            else "The context now uses the raw history")
+        out("Raw history unchanged")
+    return 0
+
+
+def cmd_info(app: App) -> int:
+    from picochat.context_usage import context_usage
+    from picochat.projection import project
+
+    session = app.session()
+    resolved = _model(app, session)
+    config = app.config
+    snapshot = app.store.context_snapshot(session.id)
+    usage = context_usage(snapshot.session, project(snapshot), resolved,
+                          config.context_compaction, config.agent.system_prompt,
+                          snapshot.checkpoint)
+    if app.opt("json"):
+        dump_json(usage.as_dict())
+    else:
+        out(usage.text())
+    return 0
 
 
 # --- config --------------------------------------------------------------------------------------
@@ -262,8 +341,8 @@ def cmd_config(app: App) -> int:
 
 HANDLERS = {
     "ask": cmd_ask,
-    "compact": cmd_not_yet,
-    "info": cmd_not_yet,
+    "compact": cmd_compact,
+    "info": cmd_info,
     "clear": cmd_clear,
     "sessions": cmd_sessions,
     "history": cmd_history,

@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compact", parents=[common, session, model, as_json],
                        help="compact the session's context now (/compact)")
     p.add_argument("--focus", metavar="TEXT", help="what the summary should keep in focus")
+    p.add_argument("--undo", action="store_true",
+                   help="undo the last compaction: the previous checkpoint becomes active again")
     sub.add_parser("info", parents=[common, session, model, as_json],
                    help="context usage of the session (/info)")
     sub.add_parser("clear", parents=[common, session],

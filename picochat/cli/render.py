@@ -157,3 +157,38 @@ def checkpoints_table(checkpoints: list[Checkpoint], active_id: str | None) -> s
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
     return table + "\n* active"
+
+
+# --- compaction ------------------------------------------------------------------------------------
+
+
+def compacted_lines(outcome: Any) -> str:
+    """The §11.1 success lines; figures from the new checkpoint row (contract)."""
+    cp = outcome.checkpoint
+    turns = outcome.kept_turns
+    return (f"Context compacted: {cp.tokens_before:,} -> {cp.tokens_after:,} tokens\n"
+            f"Kept {turns} recent turn{'s' if turns != 1 else ''} from message seq "
+            f"{cp.first_retained_seq}\n"
+            "Raw history unchanged")
+
+
+def nothing_reason(outcome: Any, limits: Any) -> str:
+    turns = outcome.projection.raw
+    if not turns:
+        return "the context is empty"
+    return (f"the context ({outcome.tokens_before:,} tokens) is one turn, or fits in the "
+            f"recent-history allowance of {limits.keep_recent:,} tokens; nothing older to fold")
+
+
+def compaction_note(outcome: Any) -> str | None:
+    """One line about a compaction a turn ran first (auto or overflow), for stderr; None when
+    there was nothing to compact (the turn's own error then says why it failed)."""
+    cp = outcome.checkpoint
+    if outcome.compacted:
+        kind = "degraded: older turns left out, no summary" if cp.degraded else outcome.reason
+        return (f"context compacted ({kind}): {cp.tokens_before:,} -> {cp.tokens_after:,} "
+                f"tokens; kept {outcome.kept_turns} turns from seq {cp.first_retained_seq}")
+    if outcome.error is not None:
+        return (f"{outcome.reason} compaction failed ({outcome.error.user_line()}); "
+                "continuing with the context as it was")
+    return None

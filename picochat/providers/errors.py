@@ -12,13 +12,19 @@ class ProviderError(PicochatError):
 
 
 class ContextOverflow(ProviderError):
-    """The request did not fit; `window` is the real window when the provider said it."""
+    """The request did not fit; `window` is the real window when the provider said it.
+
+    `tool_progress` is set when a tool already ran in the turn: then only the request-local
+    retry inside the tool loop may recover, never a checkpoint and a turn restart (§11.3, §11.4).
+    """
 
     kind = "context_overflow"
 
-    def __init__(self, message: str, window: int | None = None, hint: str | None = None) -> None:
+    def __init__(self, message: str, window: int | None = None, hint: str | None = None,
+                 tool_progress: bool = False) -> None:
         super().__init__(message, hint)
         self.window = window
+        self.tool_progress = tool_progress
 
 
 class ProviderAuthError(ProviderError):

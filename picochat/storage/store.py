@@ -48,6 +48,13 @@ class UndoResult:
     checkpoint_kept: bool
 
 
+@dataclass(frozen=True)
+class UncompactResult:
+    undone: str | None       # the checkpoint that stopped being active; None: nothing to undo
+    active: str | None       # the checkpoint active now; None: the raw history
+    context_generation: int
+
+
 _SESSION_COLS = (
     "id, name, created_at, updated_at, model, active_context_checkpoint_id, context_generation, "
     "context_floor_seq, last_compressed_message_at, deleted_at"
@@ -327,6 +334,25 @@ class Store:
                  new.provider_kind, new.model, new.tokens_before, new.tokens_after,
                  int(new.degraded), now))
             return _checkpoint_by_id(c, cp_id)  # type: ignore[return-value]
+
+    def uncompact(self, session_id: str) -> UncompactResult:
+        """`/uncompact`: make the active checkpoint's parent active again (or none), bumping
+        the generation in the same transaction. Rows are never deleted, so this always works."""
+        with self._write() as c:
+            session = _session_row(c, session_id)
+            active_id = session.active_context_checkpoint_id
+            if not active_id:
+                return UncompactResult(None, None, session.context_generation)
+            active = _checkpoint_by_id(c, active_id)
+            parent = active.parent_checkpoint_id if active else None
+            if parent is not None:
+                cp = _checkpoint_by_id(c, parent)
+                if cp is None or _checkpoint_problem(c, session, cp):
+                    parent = None  # an unusable parent: fall back to the raw history
+            c.execute("UPDATE sessions SET active_context_checkpoint_id = ?, "
+                      "context_generation = context_generation + 1, updated_at = ? "
+                      "WHERE id = ?", (parent, self._clock(), session_id))
+            return UncompactResult(active_id, parent, session.context_generation + 1)
 
     def checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
         with self._read() as c:

@@ -1,0 +1,70 @@
+"""CompactionCandidate: a checkpoint that is built but not yet committed (design §7.3, §10.4).
+
+A candidate is a value. It becomes durable only through `Store.commit_context_checkpoint`, and
+only after `validate` found nothing wrong with it: a failed check commits nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from picochat import tokens
+from picochat.errors import PicochatError
+from picochat.messages import Message, NewCheckpoint
+from picochat.projection import repair_tool_chains
+
+
+@dataclass(frozen=True)
+class CompactionCandidate:
+    parent_checkpoint_id: str | None
+    base_generation: int
+    summary: str
+    first_retained_seq: int
+    source_max_seq: int
+    reason: str            # "manual" | "auto" | "overflow"
+    tokens_before: int
+    tokens_after: int
+    degraded: bool
+    kept_turns: int
+
+    def new_checkpoint(self, provider_kind: str, model: str) -> NewCheckpoint:
+        return NewCheckpoint(
+            parent_checkpoint_id=self.parent_checkpoint_id, summary=self.summary,
+            first_retained_seq=self.first_retained_seq, source_max_seq=self.source_max_seq,
+            trigger_reason=self.reason, provider_kind=provider_kind, model=model,
+            tokens_before=self.tokens_before, tokens_after=self.tokens_after,
+            degraded=self.degraded)
+
+
+class SummaryRejected(PicochatError):
+    """A summary came back but the candidate failed a §10.4 check."""
+
+    kind = "summary_rejected"
+
+
+def validate(candidate: CompactionCandidate, snapshot_seqs: Sequence[int],
+             kept: Sequence[Message], output_reserve: int, threshold: int) -> None:
+    """The six checks of §10.4; raises `SummaryRejected` naming the first that fails."""
+    hint = "the previous context is unchanged; try /compact again or with another model"
+    if not candidate.summary.strip():
+        raise SummaryRejected("the model returned an empty summary", hint)
+    size = tokens.count_text(candidate.summary)
+    if size > output_reserve:
+        raise SummaryRejected(f"the summary is {size:,} tokens, over its cap of "
+                              f"{output_reserve:,}", hint)
+    if candidate.first_retained_seq not in set(snapshot_seqs):
+        raise SummaryRejected(f"message #{candidate.first_retained_seq} is not in the context "
+                              "being compacted", hint)
+    _, repairs = repair_tool_chains(kept)
+    if repairs:
+        raise SummaryRejected(f"the kept history would start with a broken tool chain at "
+                              f"#{repairs[0].seq}", hint)
+    if candidate.tokens_after >= candidate.tokens_before:
+        raise SummaryRejected(f"compaction would not shrink the context "
+                              f"({candidate.tokens_before:,} -> {candidate.tokens_after:,} "
+                              "tokens)", hint)
+    if candidate.tokens_after > threshold:
+        raise SummaryRejected(f"the compacted context would still be "
+                              f"{candidate.tokens_after:,} tokens, over the auto-compaction "
+                              f"threshold of {threshold:,}", hint)

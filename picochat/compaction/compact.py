@@ -1,0 +1,159 @@
+"""compact_context: the one compaction entry point (design §7.4), shared by `/compact`, the
+automatic check before each turn and overflow recovery.
+
+1. One consistent snapshot of the context (a single read transaction: the short lock).
+2. Plan and summarize outside any lock: other processes may append meanwhile.
+3. Commit with a compare-and-set on the generation; a `/clear` or undo in between makes the
+   candidate stale and nothing is written.
+4. Re-project from the durable log, so messages appended during the summary call appear.
+5. Timeline row, best effort, never for a degraded checkpoint (§13).
+6. One `CompactOutcome` for every caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from picochat.budget import BudgetLimits, Calibration, RequestDraft, measure
+from picochat.compaction.candidate import CompactionCandidate
+from picochat.compaction.compactor import ContextCompactor, SummaryFailed
+from picochat.compaction.degraded import trim_candidate
+from picochat.compaction.transcript import Transcript
+from picochat.errors import PicochatError
+from picochat.messages import Checkpoint
+from picochat.projection import ContextProjection, project, restore
+from picochat.providers.base import Provider
+from picochat.storage.store import Store
+
+log = logging.getLogger("picochat.compaction")
+
+COMPACTED = "compacted"
+NOTHING_TO_COMPACT = "nothing_to_compact"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class CompactRequest:
+    session_id: str
+    reason: str                       # "manual" | "auto" | "overflow"
+    limits: BudgetLimits
+    system_prompt: str
+    tools: tuple[Mapping[str, Any], ...] = ()
+    focus: str | None = None          # `/compact <focus>`
+    instructions: str = ""            # [context_compaction].instructions
+    try_summary: bool = True          # False: this turn already tried one (§5.12)
+    degraded_fallback: bool = False   # overflow recovery: trim whole turns when the summary fails
+    calibration: Calibration | None = None
+    timeout: float = 600.0
+
+
+@dataclass(frozen=True)
+class CompactOutcome:
+    status: str                       # COMPACTED | NOTHING_TO_COMPACT | FAILED
+    reason: str
+    projection: ContextProjection     # the context now in effect (re-projected after a commit)
+    checkpoint: Checkpoint | None = None
+    kept_turns: int = 0
+    tokens_before: int = 0
+    error: PicochatError | None = None
+    summary_error: PicochatError | None = None  # why a degraded trim was needed, if it was
+    transcript: Transcript | None = None
+
+    @property
+    def compacted(self) -> bool:
+        return self.status == COMPACTED
+
+    @property
+    def degraded(self) -> bool:
+        return bool(self.checkpoint and self.checkpoint.degraded)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `--json` shape of `picochat compact` (contract), plus reason and error."""
+        cp = self.checkpoint
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "checkpoint_id": cp.id if cp else None,
+            "tokens_before": cp.tokens_before if cp else None,
+            "tokens_after": cp.tokens_after if cp else None,
+            "first_retained_seq": cp.first_retained_seq if cp else None,
+            "kept_turns": self.kept_turns if cp else None,
+            "degraded": bool(cp.degraded) if cp else False,
+            "error": ({"kind": self.error.kind, "message": self.error.user_line()}
+                      if self.error else None),
+        }
+
+
+async def compact_context(store: Store, provider: Provider,
+                          request: CompactRequest) -> CompactOutcome:
+    sid, reason = request.session_id, request.reason
+    projection = project(store.context_snapshot(sid))
+    compactor = ContextCompactor(provider, request.limits, request.system_prompt, request.tools,
+                                 request.instructions, request.timeout)
+    try:
+        before = measure(request.limits, RequestDraft(request.system_prompt, projection,
+                                                      request.tools),
+                         provider.info.provider_kind, provider.info.model, request.calibration)
+    except PicochatError as exc:  # FixedContextExceedsBudget: compaction cannot help
+        return _failed(sid, reason, projection, exc)
+    plan = compactor.plan(projection)
+    if plan is None and not request.degraded_fallback:
+        log.info("compaction_nothing session=%s reason=%s generation=%d", sid, reason,
+                 projection.context_generation)
+        return CompactOutcome(NOTHING_TO_COMPACT, reason, projection,
+                              tokens_before=before.used_tokens)
+
+    candidate: CompactionCandidate | None = None
+    summary_error: PicochatError | None = None
+    transcript: Transcript | None = None
+    if plan is not None and request.try_summary:
+        try:
+            summary = await compactor.summarize(plan, request.focus)
+            transcript = summary.transcript
+            candidate = compactor.candidate(plan, projection, summary.text, reason,
+                                            before.used_tokens, summary.budget.output_reserve)
+        except PicochatError as exc:  # SummaryFailed, SummaryRejected
+            summary_error = exc
+            log.warning("summary_failed session=%s reason=%s kind=%s", sid, reason, exc.kind)
+    if candidate is None and request.degraded_fallback:
+        candidate = trim_candidate(compactor, projection, before.used_tokens, "overflow")
+    if candidate is None:
+        if summary_error is None:
+            if plan is None:
+                return CompactOutcome(NOTHING_TO_COMPACT, reason, projection,
+                                      tokens_before=before.used_tokens)
+            summary_error = SummaryFailed("no older turn can be dropped to make the request fit",
+                                          "shorten the message or use a larger model")
+        return _failed(sid, reason, projection, summary_error, transcript=transcript)
+
+    try:
+        checkpoint = store.commit_context_checkpoint(
+            sid, candidate.base_generation,
+            candidate.new_checkpoint(provider.info.provider_kind, provider.info.model))
+    except PicochatError as exc:  # StaleGeneration, StorageError: the old context stays
+        return _failed(sid, reason, restore(store, sid), exc, summary_error, transcript)
+    log.info("compaction_committed session=%s checkpoint=%s generation=%d reason=%s "
+             "tokens_before=%d tokens_after=%d first_retained_seq=%d degraded=%d kept_turns=%d",
+             sid, checkpoint.id, checkpoint.generation, reason, checkpoint.tokens_before,
+             checkpoint.tokens_after, checkpoint.first_retained_seq, int(checkpoint.degraded),
+             candidate.kept_turns)
+    now = restore(store, sid)
+    if not checkpoint.degraded:
+        try:
+            store.add_timeline(f"context_checkpoint:{checkpoint.id}", sid, checkpoint.summary)
+        except PicochatError as exc:
+            log.warning("timeline_failed session=%s checkpoint=%s kind=%s", sid, checkpoint.id,
+                        exc.kind)
+    return CompactOutcome(COMPACTED, reason, now, checkpoint, candidate.kept_turns,
+                          before.used_tokens, None, summary_error, transcript)
+
+
+def _failed(sid: str, reason: str, projection: ContextProjection, error: PicochatError,
+            summary_error: PicochatError | None = None,
+            transcript: Transcript | None = None) -> CompactOutcome:
+    log.warning("compaction_failed session=%s reason=%s generation=%d kind=%s", sid, reason,
+                projection.context_generation, error.kind)
+    return CompactOutcome(FAILED, reason, projection, error=error, summary_error=summary_error,
+                          transcript=transcript)

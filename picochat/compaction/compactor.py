@@ -1,0 +1,138 @@
+"""ContextCompactor: choose the cut, summarize once, return a candidate (design §7.3, §9, §10).
+
+It reads a projection and calls the provider; it never writes. What it folds is exactly the
+previous summary plus the raw messages from the old `first_retained_seq` up to the new one
+(§9.4): the raw rows an earlier checkpoint already covered are never sent again, and the rows
+that checkpoint kept are never skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from picochat.budget import BudgetLimits, RequestDraft
+from picochat.compaction.candidate import CompactionCandidate, validate
+from picochat.compaction.prompt import prompt_overhead, summary_request
+from picochat.compaction.transcript import SummaryBudget, Transcript, serialize, summary_budget
+from picochat.cutpoints import find_cut_point, group_turns
+from picochat.errors import PicochatError
+from picochat.messages import Message
+from picochat.projection import ContextProjection
+from picochat.providers.base import Provider, TextDelta, Usage
+from picochat.providers.errors import ProviderError
+
+MIN_SOURCE_TOKENS = 64   # a window leaving less than this for the transcript cannot summarize
+SUMMARY_TIMEOUT_S = 600.0
+
+
+class SummaryFailed(PicochatError):
+    """The one summary call did not produce a summary (provider error, timeout, tiny window)."""
+
+    kind = "summary_failed"
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """Where to cut, and what the summary call will read."""
+
+    parent_checkpoint_id: str | None
+    base_generation: int
+    previous_summary: str | None
+    span: tuple[Message, ...]     # raw messages to fold: old first_retained_seq .. new - 1
+    kept: tuple[Message, ...]     # the raw tail from the new first_retained_seq
+    kept_turns: int
+    first_retained_seq: int
+    source_max_seq: int
+
+
+def plan_compaction(projection: ContextProjection, keep_tokens: int) -> CompactionPlan | None:
+    """The cut for this projection, or None when there is nothing new to fold (§9.4)."""
+    turns = group_turns(projection.raw)
+    index = find_cut_point(turns, keep_tokens)
+    if index is None:
+        return None
+    first = turns[index].first_seq
+    if projection.first_raw_seq is not None and first <= projection.first_raw_seq:
+        return None
+    span = tuple(m for t in turns[:index] for m in t.messages)
+    kept = tuple(m for t in turns[index:] for m in t.messages)
+    return CompactionPlan(projection.checkpoint_id, projection.context_generation,
+                          projection.summary, span, kept, len(turns) - index, first,
+                          projection.max_raw_seq)
+
+
+@dataclass(frozen=True)
+class Summary:
+    text: str
+    transcript: Transcript
+    budget: SummaryBudget
+    usage: Usage | None
+    finish_reason: str | None
+
+
+class ContextCompactor:
+    """Plans, summarizes and validates; the session's provider does the one call."""
+
+    def __init__(self, provider: Provider, limits: BudgetLimits, system_prompt: str,
+                 tools: tuple[Mapping[str, Any], ...] = (), instructions: str = "",
+                 timeout: float = SUMMARY_TIMEOUT_S) -> None:
+        self.provider = provider
+        self.limits = limits
+        self.system_prompt = system_prompt
+        self.tools = tools
+        self.instructions = instructions
+        self.timeout = timeout
+
+    def plan(self, projection: ContextProjection) -> CompactionPlan | None:
+        return plan_compaction(projection, self.limits.keep_recent)
+
+    async def summarize(self, plan: CompactionPlan, focus: str | None = None) -> Summary:
+        """One provider call: no tools, low temperature, output capped (§10.1)."""
+        budget = summary_budget(self.limits.window, prompt_overhead(focus, self.instructions))
+        if budget.source_budget < MIN_SOURCE_TOKENS:
+            raise SummaryFailed(
+                f"the model's window ({self.limits.window:,} tokens) is too small for a summary "
+                "request", "use a model with a larger window")
+        transcript = serialize(plan.previous_summary, plan.span, budget.source_budget)
+        request = summary_request(transcript.text, budget.output_reserve, focus,
+                                  self.instructions)
+        parts: list[str] = []
+        usage: Usage | None = None
+        finish: str | None = None
+        try:
+            async with asyncio.timeout(self.timeout):
+                async for event in self.provider.stream(request):
+                    if isinstance(event, TextDelta):
+                        parts.append(event.text)
+                    elif isinstance(event, Usage):
+                        usage = event
+                    else:
+                        finish = getattr(event, "reason", finish)
+        except TimeoutError:
+            raise SummaryFailed(f"the summary call took longer than {self.timeout:g} s",
+                                "the previous context is unchanged; try again") from None
+        except ProviderError as exc:
+            raise SummaryFailed(f"the summary call failed: {exc.message}",
+                                exc.hint or "the previous context is unchanged") from exc
+        return Summary("".join(parts).strip(), transcript, budget, usage, finish)
+
+    def tokens_of(self, projection: ContextProjection) -> int:
+        """The estimated size of the next request over `projection` (the budget's own sum)."""
+        return RequestDraft(self.system_prompt, projection, self.tools).parts().total
+
+    def candidate(self, plan: CompactionPlan, projection: ContextProjection, summary: str,
+                  reason: str, tokens_before: int, output_reserve: int) -> CompactionCandidate:
+        """The validated candidate of `plan` with `summary`; raises `SummaryRejected`."""
+        after = dataclasses.replace(projection, summary=summary, raw=plan.kept,
+                                    first_raw_seq=plan.first_retained_seq)
+        candidate = CompactionCandidate(
+            parent_checkpoint_id=plan.parent_checkpoint_id, base_generation=plan.base_generation,
+            summary=summary, first_retained_seq=plan.first_retained_seq,
+            source_max_seq=plan.source_max_seq, reason=reason, tokens_before=tokens_before,
+            tokens_after=self.tokens_of(after), degraded=False, kept_turns=plan.kept_turns)
+        validate(candidate, [m.seq for m in projection.raw], plan.kept, output_reserve,
+                 self.limits.threshold)
+        return candidate

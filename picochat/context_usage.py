@@ -1,0 +1,129 @@
+"""ContextUsage: the `/info` card (design §16), from the same ContextBudget that decides auto
+compaction (§21.10). Configured and effective values side by side, so the small-window
+adaptation of §8.2 is never hidden. Deterministic: nothing in it reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from picochat.budget import (
+    BudgetLimits,
+    Calibration,
+    ContextBudget,
+    RequestDraft,
+    budget_limits,
+    measure,
+)
+from picochat.config import CompactionConfig
+from picochat.messages import Checkpoint, Session
+from picochat.models import ResolvedModel
+from picochat.projection import ContextProjection
+
+USAGE_SOURCES = {
+    "estimate": "estimate from stored counts",
+    "provider": "provider-reported",
+    "provider+estimate": "provider-reported + tail estimate",
+}
+
+
+@dataclass(frozen=True)
+class ContextUsage:
+    session: Session
+    model: ResolvedModel
+    enabled: bool
+    budget: ContextBudget
+    projection: ContextProjection
+    checkpoint: Checkpoint | None
+
+    def as_dict(self) -> dict[str, Any]:
+        lim, cp, parts = self.budget.limits, self.checkpoint, self.budget.parts
+        return {
+            "session_id": self.session.id,
+            "session_name": self.session.name,
+            "model": self.model.name,
+            "offline": self.model.offline,
+            "window_source": self.model.window_source,
+            "configured_window_tokens": lim.configured_window,
+            "effective_window_tokens": lim.window,
+            "configured_reserve_tokens": lim.configured_reserve,
+            "reserve_tokens": lim.reserve,
+            "configured_keep_recent_tokens": lim.configured_keep_recent,
+            "effective_keep_recent_tokens": lim.keep_recent,
+            "compression_threshold_tokens": lim.threshold,
+            "auto_compaction_enabled": self.enabled,
+            "used_tokens": self.budget.used_tokens,
+            "remaining_tokens": self.budget.remaining_tokens,
+            "usage_source": self.budget.usage_source,
+            "parts": {"system": parts.system, "tools": parts.tools, "summary": parts.summary,
+                      "raw_tail": parts.raw_tail, "framing": parts.framing},
+            "active_checkpoint_id": cp.id if cp else None,
+            "checkpoint_generation": cp.generation if cp else None,
+            "checkpoint_tokens_before": cp.tokens_before if cp else None,
+            "checkpoint_tokens_after": cp.tokens_after if cp else None,
+            "checkpoint_degraded": bool(cp.degraded) if cp else None,
+            "first_retained_seq": cp.first_retained_seq if cp else None,
+            "context_generation": self.session.context_generation,
+            "raw_messages_in_context": len(self.projection.raw),
+            "raw_messages_total": self.session.message_count,
+            "diagnostics": list(self.projection.diagnostics),
+        }
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(label, value) lines of the text card; the TUI shows the same rows."""
+        lim, b, cp = self.budget.limits, self.budget, self.checkpoint
+
+        def side(effective: int, configured: int) -> str:
+            return f"{effective:,}" + (f"  (configured {configured:,})"
+                                       if configured != effective else "")
+
+        model = self.model.label + ("  (built-in offline model)" if self.model.offline else "")
+        rows = [
+            ("Session", f"{self.session.name} ({self.session.id})"),
+            ("Model", model),
+            ("Context window", side(lim.window, lim.configured_window)
+             + f"  [{self.model.window_source}]"),
+            ("Reserve", side(lim.reserve, lim.configured_reserve)),
+            ("Keep recent", side(lim.keep_recent, lim.configured_keep_recent)),
+            ("Auto-compact at", f"{lim.threshold:,}"
+             + ("" if self.enabled else "  (auto compaction off)")),
+            ("Used", f"{b.used_tokens:,}  ({USAGE_SOURCES.get(b.usage_source, b.usage_source)})"),
+            ("Left before auto", f"{b.remaining_tokens:,}"),
+        ]
+        if cp is not None:
+            rows.append(("Active checkpoint",
+                         f"{cp.id}, gen {cp.generation}, {cp.tokens_before:,} -> "
+                         f"{cp.tokens_after:,}" + ("  (degraded)" if cp.degraded else "")))
+            rows.append(("Raw tail", f"{len(self.projection.raw):,} messages from seq "
+                                     f"{cp.first_retained_seq}"))
+        else:
+            rows.append(("Active checkpoint", "none"))
+            rows.append(("Raw tail", f"{len(self.projection.raw):,} messages"))
+        rows.append(("Raw history", f"{self.session.message_count:,} messages, unchanged"))
+        rows.extend(("Warning", d) for d in self.projection.diagnostics)
+        return rows
+
+    def text(self) -> str:
+        width = max(len(label) for label, _ in self.rows()) + 2
+        return "\n".join(f"{label:<{width}}{value}" for label, value in self.rows())
+
+
+def context_usage(session: Session, projection: ContextProjection, model: ResolvedModel,
+                  compaction: CompactionConfig, system_prompt: str,
+                  checkpoint: Checkpoint | None, tools: tuple[Any, ...] = (),
+                  calibration: Calibration | None = None,
+                  window_override: int | None = None) -> ContextUsage:
+    budget = measure(limits_for(model, compaction, window_override),
+                     RequestDraft(system_prompt, projection, tools), model.provider_kind,
+                     model.model, calibration)
+    return ContextUsage(session, model, compaction.enabled, budget, projection, checkpoint)
+
+
+def limits_for(model: ResolvedModel, compaction: CompactionConfig,
+               window_override: int | None = None) -> BudgetLimits:
+    """The session's limits; a window learnt from an overflow error only tightens (§10.3)."""
+    window = model.model_window if window_override is None else min(model.model_window,
+                                                                     window_override)
+    return budget_limits(window, model.agent_limit, compaction.reserve_tokens,
+                         compaction.keep_recent_tokens)
