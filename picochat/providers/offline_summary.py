@@ -19,7 +19,7 @@ _PORT = re.compile(r"\bport\s+\d{2,5}\b|(?<=[\w\]]):\d{2,5}\b", re.I)
 _VERSION = re.compile(r"\bv?\d+\.\d+(?:\.\d+)*(?:[-+][\w.]+)?\b")
 _ID = re.compile(r"\b(?=[A-Za-z0-9_\-]*\d)(?=[A-Za-z0-9_\-]*[A-Za-z])[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)+\b"
                  r"|\b[0-9a-f]{8,}\b")
-_NUMBER = re.compile(r"\b\d[\d,]*(?:\.\d+)?\s?(?:%|ms|s|KB|MB|GB|tokens|USD|EUR|\$)?")
+_NUMBER = re.compile(r"\b\d[\d,]*(?:\.\d+)?\s?(?:%|ms\b|s\b|KB\b|MB\b|GB\b|tokens\b|USD\b|EUR\b)")
 _CONSTRAINT = re.compile(r"\b(must|never|always|don't|do not|only|without|required?|should not)\b", re.I)
 _DECISION = re.compile(r"\b(decid\w*|we'll|we will|let's|chose|choose|going with|agreed)\b", re.I)
 _CORRECTION = re.compile(r"\b(actually|instead|correction|rather|not what|wrong|change (?:it|that)"
@@ -27,8 +27,12 @@ _CORRECTION = re.compile(r"\b(actually|instead|correction|rather|not what|wrong|
 _FAILURE = re.compile(r"\b(error|failed|failure|exception|traceback|refused|denied|timeout)\b", re.I)
 _TODO = re.compile(r"\b(todo|next|remaining|still need|not yet|later|outstanding)\b", re.I)
 
-_MAX_ITEMS = 12
-_ITEM_CHARS = 240
+_ITEM_CHARS = 200
+_LATEST = "Latest request: "
+_REPLIES = re.compile(r"^(\d+) assistant replies")
+_JOINED = ("Files and Operations", "Exact Facts")  # short items, several per line
+_PER_LINE = 8
+_SEP = " · "
 
 
 def is_summary_request(text: str) -> bool:
@@ -47,14 +51,21 @@ def summarize(request_text: str, max_tokens: int | None = None) -> str:
     users = [t for r, t in records if r == "user"]
     assistants = [t for r, t in records if r == "assistant"]
     tools = [(d, t) for r, t, d in _records_with_detail(transcript) if r == "tool"]
+    # Objective: the first request ever, then only the latest one (not every one in between).
+    objective = [i for i in sections["Objective"] if not i.startswith(_LATEST)]
     if users:
-        _add(sections["Objective"], [_trim(users[0])])
-        if len(users) > 1:
-            _add(sections["Objective"], ["Latest request: " + _trim(users[-1])])
+        if not objective:
+            objective = [_trim(users[0])]
+        if len(users) > 1 or previous:
+            objective.append(_LATEST + _trim(users[-1]))
+    sections["Objective"] = objective
     _add(sections["Constraints"], _sentences(users, _CONSTRAINT))
-    if assistants:
-        _add(sections["Progress"], [f"{len(assistants)} assistant replies in this span; last: "
-                                    + _trim(assistants[-1])])
+    progress = [i for i in sections["Progress"] if not _REPLIES.match(i)]
+    done = sum(int(m.group(1)) for i in sections["Progress"] if (m := _REPLIES.match(i)))
+    if assistants or done:
+        last = f"; last: {_trim(assistants[-1], 160)}" if assistants else ""
+        progress.append(f"{done + len(assistants)} assistant replies summarized so far{last}")
+    sections["Progress"] = progress
     _add(sections["Decisions"], _sentences(users + assistants, _DECISION))
     everything = [t for _, t in records]
     _add(sections["Files and Operations"], _matches(everything, _PATH))
@@ -111,7 +122,9 @@ def _previous_sections(transcript: str) -> dict[str, list[str]]:
             name = line[3:].strip()
             current = name if name in sc.HEADINGS else None
         elif current and line.startswith("- ") and line[2:].strip() != "(none)":
-            sections.setdefault(current, []).append(line[2:].strip())
+            item = line[2:].strip()
+            parts = item.split(_SEP) if current in _JOINED else [item]
+            sections.setdefault(current, []).extend(p.strip() for p in parts if p.strip())
     return sections
 
 
@@ -144,14 +157,23 @@ def _matches(texts: Iterable[str], pattern: re.Pattern[str]) -> list[str]:
 
 
 def _render(sections: dict[str, list[str]], max_tokens: int | None) -> str:
-    """Newest items win when the output cap bites: older lines go first, headings never."""
-    limit = _MAX_ITEMS
+    """Headings always; when the cap bites, the oldest item of the longest section goes first,
+    so the newest facts win and no section is emptied while another is long."""
+    items = {h: list(v) for h, v in sections.items()}
     while True:
-        parts = []
-        for heading in sc.HEADINGS:
-            items = sections[heading][-limit:] or ["(none)"]
-            parts.append(f"## {heading}\n" + "\n".join(f"- {i}" for i in items))
-        text = "\n\n".join(parts)
-        if max_tokens is None or tokens.count_text(text) <= max_tokens or limit == 1:
+        text = "\n\n".join(f"## {h}\n" + _bullets(h, items[h]) for h in sc.HEADINGS)
+        if max_tokens is None or tokens.count_text(text) <= max_tokens:
             return text
-        limit = max(1, limit // 2)
+        longest = max(sc.HEADINGS, key=lambda h: (len(items[h]), -sc.HEADINGS.index(h)))
+        if not items[longest]:
+            return text
+        items[longest].pop(0)
+
+
+def _bullets(heading: str, items: list[str]) -> str:
+    if not items:
+        return "- (none)"
+    if heading in _JOINED:
+        rows = [_SEP.join(items[i:i + _PER_LINE]) for i in range(0, len(items), _PER_LINE)]
+        return "\n".join(f"- {r}" for r in rows)
+    return "\n".join(f"- {i}" for i in items)

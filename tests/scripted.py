@@ -1,0 +1,65 @@
+"""In-process providers for engine tests: scripted turn replies, scripted summary behaviour,
+and a record of every request, so a test can count calls and read what was sent."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+from picochat.providers.base import Finish, ModelInfo, Provider, ProviderRequest, TextDelta, Usage
+from picochat.providers.offline import reply_for
+from picochat import tokens
+
+
+class Recorder(Provider):
+    """Answers like the offline model, unless a scripted step says otherwise.
+
+    `turns` and `summaries` are lists consumed one per request of that purpose; an item is an
+    exception instance (raised), a string (the reply), or an async callable run first (to wait,
+    or to act while the call is "in flight") whose result, if a string, is the reply.
+    """
+
+    def __init__(self, turns: list[Any] | None = None, summaries: list[Any] | None = None,
+                 kind: str = "test", model: str = "scripted") -> None:
+        self.info = ModelInfo(kind, model)
+        self.turns = list(turns or [])
+        self.summaries = list(summaries or [])
+        self.requests: list[ProviderRequest] = []
+
+    @property
+    def turn_requests(self) -> list[ProviderRequest]:
+        return [r for r in self.requests if r.purpose == "turn"]
+
+    @property
+    def summary_requests(self) -> list[ProviderRequest]:
+        return [r for r in self.requests if r.purpose == "summary"]
+
+    async def stream(self, request: ProviderRequest):
+        self.requests.append(request)
+        queue = self.summaries if request.purpose == "summary" else self.turns
+        text = None
+        if queue:
+            step = queue.pop(0)
+            if isinstance(step, BaseException):
+                raise step
+            if callable(step):
+                result = await step()
+                text = result if isinstance(result, str) else None
+            else:
+                text = step
+        if text is None:
+            text = reply_for(request)
+        await asyncio.sleep(0)
+        yield TextDelta(text)
+        yield Usage(tokens.count_provider_messages(request.messages), tokens.count_text(text))
+        yield Finish("stop")
+
+
+def waiter(event: asyncio.Event, then: Callable[[], Any] | None = None
+           ) -> Callable[[], Awaitable[None]]:
+    """A step that runs `then` (while the call is in flight) and waits for `event`."""
+    async def step() -> None:
+        if then is not None:
+            then()
+        await event.wait()
+    return step

@@ -1,0 +1,178 @@
+"""`picochat compact`, `compact --undo`, `info` and auto compaction in `ask`, as a user runs
+them (offline model, real subprocesses), and the issue's "done means" fifty-turn run."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from picochat import tokens
+
+SMALL = """\
+default_model = "small"
+
+[models.small]
+model = "offline"
+token_limit = 4096
+
+[context_compaction]
+reserve_tokens = 1024
+keep_recent_tokens = 800
+"""
+
+SECTION_16_KEYS = (
+    "configured_window_tokens", "effective_window_tokens", "configured_reserve_tokens",
+    "reserve_tokens", "configured_keep_recent_tokens", "effective_keep_recent_tokens",
+    "compression_threshold_tokens", "used_tokens", "remaining_tokens", "usage_source",
+    "active_checkpoint_id", "checkpoint_generation", "checkpoint_tokens_before",
+    "checkpoint_tokens_after", "checkpoint_degraded",
+)
+
+LONG = ("Please remember: service {i} listens on port {port} and its config lives in "
+        "/srv/svc{i}/app.toml; version 2.{i}.0 is deployed. " * 3)
+
+
+@pytest.fixture
+def small(config_file):
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(SMALL)
+    return config_file
+
+
+def ask(run_cli, text, session="s"):
+    result = run_cli("ask", "--session", session, "--json", text)
+    assert result.status == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def chat(run_cli, turns, session="s", start=0):
+    return [ask(run_cli, LONG.format(i=i, port=8000 + i), session)
+            for i in range(start, start + turns)]
+
+
+def as_json(run_cli, *args):
+    result = run_cli(*args, "--json")
+    assert result.status == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_compact_prints_the_three_lines_from_the_checkpoint_row(run_cli, small):
+    chat(run_cli, 6)
+    result = run_cli("compact", "--session", "s")
+    assert result.status == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and lines[2] == "Raw history unchanged"
+    m = re.fullmatch(r"Context compacted: ([\d,]+) -> ([\d,]+) tokens", lines[0])
+    k = re.fullmatch(r"Kept (\d+) recent turns? from message seq (\d+)", lines[1])
+    assert m and k, lines
+    [cp] = as_json(run_cli, "checkpoints", "--session", "s")
+    assert cp["active"] and cp["trigger_reason"] == "manual"
+    assert (int(m[1].replace(",", "")), int(m[2].replace(",", ""))) == (cp["tokens_before"],
+                                                                        cp["tokens_after"])
+    assert int(k[2]) == cp["first_retained_seq"]
+    assert len(as_json(run_cli, "history", "--session", "s")["messages"]) == 12
+
+
+def test_compact_json_and_nothing_to_compact(run_cli, small):
+    chat(run_cli, 1)
+    result = run_cli("compact", "--session", "s")
+    assert result.status == 0 and result.stdout == "Nothing to compact\n"
+    assert "nothing older to fold" in result.stderr
+    data = as_json(run_cli, "compact", "--session", "s")
+    assert data["status"] == "nothing_to_compact" and data["checkpoint_id"] is None
+    chat(run_cli, 5, start=1)
+    data = as_json(run_cli, "compact", "--session", "s", "--focus", "ports")
+    assert data["status"] == "compacted"
+    for key in ("checkpoint_id", "tokens_before", "tokens_after", "first_retained_seq",
+                "kept_turns"):
+        assert data[key] is not None
+    assert data["tokens_after"] < data["tokens_before"]
+
+
+def test_compact_on_an_unknown_session_is_exit_2(run_cli, small):
+    chat(run_cli, 1)
+    result = run_cli("compact", "--session", "nope")
+    assert result.status == 2 and "no session" in result.stderr
+
+
+def test_info_json_has_every_section_16_key_and_is_deterministic(run_cli, small):
+    chat(run_cli, 6)
+    first = as_json(run_cli, "info", "--session", "s")
+    assert first == as_json(run_cli, "info", "--session", "s")
+    for key in SECTION_16_KEYS:
+        assert key in first
+    assert first["effective_window_tokens"] == 4096 and first["reserve_tokens"] == 1024
+    assert first["compression_threshold_tokens"] == 4096 - 1024
+    assert first["effective_keep_recent_tokens"] == 800
+    assert first["remaining_tokens"] == 3072 - first["used_tokens"]
+    assert first["active_checkpoint_id"] is None and first["usage_source"] == "estimate"
+    run_cli("compact", "--session", "s")
+    after = as_json(run_cli, "info", "--session", "s")
+    [cp] = as_json(run_cli, "checkpoints", "--session", "s")
+    assert after["active_checkpoint_id"] == cp["id"]
+    assert after["checkpoint_tokens_after"] == cp["tokens_after"]
+    assert after["used_tokens"] == cp["tokens_after"]  # the same budgeter, the same figure
+    assert after["checkpoint_degraded"] is False and after["checkpoint_generation"] == 1
+
+
+def test_info_text_shows_configured_and_effective_values(run_cli, config_file):
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(SMALL.replace("reserve_tokens = 1024", "reserve_tokens = 16384"))
+    chat(run_cli, 1)
+    text = run_cli("info", "--session", "s").stdout
+    assert re.search(r"Reserve\s+2,048  \(configured 16,384\)", text), text
+    assert re.search(r"Auto-compact at\s+2,048", text) and "Used" in text
+    assert "Active checkpoint  none" in text
+
+
+def test_compact_undo_makes_the_parent_active_again(run_cli, small):
+    chat(run_cli, 6)
+    one = as_json(run_cli, "compact", "--session", "s")["checkpoint_id"]
+    chat(run_cli, 5, start=6)
+    two = as_json(run_cli, "compact", "--session", "s")["checkpoint_id"]
+    result = run_cli("compact", "--session", "s", "--undo")
+    assert result.status == 0
+    assert result.stdout.splitlines() == [f"Compaction undone: {two} is no longer active",
+                                          f"The context now uses checkpoint {one}",
+                                          "Raw history unchanged"]
+    assert as_json(run_cli, "info", "--session", "s")["active_checkpoint_id"] == one
+    data = as_json(run_cli, "compact", "--session", "s", "--undo")
+    assert data["status"] == "uncompacted" and data["active_checkpoint_id"] is None
+    assert run_cli("compact", "--session", "s", "--undo").stdout.startswith(
+        "Nothing to uncompact")
+    assert len(as_json(run_cli, "checkpoints", "--session", "s")) == 2
+
+
+def test_fifty_turns_in_a_4k_window_never_overflow_and_tell_the_truth(run_cli, small):
+    """The issue's "done means": token_limit 4096, reserve 1024, keep 800, fifty turns."""
+    window, threshold = 4096, 3072
+    compactions = []
+    info = None
+    for i in range(50):
+        reply = ask(run_cli, LONG.format(i=i, port=8000 + i))
+        # the offline model reports the prompt it received, counted like the budget counts
+        prompt = reply["usage"]["prompt_tokens"]
+        assert prompt <= window, (i, reply["usage"])
+        if reply["compaction"]:
+            assert reply["compaction"]["status"] == "compacted", reply["compaction"]
+            compactions.append(reply["compaction"])
+            assert prompt <= threshold  # compacted first, then sent
+        elif info is not None:
+            # /info before this turn said what the request would hold: it did, to the token
+            new = tokens.count_message("user", LONG.format(i=i, port=8000 + i))
+            assert prompt == info["used_tokens"] + new, (i, info, prompt)
+        info = as_json(run_cli, "info", "--session", "s")
+        assert info["remaining_tokens"] == max(0, threshold - info["used_tokens"])
+    assert len(compactions) >= 5
+    assert all(c["reason"] == "auto" and not c["degraded"] for c in compactions)
+    checkpoints = as_json(run_cli, "checkpoints", "--session", "s")
+    assert [c["id"] for c in checkpoints] == [c["checkpoint_id"] for c in reversed(compactions)]
+    assert all(c["tokens_after"] <= threshold for c in checkpoints)
+    history = as_json(run_cli, "history", "--session", "s")["messages"]
+    assert [m["seq"] for m in history] == list(range(1, 101))
+    assert [m["content"] for m in history if m["role"] == "user"] == [
+        LONG.format(i=i, port=8000 + i) for i in range(50)]
+    # the latest summary still carries facts from the start of the conversation
+    assert "8000" in checkpoints[0]["summary"] or "/srv/svc0/app.toml" in checkpoints[0]["summary"]

@@ -1,0 +1,317 @@
+"""The compaction engine: bounded transcript (§10.3), plan (§9.4), candidate checks (§10.4),
+compact_context (§7.4, §12, §13) and the degraded overflow trim (§11.3)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import pytest
+
+from picochat import summary_contract as sc
+from picochat import tokens
+from picochat.budget import budget_limits
+from picochat.compaction.compact import CompactRequest, compact_context
+from picochat.compaction.compactor import plan_compaction
+from picochat.compaction.degraded import BREADCRUMB
+from picochat.compaction.prompt import prompt_overhead
+from picochat.compaction.transcript import UNKNOWN_TOOL_STATUS, serialize, summary_budget
+from picochat.messages import Message
+from picochat.projection import restore
+from picochat.providers.errors import ProviderUnavailable
+from tests.scripted import Recorder, waiter
+
+FILLER = "The quick brown fox jumps over the lazy dog near port 8080. "
+
+
+def talk(store, sid, turns, words=40, start=0):
+    """`turns` user/assistant turns of roughly `words`*1.3 tokens per message."""
+    for i in range(start, start + turns):
+        store.append_message(sid, "user", f"question {i}: " + FILLER * (words // 12 + 1),
+                             turn_id=f"t{i}")
+        store.append_message(sid, "assistant", f"answer {i}: " + FILLER * (words // 12 + 1),
+                             turn_id=f"t{i}")
+
+
+def msg(seq, role, content="x", **kw):
+    defaults = dict(tool_calls=None, tool_call_id=None, name=None, turn_id=None,
+                    tool_status=None, status="complete", tokens=tokens.count_text(content) + 4,
+                    created_at=0)
+    defaults.update(kw)
+    return Message("s", seq, role, content, defaults["tool_calls"], defaults["tool_call_id"],
+                   defaults["name"], defaults["turn_id"], defaults["tool_status"],
+                   defaults["status"], defaults["tokens"], defaults["created_at"])
+
+
+def request(sid, reason="manual", window=8_192, reserve=1_024, keep=800, **kw):
+    return CompactRequest(session_id=sid, reason=reason,
+                          limits=budget_limits(window, None, reserve, keep), system_prompt="sys",
+                          **kw)
+
+
+def compact(store, provider, sid, **kw):
+    return asyncio.run(compact_context(store, provider, request(sid, **kw)))
+
+
+# --- the bounded transcript (§10.3) ---------------------------------------------------------------
+
+
+def test_source_budget_follows_the_window_not_a_fixed_cap():
+    overhead = prompt_overhead()
+    big = summary_budget(128_000, overhead)
+    assert big.output_reserve == 2_048 and big.safety == 512
+    assert big.source_budget == 128_000 - 2_048 - 512 - overhead > 100_000
+    small = summary_budget(4_096, overhead)
+    assert small.output_reserve == 1_024 and small.safety == 256
+    assert small.source_budget == 4_096 - 1_024 - 256 - overhead
+
+
+def test_a_60k_token_span_goes_whole_into_a_128k_summary_request():
+    span = [msg(i, "user" if i % 2 else "assistant", f"record {i} " + FILLER * 40)
+            for i in range(1, 121)]
+    assert sum(m.tokens for m in span) > 60_000
+    budget = summary_budget(128_000, prompt_overhead()).source_budget
+    t = serialize(None, span, budget)
+    assert (t.included, t.omitted, t.truncated) == (120, 0, 0)
+    assert t.tokens <= budget
+
+
+def test_an_oversized_source_is_bounded_keeps_previous_summary_and_newest_and_says_so():
+    span = [msg(i, "user" if i % 2 else "assistant", f"record {i} " + FILLER * 20)
+            for i in range(1, 501)]
+    budget = summary_budget(4_096, prompt_overhead()).source_budget
+    t = serialize("## Objective\n- keep port 5432", span, budget)
+    assert t.tokens <= budget
+    assert 0 < t.included < 500 and t.omitted == 500 - t.included
+    text = t.text
+    assert text.index(sc.PREVIOUS_SUMMARY_BEGIN) < text.index("### #")
+    assert "keep port 5432" in text
+    assert "### #500 user" not in text and sc.record_header(500, "assistant") in text  # newest
+    assert "### #1 " not in text                                                       # oldest out
+    assert f"omitted {t.omitted:,} oldest" in text and "older messages omitted" in text
+
+
+def test_a_long_tool_output_keeps_head_and_tail_and_its_status_is_not_guessed():
+    output = "HEAD-MARKER " + "line of build output\n" * 5_000 + " TAIL-MARKER"
+    span = [msg(1, "user", "run the build"),
+            msg(2, "assistant", "", tool_calls=({"id": "c1", "type": "function",
+                                                 "function": {"name": "shell",
+                                                              "arguments": '{"cmd": "make"}'}},)),
+            msg(3, "tool", output, tool_call_id="c1", name="shell")]
+    t = serialize(None, span, 3_000)
+    assert t.truncated == 1 and t.tokens <= 3_000
+    assert "HEAD-MARKER" in t.text and "TAIL-MARKER" in t.text and "characters cut" in t.text
+    assert f"status={UNKNOWN_TOOL_STATUS}" in t.text and f"chars={len(output):,}" in t.text
+    assert "[tool call shell id=c1 args: {\"cmd\": \"make\"}]" in t.text
+
+
+def test_base64_and_binary_payloads_become_descriptions():
+    png = base64.b64encode(bytes(range(256)) * 40).decode()
+    span = [msg(1, "user", f"look: data:image/png;base64,{png} thanks"),
+            msg(2, "tool", "\x00\x01\x02binary\x03" * 200, tool_call_id="c", name="cat")]
+    t = serialize(None, span, 10_000)
+    assert png[:40] not in t.text
+    assert "[base64 data (image/png):" in t.text and "[binary content:" in t.text
+    assert t.binary == 2
+
+
+# --- the plan (§9.4) -----------------------------------------------------------------------------
+
+
+def test_repeated_compaction_folds_only_the_previous_summary_and_the_new_middle(store):
+    s = store.create_session("p")
+    talk(store, s.id, 12)
+    first = compact(store, Recorder(), s.id)
+    assert first.compacted
+    talk(store, s.id, 8, start=12)
+    projection = restore(store, s.id)
+    plan = plan_compaction(projection, 800)
+    assert plan.previous_summary == first.checkpoint.summary
+    assert plan.span[0].seq == first.checkpoint.first_retained_seq  # from the old boundary...
+    assert plan.span[-1].seq == plan.first_retained_seq - 1         # ...to the new one minus 1
+
+
+def test_nothing_new_to_fold_is_nothing_to_compact(store):
+    s = store.create_session("n")
+    talk(store, s.id, 1)
+    provider = Recorder()
+    outcome = compact(store, provider, s.id)
+    assert outcome.status == "nothing_to_compact" and outcome.checkpoint is None
+    assert provider.requests == []
+    talk(store, s.id, 1, start=1)  # two small turns: both fit in keep
+    assert compact(store, provider, s.id, keep=100_000).status == "nothing_to_compact"
+
+
+# --- compact_context ------------------------------------------------------------------------------
+
+
+def test_manual_compaction_commits_a_checkpoint_and_leaves_raw_history_alone(store):
+    s = store.create_session("m")
+    talk(store, s.id, 10)
+    before = store.history(s.id)
+    provider = Recorder()
+    outcome = compact(store, provider, s.id)  # far below any threshold: manual is forced
+    cp = outcome.checkpoint
+    assert outcome.compacted and not cp.degraded and cp.trigger_reason == "manual"
+    assert cp.tokens_after < cp.tokens_before and cp.generation == 1
+    assert store.history(s.id) == before
+    assert len(provider.summary_requests) == 1 and provider.turn_requests == []
+    now = restore(store, s.id)
+    assert now == outcome.projection and now.summary == cp.summary
+    assert now.raw[0].seq == cp.first_retained_seq
+    assert store.timeline(s.id) == [(f"context_checkpoint:{cp.id}", cp.summary)]
+
+
+def test_summary_request_has_no_tools_low_temperature_and_a_capped_output(store):
+    s = store.create_session("r")
+    talk(store, s.id, 10)
+    provider = Recorder()
+    compact(store, provider, s.id, window=6_000, focus="the database port",
+            instructions="Always list open questions.")
+    req = provider.summary_requests[0]
+    assert req.tools == () and req.temperature <= 0.3 and req.max_tokens == 1_500
+    prompt = req.messages[-1]["content"]
+    for heading in sc.HEADINGS:
+        assert f"## {heading}" in prompt
+    assert "the database port" in prompt and "Always list open questions." in prompt
+
+
+def test_a_failed_summary_commits_nothing_and_keeps_the_old_checkpoint(store):
+    s = store.create_session("f")
+    talk(store, s.id, 10)
+    good = compact(store, Recorder(), s.id).checkpoint
+    talk(store, s.id, 6, start=10)
+    session = store.session(s.id)
+    outcome = compact(store, Recorder(summaries=[ProviderUnavailable("connection refused")]),
+                      s.id)
+    assert outcome.status == "failed" and outcome.error.kind == "summary_failed"
+    assert "connection refused" in outcome.error.message
+    after = store.session(s.id)
+    assert after.active_context_checkpoint_id == good.id
+    assert after.context_generation == session.context_generation
+    assert len(store.checkpoints(s.id)) == 1 and len(store.timeline(s.id)) == 1
+
+
+@pytest.mark.parametrize("summary, words", [
+    ("   ", "empty summary"),
+    ("## Objective\n" + "word " * 3_000, "over its cap"),
+])
+def test_candidate_checks_reject_bad_summaries(store, summary, words):
+    s = store.create_session("c")
+    talk(store, s.id, 10)
+    outcome = compact(store, Recorder(summaries=[summary]), s.id)
+    assert outcome.status == "failed" and words in outcome.error.message
+    assert store.checkpoints(s.id) == []
+
+
+def test_a_summary_that_does_not_shrink_the_context_is_rejected(store):
+    s = store.create_session("g")
+    talk(store, s.id, 3, words=10)
+    outcome = compact(store, Recorder(summaries=["## Objective\n" + "fact " * 900]), s.id,
+                      keep=10)
+    assert outcome.status == "failed" and "would not shrink" in outcome.error.message
+
+
+def test_messages_appended_during_a_slow_summary_are_in_the_new_context(store):
+    s = store.create_session("slow")
+    talk(store, s.id, 10)
+
+    async def run():
+        release = asyncio.Event()
+        appended = []
+
+        def append_meanwhile():
+            appended.append(store.append_message(s.id, "user", "typed during the summary").seq)
+            appended.append(store.append_message(s.id, "assistant", "answered meanwhile").seq)
+            asyncio.get_running_loop().call_later(0.05, release.set)
+
+        provider = Recorder(summaries=[waiter(release, append_meanwhile)])
+        return await compact_context(store, provider, request(s.id)), appended
+
+    outcome, appended = asyncio.run(run())
+    assert outcome.compacted and outcome.checkpoint.source_max_seq < appended[0]
+    tail = [m.seq for m in outcome.projection.raw]
+    assert tail[-2:] == appended and restore(store, s.id).raw[-2:] == outcome.projection.raw[-2:]
+
+
+@pytest.mark.parametrize("change", ["clear", "undo"])
+def test_a_clear_or_undo_during_the_summary_makes_the_candidate_stale(store, change):
+    s = store.create_session("stale")
+    talk(store, s.id, 10)
+
+    def act():
+        store.clear_context(s.id) if change == "clear" else store.undo_last_turn(s.id)
+
+    async def run():
+        release = asyncio.Event()
+        provider = Recorder(summaries=[waiter(release, lambda: (act(), release.set()))])
+        return await compact_context(store, provider, request(s.id))
+
+    outcome = asyncio.run(run())
+    assert outcome.status == "failed" and outcome.error.kind == "stale_generation"
+    assert store.checkpoints(s.id) == [] and store.timeline(s.id) == []
+    assert store.session(s.id).active_context_checkpoint_id is None
+
+
+def test_a_failed_commit_leaves_the_old_projection(store, monkeypatch):
+    from picochat.errors import StorageError
+
+    s = store.create_session("disk")
+    talk(store, s.id, 10)
+    before = restore(store, s.id)
+
+    def boom(*a, **k):
+        raise StorageError("database or disk is full")
+
+    monkeypatch.setattr(store, "commit_context_checkpoint", boom)
+    outcome = compact(store, Recorder(), s.id)
+    assert outcome.status == "failed" and "disk is full" in outcome.error.message
+    assert restore(store, s.id) == before == outcome.projection
+    assert store.timeline(s.id) == []
+
+
+def test_a_window_too_small_for_any_summary_request_is_a_summary_failure(store):
+    s = store.create_session("tiny")
+    talk(store, s.id, 6, words=5)
+    provider = Recorder()
+    outcome = compact(store, provider, s.id, window=300, reserve=50, keep=20)
+    assert outcome.status == "failed" and "too small for a summary" in outcome.error.message
+    assert provider.requests == []
+
+
+# --- the degraded overflow trim (§11.3) -----------------------------------------------------------
+
+
+def test_overflow_without_a_summary_trims_whole_turns_and_marks_the_checkpoint(store):
+    s = store.create_session("o")
+    talk(store, s.id, 12, words=200)
+    before = store.history(s.id)
+    outcome = compact(store, Recorder(summaries=[ProviderUnavailable("down")]), s.id,
+                      reason="overflow", degraded_fallback=True, window=4_096)
+    cp = outcome.checkpoint
+    assert outcome.compacted and cp.degraded and cp.trigger_reason == "overflow"
+    assert cp.summary.startswith(BREADCRUMB)
+    assert outcome.summary_error is not None  # why it had to degrade
+    first_of_turn = {m.seq for m in before if m.role == "user"}
+    assert cp.first_retained_seq in first_of_turn  # a whole-turn boundary
+    assert cp.tokens_after <= budget_limits(4_096, None, 1_024, 800).threshold
+    assert store.history(s.id) == before
+    assert store.timeline(s.id) == []  # no semantic content, no Timeline row
+
+
+def test_manual_compaction_never_degrades(store):
+    s = store.create_session("nd")
+    talk(store, s.id, 12, words=200)
+    outcome = compact(store, Recorder(summaries=[ProviderUnavailable("down")]), s.id,
+                      window=4_096)
+    assert outcome.status == "failed" and store.checkpoints(s.id) == []
+
+
+def test_restore_never_calls_a_provider_nor_writes(store):
+    s = store.create_session("rs")
+    talk(store, s.id, 10)
+    compact(store, Recorder(), s.id)
+    conn = store._conn
+    changes = conn.total_changes
+    first, second = restore(store, s.id), restore(store, s.id)
+    assert first == second and conn.total_changes == changes

@@ -1,0 +1,231 @@
+"""The entry points in the session worker (design §11, §20.5): auto before each turn, overflow
+recovery with exactly one retry, manual /compact queued behind a turn, /uncompact, and /info
+from the same budget."""
+
+from __future__ import annotations
+
+import asyncio
+
+from picochat import tokens
+from picochat.config import CompactionConfig, Config, ModelConfig
+from picochat.models import resolve_model
+from picochat.projection import restore
+from picochat.providers.errors import ContextOverflow, ProviderUnavailable
+from picochat.session import Compacted, CompactionStarted, SessionWorker, TurnFailed, TurnFinished
+from tests.scripted import Recorder, waiter
+from tests.test_compaction_engine import talk
+
+
+def model(window):
+    return resolve_model(Config(models={"m": ModelConfig("m", "offline", token_limit=window)}),
+                         "m")
+
+
+SMALL = CompactionConfig(reserve_tokens=1_024, keep_recent_tokens=800)
+
+
+def worker(store, sid, provider, window=4_096, compaction=SMALL):
+    return SessionWorker(store, sid, model(window), provider, "sys", compaction=compaction)
+
+
+async def turn(w, text="next question"):
+    handle = w.submit_turn(text)
+    events = [e async for e in handle]
+    return await handle.result(), events
+
+
+def request_tokens(req):
+    return tokens.count_provider_messages(req.messages)
+
+
+def test_auto_compaction_triggers_only_above_the_threshold_and_once(store):
+    s = store.create_session("a")
+    talk(store, s.id, 3, words=60)  # well below 3,072
+
+    async def run():
+        provider = Recorder()
+        async with worker(store, s.id, provider) as w:
+            below, _ = await turn(w)
+            assert provider.summary_requests == [] and not below.compactions
+            talk(store, s.id, 12, words=60, start=10)  # now above the threshold
+            assert w.budget().should_compact(True)
+            above, events = await turn(w)
+            return provider, above, events, w.budget()
+
+    provider, above, events, after = asyncio.run(run())
+    assert isinstance(above, TurnFinished)
+    assert len(provider.summary_requests) == 1  # at most once per turn
+    assert [type(e) for e in events[:3]][1:] == [CompactionStarted, Compacted]
+    cp = above.compactions[0].checkpoint
+    assert cp.trigger_reason == "auto" and not cp.degraded
+    assert request_tokens(provider.turn_requests[-1]) <= 3_072
+    assert not after.should_compact(True)  # keep_recent gives hysteresis: no re-trigger
+
+
+def test_disabled_auto_compaction_does_not_run_but_manual_does(store):
+    s = store.create_session("d")
+    talk(store, s.id, 15, words=60)
+
+    async def run():
+        provider = Recorder()
+        off = CompactionConfig(enabled=False, reserve_tokens=1_024, keep_recent_tokens=800)
+        async with worker(store, s.id, provider, compaction=off) as w:
+            outcome, _ = await turn(w)
+            assert provider.summary_requests == [] and not outcome.compactions
+            return await w.compact()
+
+    assert asyncio.run(run()).compacted
+
+
+def test_a_failed_auto_summary_keeps_the_context_and_the_turn_goes_on(store):
+    s = store.create_session("f")
+    talk(store, s.id, 15, words=120)  # ~5,250 tokens: over the 4,976 threshold, under 6,000
+    before = restore(store, s.id)
+
+    async def run():
+        provider = Recorder(summaries=[ProviderUnavailable("summary service down")])
+        async with worker(store, s.id, provider, window=6_000) as w:
+            return await turn(w), provider
+
+    (outcome, _), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished)
+    assert outcome.compactions[0].status == "failed"
+    assert store.session(s.id).active_context_checkpoint_id is None
+    assert store.checkpoints(s.id) == []
+    sent = provider.turn_requests[0].messages
+    assert len(sent) == 1 + len(before.raw) + 1  # system, the whole history, the new message
+
+
+def test_a_smaller_model_over_the_hard_window_degrades_before_sending(store):
+    s = store.create_session("swap")
+    talk(store, s.id, 15, words=120)  # ~5,250 tokens: fine for 8K, over a 4K window
+
+    async def run():
+        provider = Recorder(summaries=[ProviderUnavailable("down")])
+        async with worker(store, s.id, provider, window=4_096) as w:
+            return await turn(w), provider
+
+    (outcome, _), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished)
+    cp = outcome.compactions[0].checkpoint
+    assert cp.degraded and cp.trigger_reason == "overflow"
+    assert len(provider.turn_requests) == 1  # the doomed request was never sent
+    assert request_tokens(provider.turn_requests[0]) <= 4_096
+
+
+def test_overflow_recomputes_with_the_stated_window_and_retries_once(store):
+    s = store.create_session("o")
+    talk(store, s.id, 15, words=60)
+
+    async def run():
+        provider = Recorder(turns=[ContextOverflow("too long", window=3_000)])
+        async with worker(store, s.id, provider, window=16_000) as w:
+            result = await turn(w)
+            return result, provider, w
+
+    (outcome, events), provider, w = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished)
+    assert len(provider.turn_requests) == 2 and len(provider.summary_requests) == 1
+    cp = outcome.compactions[-1].checkpoint
+    assert cp.trigger_reason == "overflow" and not cp.degraded
+    assert w.limits.window == 3_000  # the real window is used from now on
+    assert request_tokens(provider.turn_requests[1]) <= 3_000
+    assert CompactionStarted("overflow") in events
+
+
+def test_a_second_overflow_fails_the_turn_without_a_third_request(store):
+    s = store.create_session("o2")
+    talk(store, s.id, 15, words=60)
+
+    async def run():
+        provider = Recorder(turns=[ContextOverflow("too long", window=8_000),
+                                   ContextOverflow("too long", window=8_000),
+                                   "never sent"])
+        async with worker(store, s.id, provider, window=8_000) as w:
+            return await turn(w), provider
+
+    (outcome, _), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFailed) and outcome.error.kind == "context_overflow"
+    assert "still too long" in outcome.error.message
+    assert len(provider.turn_requests) == 2
+    history = store.history(s.id)
+    assert history[-1].role == "user" and history[-1].content == "next question"
+
+
+def test_overflow_after_a_summary_this_turn_trims_instead_of_summarizing_again(store):
+    s = store.create_session("o3")
+    talk(store, s.id, 16, words=60)  # ~3,200 tokens: just over the 3,072 threshold
+
+    async def run():
+        provider = Recorder(turns=[ContextOverflow("too long", window=2_500)])
+        async with worker(store, s.id, provider, window=4_096) as w:
+            return await turn(w), provider
+
+    (outcome, _), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished)
+    reasons = [(o.reason, o.degraded) for o in outcome.compactions]
+    assert reasons == [("auto", False), ("overflow", True)]
+    assert len(provider.summary_requests) == 1 and len(provider.turn_requests) == 2
+
+
+def test_compact_during_a_turn_waits_for_it(store):
+    s = store.create_session("q")
+    talk(store, s.id, 10)
+
+    async def run():
+        release = asyncio.Event()
+        provider = Recorder(turns=[waiter(release)])
+        async with worker(store, s.id, provider, window=32_000) as w:
+            handle = w.submit_turn("a slow question")
+            compaction = w.compact()
+            await asyncio.sleep(0.05)
+            assert handle.started and not compaction.done()  # queued, not racing
+            release.set()
+            first = await handle.result()
+            outcome = await compaction
+            return first, outcome
+
+    first, outcome = asyncio.run(run())
+    assert isinstance(first, TurnFinished)
+    assert outcome.compacted and outcome.checkpoint.source_max_seq == first.assistant_seq
+
+
+def test_uncompact_restores_the_parent_and_bumps_the_generation(store):
+    s = store.create_session("u")
+    talk(store, s.id, 10)
+
+    async def run():
+        async with worker(store, s.id, Recorder(), window=32_000) as w:
+            one = (await w.compact()).checkpoint
+            talk(store, s.id, 8, start=10)
+            two = (await w.compact()).checkpoint
+            back = await w.uncompact()
+            mid = restore(store, s.id)
+            again = await w.uncompact()
+            none = await w.uncompact()
+            return one, two, back, mid, again, none
+
+    one, two, back, mid, again, none = asyncio.run(run())
+    assert (back.undone, back.active) == (two.id, one.id)
+    assert mid.checkpoint_id == one.id and mid.raw[0].seq == one.first_retained_seq
+    assert (again.undone, again.active) == (one.id, None)
+    assert none.undone is None
+    assert restore(store, s.id).summary is None and restore(store, s.id).raw[0].seq == 1
+    assert len(store.checkpoints(s.id)) == 2  # nothing deleted
+    assert store.session(s.id).context_generation == again.context_generation == 4
+
+
+def test_info_and_auto_compaction_read_the_same_budget(store):
+    s = store.create_session("i")
+    talk(store, s.id, 15, words=60)
+
+    async def run():
+        async with worker(store, s.id, Recorder()) as w:
+            return w.info(), w.budget()
+
+    info, budget = asyncio.run(run())
+    card = info.as_dict()
+    assert card["used_tokens"] == budget.used_tokens
+    assert card["compression_threshold_tokens"] == budget.limits.threshold == 3_072
+    assert card["remaining_tokens"] == max(0, 3_072 - budget.used_tokens)
+    assert budget.should_compact(True) == (card["used_tokens"] > 3_072)
