@@ -176,3 +176,17 @@ def test_fifty_turns_in_a_4k_window_never_overflow_and_tell_the_truth(run_cli, s
         LONG.format(i=i, port=8000 + i) for i in range(50)]
     # the latest summary still carries facts from the start of the conversation
     assert "8000" in checkpoints[0]["summary"] or "/srv/svc0/app.toml" in checkpoints[0]["summary"]
+
+
+def test_the_log_records_compactions_by_ids_and_counts_never_text(run_cli, small, home):
+    chat(run_cli, 6)
+    data = as_json(run_cli, "compact", "--session", "s")
+    [cp] = as_json(run_cli, "checkpoints", "--session", "s")
+    log = (home / "data" / "picochat.log").read_text()
+    line = next(x for x in log.splitlines() if "compaction_committed" in x)
+    assert data["checkpoint_id"] in line and "reason=manual" in line
+    assert f"tokens_before={cp['tokens_before']}" in line
+    assert f"first_retained_seq={cp['first_retained_seq']}" in line
+    for fact in ("/srv/svc0/app.toml", "Please remember", "## Objective"):
+        assert fact in cp["summary"] or fact == "Please remember"
+        assert fact not in log

@@ -229,3 +229,23 @@ def test_info_and_auto_compaction_read_the_same_budget(store):
     assert card["compression_threshold_tokens"] == budget.limits.threshold == 3_072
     assert card["remaining_tokens"] == max(0, 3_072 - budget.used_tokens)
     assert budget.should_compact(True) == (card["used_tokens"] > 3_072)
+
+
+def test_a_system_prompt_over_the_threshold_fails_the_turn_without_dropping_history(store):
+    s = store.create_session("fx")
+    talk(store, s.id, 3)
+    before = store.history(s.id)
+
+    async def run():
+        provider = Recorder()
+        w = SessionWorker(store, s.id, model(4_096), provider, "rule " * 4_000,
+                          compaction=SMALL)
+        async with w:
+            return await turn(w), provider
+
+    (outcome, _), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFailed)
+    assert outcome.error.kind == "fixed_context_exceeds_budget"
+    assert "system prompt" in outcome.error.message and "3,072" in outcome.error.message
+    assert provider.requests == [] and store.checkpoints(s.id) == []
+    assert store.history(s.id)[: len(before)] == before
