@@ -169,6 +169,11 @@ class ContextBudget:
     def should_compact(self, enabled: bool) -> bool:
         return should_compact(enabled, self.used_tokens, self.limits.threshold)
 
+    @property
+    def fixed_exceeds_threshold(self) -> bool:
+        """System prompt and tools alone reach the threshold: compacting cannot help (§8.4)."""
+        return self.parts.fixed >= self.limits.threshold
+
 
 class FixedContextExceedsBudget(PicochatError):
     """System prompt and tools alone reach the threshold: compaction cannot help (§8.4)."""
@@ -177,8 +182,9 @@ class FixedContextExceedsBudget(PicochatError):
 
     def __init__(self, parts: RequestParts, threshold: int) -> None:
         super().__init__(
-            f"the system prompt ({parts.system:,} tokens) and tool schemas ({parts.tools:,} "
-            f"tokens) alone reach the compaction threshold of {threshold:,} tokens",
+            f"the system prompt ({parts.system:,} tokens), tool schemas ({parts.tools:,} "
+            f"tokens) and request framing ({parts.framing:,} tokens) alone reach the "
+            f"compaction threshold of {threshold:,} tokens",
             "shorten the system prompt, disable tools, or use a model with a larger window")
         self.parts = parts
         self.threshold = threshold
@@ -191,14 +197,13 @@ def check_fixed(limits: BudgetLimits, parts: RequestParts) -> None:
 
 def measure(limits: BudgetLimits, draft: RequestDraft, provider: str = "", model: str = "",
             calibration: Calibration | None = None) -> ContextBudget:
-    """The budget of the next request.
+    """The budget of the next request (never raises: `/info` shows even a hopeless one).
 
     When the provider reported usage for a request whose key matches this draft's prefix field
     for field, that figure is the truth for the prefix and only the raw messages after it are
     estimated; otherwise the whole request is the sum of the stored counts (§7.2).
     """
     parts = draft.parts()
-    check_fixed(limits, parts)
     if calibration is not None:
         key = calibration.key
         if draft.key(provider, model, key.last_raw_seq) == key:

@@ -67,6 +67,7 @@ class ContextUsage:
             "context_generation": self.session.context_generation,
             "raw_messages_in_context": len(self.projection.raw),
             "raw_messages_total": self.session.message_count,
+            "fixed_exceeds_threshold": self.budget.fixed_exceeds_threshold,
             "diagnostics": list(self.projection.diagnostics),
         }
 
@@ -101,6 +102,9 @@ class ContextUsage:
             rows.append(("Active checkpoint", "none"))
             rows.append(("Raw tail", f"{len(self.projection.raw):,} messages"))
         rows.append(("Raw history", f"{self.session.message_count:,} messages, unchanged"))
+        if b.fixed_exceeds_threshold:
+            rows.append(("Warning", f"the system prompt and tools alone ({b.parts.fixed:,} "
+                                    f"tokens) reach the threshold: compaction cannot help"))
         rows.extend(("Warning", d) for d in self.projection.diagnostics)
         return rows
 

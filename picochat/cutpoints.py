@@ -49,17 +49,19 @@ def group_turns(messages: Sequence[Message]) -> list[Turn]:
     return [Turn(tuple(g)) for g in groups]
 
 
-def find_cut_point(turns: Sequence[Turn], keep_tokens: int) -> int | None:
+def find_cut_point(turns: Sequence[Turn], keep_tokens: int, min_turns: int = 1) -> int | None:
     """The index of the first turn to keep raw, or None when nothing older is left to fold.
 
-    Walks back from the newest turn adding whole turns until `keep_tokens` is reached; the
-    newest turn is always kept, however large (§9.2).
+    The newest `min_turns` turns are always kept, however large (§9.2); older whole turns are
+    added walking back while the kept tail stays within `keep_tokens`. A turn that would push it
+    over is folded into the summary, so one huge turn cannot make every later compaction keep
+    it (and fail to shrink the context) forever.
     """
-    if len(turns) < 2:
+    if len(turns) <= min_turns:
         return None
-    kept = turns[-1].tokens
-    index = len(turns) - 1
-    while index > 0 and kept < keep_tokens:
+    index = len(turns) - min_turns
+    kept = sum(t.tokens for t in turns[index:])
+    while index > 0 and kept + turns[index - 1].tokens <= keep_tokens:
         index -= 1
         kept += turns[index].tokens
     return index if index > 0 else None

@@ -23,7 +23,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar, Union
 
-from picochat.budget import BudgetLimits, Calibration, ContextBudget, RequestDraft, measure
+from picochat.budget import (
+    BudgetLimits,
+    Calibration,
+    ContextBudget,
+    FixedContextExceedsBudget,
+    RequestDraft,
+    measure,
+)
 from picochat.compaction.compact import (
     NOTHING_TO_COMPACT,
     CompactOutcome,
@@ -31,7 +38,7 @@ from picochat.compaction.compact import (
     compact_context,
 )
 from picochat.config import CompactionConfig
-from picochat.context_usage import ContextUsage, context_usage, limits_for
+from picochat.context_usage import ContextUsage, limits_for
 from picochat.errors import PicochatError
 from picochat.messages import INTERRUPTED
 from picochat.models import ResolvedModel
@@ -272,11 +279,11 @@ class SessionWorker:
                        self.calibration)
 
     def info(self) -> ContextUsage:
-        """The /info card, from the same budget (§21.10). Reads only; safe at any time."""
+        """The /info card, from the very budget auto compaction reads (§21.10)."""
         snapshot = self.store.context_snapshot(self.session_id)
-        return context_usage(snapshot.session, project(snapshot), self.model, self.compaction,
-                             self.system_prompt, snapshot.checkpoint, self.tools,
-                             self.calibration, self.window_override)
+        projection = project(snapshot)
+        return ContextUsage(snapshot.session, self.model, self.compaction.enabled,
+                            self.budget(projection), projection, snapshot.checkpoint)
 
     def compact(self, focus: str | None = None) -> "asyncio.Future[CompactOutcome]":
         """`/compact [focus]`: forced, queued behind the running turn (§11.1)."""
@@ -304,7 +311,7 @@ class SessionWorker:
             session_id=self.session_id, reason=reason, limits=limits or self.limits,
             system_prompt=self.system_prompt, tools=self.tools, focus=focus,
             instructions=self.compaction.instructions, try_summary=try_summary,
-            degraded_fallback=degraded_fallback, calibration=self.calibration,
+            degraded_fallback=degraded_fallback,
             timeout=self.total_timeout)
         return await compact_context(self.store, self.provider, request)
 
@@ -382,12 +389,15 @@ class SessionWorker:
         budget = self.budget(projection)
         if not budget.should_compact(self.compaction.enabled):
             return projection, budget
+        if budget.fixed_exceeds_threshold:  # compacting cannot help; send if it still fits
+            if budget.over_window:
+                raise FixedContextExceedsBudget(budget.parts, budget.limits.threshold)
+            return projection, budget
         handle._emit(CompactionStarted("auto"))
         outcome = await self._compact("auto", degraded_fallback=budget.over_window)
         compactions.append(outcome)
         handle._emit(Compacted(outcome))
-        if not outcome.compacted:
-            return projection, budget
+        # the outcome's projection is the durable context now, committed or not
         return outcome.projection, self.budget(outcome.projection)
 
     async def _recover_overflow(self, handle: TurnHandle, exc: ContextOverflow,
@@ -398,7 +408,7 @@ class SessionWorker:
             self.window_override = exc.window
         self.calibration = None
         handle._emit(CompactionStarted("overflow"))
-        tried = any(o.reason == "auto" for o in compactions)
+        tried = any(o.summary_called for o in compactions)
         outcome = await self._compact("overflow", try_summary=not tried, degraded_fallback=True)
         compactions.append(outcome)
         handle._emit(Compacted(outcome))

@@ -15,13 +15,15 @@ class Recorder(Provider):
     """Answers like the offline model, unless a scripted step says otherwise.
 
     `turns` and `summaries` are lists consumed one per request of that purpose; an item is an
-    exception instance (raised), a string (the reply), or an async callable run first (to wait,
-    or to act while the call is "in flight") whose result, if a string, is the reply.
+    exception instance (raised), a string (the reply), a `(finish_reason, reply)` pair, or an
+    async callable run first (to wait, or to act while the call is "in flight") whose result,
+    if a string, is the reply.
     """
 
     def __init__(self, turns: list[Any] | None = None, summaries: list[Any] | None = None,
-                 kind: str = "test", model: str = "scripted") -> None:
+                 kind: str = "test", model: str = "scripted", usage_scale: float = 1.0) -> None:
         self.info = ModelInfo(kind, model)
+        self.usage_scale = usage_scale  # a provider whose tokenizer counts differently
         self.turns = list(turns or [])
         self.summaries = list(summaries or [])
         self.requests: list[ProviderRequest] = []
@@ -37,11 +39,13 @@ class Recorder(Provider):
     async def stream(self, request: ProviderRequest):
         self.requests.append(request)
         queue = self.summaries if request.purpose == "summary" else self.turns
-        text = None
+        text, finish = None, "stop"
         if queue:
             step = queue.pop(0)
             if isinstance(step, BaseException):
                 raise step
+            if isinstance(step, tuple):  # ("length", text): cut off at max_tokens
+                finish, step = step
             if callable(step):
                 result = await step()
                 text = result if isinstance(result, str) else None
@@ -51,8 +55,9 @@ class Recorder(Provider):
             text = reply_for(request)
         await asyncio.sleep(0)
         yield TextDelta(text)
-        yield Usage(tokens.count_provider_messages(request.messages), tokens.count_text(text))
-        yield Finish("stop")
+        prompt = int(tokens.count_provider_messages(request.messages) * self.usage_scale)
+        yield Usage(prompt, tokens.count_text(text))
+        yield Finish(finish)
 
 
 def waiter(event: asyncio.Event, then: Callable[[], Any] | None = None

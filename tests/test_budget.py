@@ -117,5 +117,7 @@ def test_fixed_context_over_the_threshold_is_an_error_listing_each_part():
 
 def test_a_long_system_prompt_is_reported_before_any_history_is_dropped():
     limits = budget_limits(4_096, None, 1_024, 800)
+    budget = measure(limits, RequestDraft("word " * 4_000, proj(range(1, 3))))
+    assert budget.fixed_exceeds_threshold  # /info can still show the card
     with pytest.raises(FixedContextExceedsBudget):
-        measure(limits, RequestDraft("word " * 4_000, proj(range(1, 3))))
+        check_fixed(limits, budget.parts)

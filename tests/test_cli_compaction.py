@@ -79,7 +79,7 @@ def test_compact_json_and_nothing_to_compact(run_cli, small):
     chat(run_cli, 1)
     result = run_cli("compact", "--session", "s")
     assert result.status == 0 and result.stdout == "Nothing to compact\n"
-    assert "nothing older to fold" in result.stderr
+    assert "single turn" in result.stderr
     data = as_json(run_cli, "compact", "--session", "s")
     assert data["status"] == "nothing_to_compact" and data["checkpoint_id"] is None
     chat(run_cli, 5, start=1)

@@ -315,3 +315,60 @@ def test_restore_never_calls_a_provider_nor_writes(store):
     changes = conn.total_changes
     first, second = restore(store, s.id), restore(store, s.id)
     assert first == second and conn.total_changes == changes
+
+
+# --- found in review ----------------------------------------------------------------------------
+
+
+def test_an_early_huge_turn_is_folded_not_kept_forever(store):
+    s = store.create_session("huge")
+    store.append_message(s.id, "user", "paste: " + FILLER * 400, turn_id="t0")
+    store.append_message(s.id, "assistant", "got it", turn_id="t0")
+    talk(store, s.id, 2, words=10, start=1)
+    outcome = compact(store, Recorder(), s.id, keep=2_048)
+    assert outcome.compacted and outcome.checkpoint.first_retained_seq == 3
+
+
+def test_no_summary_call_when_the_kept_turns_alone_are_over_the_limit(store):
+    s = store.create_session("big-tail")
+    talk(store, s.id, 3, words=10)
+    store.append_message(s.id, "user", "paste: " + FILLER * 400, turn_id="big")
+    store.append_message(s.id, "assistant", "ok", turn_id="big")
+    provider = Recorder()
+    outcome = compact(store, provider, s.id, window=4_096)
+    assert outcome.status == "failed" and "newest turns alone" in outcome.error.message
+    assert provider.requests == [] and not outcome.summary_called
+
+
+def test_a_summary_cut_off_at_the_cap_is_rejected(store):
+    s = store.create_session("cut")
+    talk(store, s.id, 10)
+    outcome = compact(store, Recorder(summaries=[("length", "## Objective\n- on port 54")]),
+                      s.id)
+    assert outcome.status == "failed" and "cut off" in outcome.error.message
+    assert store.checkpoints(s.id) == []
+
+
+def test_an_unusable_active_pointer_does_not_block_compaction_forever(store):
+    s = store.create_session("bad-pointer")
+    talk(store, s.id, 10)
+    with store._write() as c:
+        c.execute("UPDATE sessions SET active_context_checkpoint_id = 'cp_gone' WHERE id = ?",
+                  (s.id,))
+    assert restore(store, s.id).diagnostics  # restore fell back to the raw history
+    outcome = compact(store, Recorder(), s.id)
+    assert outcome.compacted and outcome.checkpoint.parent_checkpoint_id is None
+    assert restore(store, s.id).diagnostics == ()
+
+
+def test_a_degraded_trim_keeps_the_earlier_summary_when_it_fits(store):
+    s = store.create_session("keep-prev")
+    talk(store, s.id, 10, words=60)
+    first = compact(store, Recorder(summaries=["## Objective\n- PORT=8443 for the api"]), s.id,
+                    window=4_096).checkpoint
+    assert first is not None
+    talk(store, s.id, 10, words=60, start=10)
+    outcome = compact(store, Recorder(summaries=[ProviderUnavailable("down")]), s.id,
+                      reason="overflow", degraded_fallback=True, window=4_096)
+    assert outcome.checkpoint.degraded and "PORT=8443" in outcome.checkpoint.summary
+    assert outcome.checkpoint.parent_checkpoint_id == first.id

@@ -23,7 +23,8 @@ def test_keeps_whole_turns_from_the_tail_by_tokens():
                          for i in range(1, 11)])  # five turns of 200 tokens
     assert [t.first_seq for t in turns] == [1, 3, 5, 7, 9]
     assert turns[find_cut_point(turns, 400)].first_seq == 7
-    assert turns[find_cut_point(turns, 401)].first_seq == 5
+    assert turns[find_cut_point(turns, 599)].first_seq == 7  # a third turn would exceed keep
+    assert turns[find_cut_point(turns, 600)].first_seq == 5
 
 
 def test_the_newest_turn_is_kept_even_when_it_alone_exceeds_keep():
@@ -77,3 +78,19 @@ def test_a_cut_never_lands_on_a_tool_result_or_splits_a_group(spec, keep):
         first = turns[index].messages[0]
         assert first.role != "tool"
         assert index >= 1
+
+
+def test_a_huge_turn_crossing_the_keep_boundary_is_folded_not_kept_forever():
+    turns = group_turns([msg(1, "user", "a", 6_000), msg(2, "assistant", "a", 10),
+                         msg(3, "user", "b", 30), msg(4, "assistant", "b", 30),
+                         msg(5, "user", "c", 30), msg(6, "assistant", "c", 30)])
+    assert turns[find_cut_point(turns, 2_048)].first_seq == 3
+
+
+def test_min_turns_keeps_the_last_complete_turn_beside_one_in_progress():
+    turns = group_turns([msg(1, "user", "a"), msg(2, "assistant", "a"),
+                         msg(3, "user", "b", 50), msg(4, "assistant", "b", 50),
+                         msg(5, "user", "c", 5_000)])
+    assert turns[find_cut_point(turns, 100)].first_seq == 5
+    assert turns[find_cut_point(turns, 100, min_turns=2)].first_seq == 3
+    assert find_cut_point(turns[1:], 100, min_turns=2) is None

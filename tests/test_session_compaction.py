@@ -249,3 +249,56 @@ def test_a_system_prompt_over_the_threshold_fails_the_turn_without_dropping_hist
     assert "system prompt" in outcome.error.message and "3,072" in outcome.error.message
     assert provider.requests == [] and store.checkpoints(s.id) == []
     assert store.history(s.id)[: len(before)] == before
+
+
+def test_checkpoint_figures_are_one_estimate_whatever_the_provider_reports(store):
+    s = store.create_session("units")
+    talk(store, s.id, 10)
+
+    async def run():
+        provider = Recorder(usage_scale=0.33)  # a tokenizer that counts a third of ours
+        async with worker(store, s.id, provider, window=32_000) as w:
+            await turn(w)
+            calibrated = w.budget()
+            estimate = w.budget().parts.total
+            return calibrated, estimate, await w.compact()
+
+    calibrated, estimate, outcome = asyncio.run(run())
+    assert calibrated.usage_source == "provider+estimate"
+    assert calibrated.used_tokens < estimate // 2
+    assert outcome.compacted  # not "would not shrink" from comparing two tokenizers
+    assert outcome.checkpoint.tokens_before == estimate
+
+
+def test_auto_compaction_keeps_the_last_answer_beside_a_long_new_message(store):
+    s = store.create_session("last")
+    talk(store, s.id, 12, words=60)
+    last_answer = store.history(s.id)[-1]
+
+    async def run():
+        async with worker(store, s.id, Recorder()) as w:
+            return await turn(w, "please fix what you just wrote: " + "detail " * 900)
+
+    outcome, _ = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished)
+    cp = outcome.compactions[0].checkpoint
+    assert cp is not None and cp.first_retained_seq <= last_answer.seq - 1
+
+
+def test_a_big_system_prompt_under_the_window_still_gets_its_turn_and_info(store):
+    s = store.create_session("fixed")
+    talk(store, s.id, 1, words=10)
+
+    async def run():
+        provider = Recorder()
+        w = SessionWorker(store, s.id, model(4_096), provider, "rule " * 3_100,
+                          compaction=SMALL)
+        async with w:
+            result = await turn(w)
+            return result, w.info(), provider
+
+    (outcome, _), info, provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished) and provider.summary_requests == []
+    assert info.as_dict()["fixed_exceeds_threshold"] is True
+    assert any(label == "Warning" and "compaction cannot help" in value
+               for label, value in info.rows())

@@ -21,7 +21,8 @@ def marks(message: Message, session: Session, checkpoint: Checkpoint | None) -> 
     if message.seq <= session.context_floor_seq:
         out.append("cleared")
     elif checkpoint is not None and message.seq < checkpoint.first_retained_seq:
-        out.append(f"summarized in {checkpoint.id}")
+        out.append(f"left out by {checkpoint.id} (degraded)" if checkpoint.degraded
+                   else f"summarized in {checkpoint.id}")
     if message.retracted:
         out.append("undone")
     if message.status == INTERRUPTED:
@@ -173,11 +174,18 @@ def compacted_lines(outcome: Any) -> str:
 
 
 def nothing_reason(outcome: Any, limits: Any) -> str:
-    turns = outcome.projection.raw
+    """Why `compact` found nothing to fold, in the user's terms."""
+    from picochat.cutpoints import group_turns
+
+    projection = outcome.projection
+    turns = group_turns(projection.raw)
     if not turns:
         return "the context is empty"
-    return (f"the context ({outcome.tokens_before:,} tokens) is one turn, or fits in the "
-            f"recent-history allowance of {limits.keep_recent:,} tokens; nothing older to fold")
+    if len(turns) == 1:
+        return "the context holds a single turn; there is nothing older to fold"
+    where = "since the last checkpoint" if projection.summary is not None else "in the context"
+    return (f"the {len(turns)} turns {where} ({projection.raw_tokens:,} tokens) fit within "
+            f"the {limits.keep_recent:,} tokens kept raw; nothing older to fold")
 
 
 def compaction_note(outcome: Any) -> str | None:
@@ -189,6 +197,8 @@ def compaction_note(outcome: Any) -> str | None:
         return (f"context compacted ({kind}): {cp.tokens_before:,} -> {cp.tokens_after:,} "
                 f"tokens; kept {outcome.kept_turns} turns from seq {cp.first_retained_seq}")
     if outcome.error is not None:
+        if outcome.reason == "overflow":
+            return None  # the turn fails, and its error says why
         return (f"{outcome.reason} compaction failed ({outcome.error.user_line()}); "
                 "continuing with the context as it was")
     return None

@@ -45,7 +45,9 @@ class SummaryRejected(PicochatError):
 
 def validate(candidate: CompactionCandidate, snapshot_seqs: Sequence[int],
              kept: Sequence[Message], output_reserve: int, threshold: int) -> None:
-    """The six checks of §10.4; raises `SummaryRejected` naming the first that fails."""
+    """The six checks of §10.4; raises `SummaryRejected` naming the first that fails.
+
+    `threshold` is the auto-compaction threshold, or the hard window in overflow recovery."""
     hint = "the previous context is unchanged; try /compact again or with another model"
     if not candidate.summary.strip():
         raise SummaryRejected("the model returned an empty summary", hint)
@@ -66,5 +68,5 @@ def validate(candidate: CompactionCandidate, snapshot_seqs: Sequence[int],
                               "tokens)", hint)
     if candidate.tokens_after > threshold:
         raise SummaryRejected(f"the compacted context would still be "
-                              f"{candidate.tokens_after:,} tokens, over the auto-compaction "
-                              f"threshold of {threshold:,}", hint)
+                              f"{candidate.tokens_after:,} tokens, over the limit of "
+                              f"{threshold:,}", hint)

@@ -16,8 +16,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from picochat.budget import BudgetLimits, Calibration, RequestDraft, measure
-from picochat.compaction.candidate import CompactionCandidate
+from picochat.budget import BudgetLimits, RequestDraft, check_fixed
+from picochat.compaction.candidate import CompactionCandidate, SummaryRejected
 from picochat.compaction.compactor import ContextCompactor, SummaryFailed
 from picochat.compaction.degraded import trim_candidate
 from picochat.compaction.transcript import Transcript
@@ -45,7 +45,6 @@ class CompactRequest:
     instructions: str = ""            # [context_compaction].instructions
     try_summary: bool = True          # False: this turn already tried one (§5.12)
     degraded_fallback: bool = False   # overflow recovery: trim whole turns when the summary fails
-    calibration: Calibration | None = None
     timeout: float = 600.0
 
 
@@ -60,6 +59,7 @@ class CompactOutcome:
     error: PicochatError | None = None
     summary_error: PicochatError | None = None  # why a degraded trim was needed, if it was
     transcript: Transcript | None = None
+    summary_called: bool = False      # a summary request was sent (§5.12: once per turn)
 
     @property
     def compacted(self) -> bool:
@@ -88,57 +88,76 @@ class CompactOutcome:
 
 async def compact_context(store: Store, provider: Provider,
                           request: CompactRequest) -> CompactOutcome:
-    sid, reason = request.session_id, request.reason
+    sid, reason, limits = request.session_id, request.reason, request.limits
     projection = project(store.context_snapshot(sid))
-    compactor = ContextCompactor(provider, request.limits, request.system_prompt, request.tools,
+    compactor = ContextCompactor(provider, limits, request.system_prompt, request.tools,
                                  request.instructions, request.timeout)
+    # Both figures of a checkpoint come from the same estimate (§6.2): a provider-reported
+    # usage would compare tokens of one tokenizer with tokens of another.
+    parts = RequestDraft(request.system_prompt, projection, request.tools).parts()
+    before = parts.total
     try:
-        before = measure(request.limits, RequestDraft(request.system_prompt, projection,
-                                                      request.tools),
-                         provider.info.provider_kind, provider.info.model, request.calibration)
+        check_fixed(limits, parts)
     except PicochatError as exc:  # FixedContextExceedsBudget: compaction cannot help
-        return _failed(sid, reason, projection, exc)
+        return _failed(sid, reason, projection, exc, tokens_before=before)
     plan = compactor.plan(projection)
     if plan is None and not request.degraded_fallback:
         log.info("compaction_nothing session=%s reason=%s generation=%d", sid, reason,
                  projection.context_generation)
-        return CompactOutcome(NOTHING_TO_COMPACT, reason, projection,
-                              tokens_before=before.used_tokens)
+        return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
 
+    # Overflow recovery needs the request under the hard window; everything else under the
+    # threshold, so the next turn does not compact again at once.
+    limit = limits.window if request.degraded_fallback else limits.threshold
     candidate: CompactionCandidate | None = None
     summary_error: PicochatError | None = None
     transcript: Transcript | None = None
+    summary_called = False
     if plan is not None and request.try_summary:
-        try:
-            summary = await compactor.summarize(plan, request.focus)
-            transcript = summary.transcript
-            candidate = compactor.candidate(plan, projection, summary.text, reason,
-                                            before.used_tokens, summary.budget.output_reserve)
-        except PicochatError as exc:  # SummaryFailed, SummaryRejected
-            summary_error = exc
-            log.warning("summary_failed session=%s reason=%s kind=%s", sid, reason, exc.kind)
+        floor = compactor.kept_alone(plan, projection)
+        if floor > limit:  # no summary can help: do not pay for a call bound to be rejected
+            summary_error = SummaryRejected(
+                f"the newest turns alone are {floor:,} tokens, over the limit of {limit:,}",
+                "shorten the message, /clear, or use a model with a larger window")
+        else:
+            summary_called = True
+            try:
+                summary = await compactor.summarize(plan, request.focus)
+                transcript = summary.transcript
+                candidate = compactor.candidate(plan, projection, summary.text, reason, before,
+                                                summary.budget.output_reserve, limit)
+            except PicochatError as exc:  # SummaryFailed, SummaryRejected
+                summary_error = exc
+                log.warning("summary_failed session=%s reason=%s kind=%s", sid, reason,
+                            exc.kind)
     if candidate is None and request.degraded_fallback:
-        candidate = trim_candidate(compactor, projection, before.used_tokens, "overflow")
+        candidate = trim_candidate(compactor, projection, before, "overflow")
+        if candidate is None:
+            summary_error = TrimImpossible(
+                f"even the newest turn alone does not fit the model's window of "
+                f"{limits.window:,} tokens", "shorten the message, or use a model with a "
+                "larger window")
     if candidate is None:
-        if summary_error is None:
-            if plan is None:
-                return CompactOutcome(NOTHING_TO_COMPACT, reason, projection,
-                                      tokens_before=before.used_tokens)
-            summary_error = SummaryFailed("no older turn can be dropped to make the request fit",
-                                          "shorten the message or use a larger model")
-        return _failed(sid, reason, projection, summary_error, transcript=transcript)
+        if summary_error is None:  # plan is None here: nothing older to fold
+            return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
+        return _failed(sid, reason, projection, summary_error, transcript=transcript,
+                       tokens_before=before, summary_called=summary_called)
 
     try:
         checkpoint = store.commit_context_checkpoint(
             sid, candidate.base_generation,
             candidate.new_checkpoint(provider.info.provider_kind, provider.info.model))
     except PicochatError as exc:  # StaleGeneration, StorageError: the old context stays
-        return _failed(sid, reason, restore(store, sid), exc, summary_error, transcript)
+        return _failed(sid, reason, restore(store, sid), exc, summary_error, transcript,
+                       before, summary_called)
     log.info("compaction_committed session=%s checkpoint=%s generation=%d reason=%s "
-             "tokens_before=%d tokens_after=%d first_retained_seq=%d degraded=%d kept_turns=%d",
-             sid, checkpoint.id, checkpoint.generation, reason, checkpoint.tokens_before,
-             checkpoint.tokens_after, checkpoint.first_retained_seq, int(checkpoint.degraded),
-             candidate.kept_turns)
+             "tokens_before=%d tokens_after=%d first_retained_seq=%d degraded=%d kept_turns=%d "
+             "source_messages=%s omitted=%s truncated=%s", sid, checkpoint.id,
+             checkpoint.generation, reason, checkpoint.tokens_before, checkpoint.tokens_after,
+             checkpoint.first_retained_seq, int(checkpoint.degraded), candidate.kept_turns,
+             transcript.source_messages if transcript else None,
+             transcript.omitted if transcript else None,
+             transcript.truncated if transcript else None)
     now = restore(store, sid)
     if not checkpoint.degraded:
         try:
@@ -146,14 +165,21 @@ async def compact_context(store: Store, provider: Provider,
         except PicochatError as exc:
             log.warning("timeline_failed session=%s checkpoint=%s kind=%s", sid, checkpoint.id,
                         exc.kind)
-    return CompactOutcome(COMPACTED, reason, now, checkpoint, candidate.kept_turns,
-                          before.used_tokens, None, summary_error, transcript)
+    return CompactOutcome(COMPACTED, reason, now, checkpoint, candidate.kept_turns, before, None,
+                          summary_error, transcript, summary_called)
+
+
+class TrimImpossible(PicochatError):
+    """Overflow recovery found no whole-turn trim that fits the window."""
+
+    kind = "context_overflow"
 
 
 def _failed(sid: str, reason: str, projection: ContextProjection, error: PicochatError,
-            summary_error: PicochatError | None = None,
-            transcript: Transcript | None = None) -> CompactOutcome:
+            summary_error: PicochatError | None = None, transcript: Transcript | None = None,
+            tokens_before: int = 0, summary_called: bool = False) -> CompactOutcome:
     log.warning("compaction_failed session=%s reason=%s generation=%d kind=%s", sid, reason,
                 projection.context_generation, error.kind)
-    return CompactOutcome(FAILED, reason, projection, error=error, summary_error=summary_error,
-                          transcript=transcript)
+    return CompactOutcome(FAILED, reason, projection, tokens_before=tokens_before, error=error,
+                          summary_error=summary_error, transcript=transcript,
+                          summary_called=summary_called)

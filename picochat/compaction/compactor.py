@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from picochat.budget import BudgetLimits, RequestDraft
-from picochat.compaction.candidate import CompactionCandidate, validate
+from picochat.compaction.candidate import CompactionCandidate, SummaryRejected, validate
 from picochat.compaction.prompt import prompt_overhead, summary_request
 from picochat.compaction.transcript import SummaryBudget, Transcript, serialize, summary_budget
 from picochat.cutpoints import find_cut_point, group_turns
@@ -49,9 +49,14 @@ class CompactionPlan:
 
 
 def plan_compaction(projection: ContextProjection, keep_tokens: int) -> CompactionPlan | None:
-    """The cut for this projection, or None when there is nothing new to fold (§9.4)."""
+    """The cut for this projection, or None when there is nothing new to fold (§9.4).
+
+    A turn still in progress (its user message sent, no answer yet: the auto check before a
+    turn) does not count as the newest whole turn, so the last answered one stays raw too.
+    """
     turns = group_turns(projection.raw)
-    index = find_cut_point(turns, keep_tokens)
+    in_progress = bool(turns) and all(m.role == "user" for m in turns[-1].messages)
+    index = find_cut_point(turns, keep_tokens, min_turns=2 if in_progress else 1)
     if index is None:
         return None
     first = turns[index].first_seq
@@ -117,15 +122,28 @@ class ContextCompactor:
         except ProviderError as exc:
             raise SummaryFailed(f"the summary call failed: {exc.message}",
                                 exc.hint or "the previous context is unchanged") from exc
+        if finish == "length":
+            raise SummaryRejected(
+                f"the summary was cut off at its cap of {budget.output_reserve:,} tokens",
+                "the previous context is unchanged; a truncated summary would lose facts")
         return Summary("".join(parts).strip(), transcript, budget, usage, finish)
+
+    def kept_alone(self, plan: CompactionPlan, projection: ContextProjection) -> int:
+        """The request size with the kept tail and no summary at all: the floor any summary
+        of this plan can reach."""
+        return self.tokens_of(dataclasses.replace(projection, summary=None, raw=plan.kept))
 
     def tokens_of(self, projection: ContextProjection) -> int:
         """The estimated size of the next request over `projection` (the budget's own sum)."""
         return RequestDraft(self.system_prompt, projection, self.tools).parts().total
 
     def candidate(self, plan: CompactionPlan, projection: ContextProjection, summary: str,
-                  reason: str, tokens_before: int, output_reserve: int) -> CompactionCandidate:
-        """The validated candidate of `plan` with `summary`; raises `SummaryRejected`."""
+                  reason: str, tokens_before: int, output_reserve: int,
+                  limit: int | None = None) -> CompactionCandidate:
+        """The validated candidate of `plan` with `summary`; raises `SummaryRejected`.
+
+        `limit` is the size the result must reach: the threshold, or for overflow recovery
+        the hard window (a real summary that fits beats dropping turns without one)."""
         after = dataclasses.replace(projection, summary=summary, raw=plan.kept,
                                     first_raw_seq=plan.first_retained_seq)
         candidate = CompactionCandidate(
@@ -134,5 +152,5 @@ class ContextCompactor:
             source_max_seq=plan.source_max_seq, reason=reason, tokens_before=tokens_before,
             tokens_after=self.tokens_of(after), degraded=False, kept_turns=plan.kept_turns)
         validate(candidate, [m.seq for m in projection.raw], plan.kept, output_reserve,
-                 self.limits.threshold)
+                 self.limits.threshold if limit is None else limit)
         return candidate

@@ -20,10 +20,14 @@ BREADCRUMB = ("[Earlier conversation omitted during context-overflow recovery.\n
               "Raw history remains available, but no semantic summary was produced.]")
 
 
-def breadcrumb(turns: int, first_seq: int, last_seq: int, previous: str | None) -> str:
+def breadcrumb(turns: int, first_seq: int, last_seq: int, previous: str | None,
+               dropped_previous: bool = False) -> str:
     lines = [BREADCRUMB,
              f"{turns} earlier turn{'s' if turns != 1 else ''} (messages #{first_seq}–"
              f"#{last_seq}) did not fit the model's window and were left out."]
+    if dropped_previous:
+        lines.append("The summary of the conversation before them did not fit either and was "
+                     "left out too.")
     if previous:
         lines += ["", "The summary of the conversation before them, from an earlier checkpoint:",
                   "", previous.strip()]
@@ -32,29 +36,27 @@ def breadcrumb(turns: int, first_seq: int, last_seq: int, previous: str | None) 
 
 def trim_candidate(compactor: ContextCompactor, projection: ContextProjection,
                    tokens_before: int, reason: str = "overflow") -> CompactionCandidate | None:
-    """Drop the fewest oldest whole turns that bring the request under the threshold (or, if
-    that cannot be reached, under the hard window); None when even the newest turn alone
-    does not fit or there is nothing older to drop."""
+    """Drop the fewest oldest whole turns that bring the request under the threshold (room for
+    the answer), else under the hard window; an earlier summary is kept while anything fits
+    with it. None when even the newest turn alone does not fit or nothing older can go."""
     limits: BudgetLimits = compactor.limits
     turns = group_turns(projection.raw)
-    best: CompactionCandidate | None = None
+    previous_options = (projection.summary, None) if projection.summary else (None,)
     for limit in (limits.threshold, limits.window):
-        for index in range(1, len(turns)):
-            dropped = [m for t in turns[:index] for m in t.messages]
-            kept = tuple(m for t in turns[index:] for m in t.messages)
-            for previous in (projection.summary, None):
-                summary = breadcrumb(index, dropped[0].seq, dropped[-1].seq, previous)
+        for previous in previous_options:
+            for index in range(1, len(turns)):
+                dropped = [m for t in turns[:index] for m in t.messages]
+                kept = tuple(m for t in turns[index:] for m in t.messages)
+                summary = breadcrumb(index, dropped[0].seq, dropped[-1].seq, previous,
+                                     dropped_previous=bool(projection.summary) and not previous)
                 after = dataclasses.replace(projection, summary=summary, raw=kept,
                                             first_raw_seq=kept[0].seq)
                 size = compactor.tokens_of(after)
                 if size <= limit:
-                    best = CompactionCandidate(
+                    return CompactionCandidate(
                         parent_checkpoint_id=projection.checkpoint_id,
                         base_generation=projection.context_generation, summary=summary,
                         first_retained_seq=kept[0].seq, source_max_seq=projection.max_raw_seq,
                         reason=reason, tokens_before=tokens_before, tokens_after=size,
                         degraded=True, kept_turns=len(turns) - index)
-                    return best
-                if previous is None:
-                    break
-    return best
+    return None

@@ -314,7 +314,11 @@ class Store:
                     f"the context of session {session_id} changed while compacting "
                     f"(expected generation {expected_generation}); nothing was committed",
                     "run the compaction again")
-            if new.parent_checkpoint_id != before.active_context_checkpoint_id:
+            active = before.active_context_checkpoint_id
+            if active and new.parent_checkpoint_id is None and _checkpoint_problem(
+                    c, before, _checkpoint_by_id(c, active)):
+                active = None  # an unusable pointer (restore fell back to raw history) is replaced
+            if new.parent_checkpoint_id != active:
                 raise StaleGeneration(f"checkpoint parent {new.parent_checkpoint_id} is not the "
                                       f"active checkpoint of session {session_id}; nothing was "
                                       "committed", "run the compaction again")
