@@ -8,7 +8,7 @@ same projection (§14, §21.4).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from picochat.messages import Message
@@ -27,6 +27,9 @@ class Repair:
 
     seq: int
     kind: str  # "orphan_tool_result" | "incomplete_tool_group"
+    # The row itself, so compaction can still fold it into a summary (§9.3): left out of the
+    # context, it must not be left out of the summary too.
+    message: Message | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -115,14 +118,14 @@ def repair_tool_chains(messages: Sequence[Message]) -> tuple[tuple[Message, ...]
                         kept.append(r)
                         seen.add(r.tool_call_id)
                     else:
-                        repairs.append(Repair(r.seq, "orphan_tool_result"))
+                        repairs.append(Repair(r.seq, "orphan_tool_result", r))
             else:
-                repairs.append(Repair(m.seq, "incomplete_tool_group"))
-                repairs.extend(Repair(r.seq, "incomplete_tool_group") for r in results)
+                repairs.append(Repair(m.seq, "incomplete_tool_group", m))
+                repairs.extend(Repair(r.seq, "incomplete_tool_group", r) for r in results)
             i = j
             continue
         if m.role == "tool":
-            repairs.append(Repair(m.seq, "orphan_tool_result"))
+            repairs.append(Repair(m.seq, "orphan_tool_result", m))
         else:
             kept.append(m)
         i += 1

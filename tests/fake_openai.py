@@ -13,11 +13,26 @@ answers with `default_text`. A script item is one of:
     ("status", code)                          an error with a generic OpenAI-style body
     ("status", code, body)                    an error with this JSON body
     ("status", code, body, {"Header": "v"})   ... and these extra headers
+    ("delay", seconds, "reply")               wait `seconds`, then answer "reply"
+    ("delay", seconds, item)                  wait, then answer with any other item
+    ("delay", seconds)                        wait, then answer as if unscripted
+    ("delay", event[, item])                  wait until the threading.Event is set (at most
+                                              HOLD_LIMIT_S), then answer
+A delay ends early when the server stops (the request then gets no answer), so a held
+request never keeps a test's teardown waiting.
+
+Summary requests (picochat's compaction calls) are told from turn requests by the transcript
+markers in their user message (`is_summary_request`). `fake.summary_requests` and
+`fake.turn_requests` split `fake.requests`; `script_summary(...)` and `script_turn(...)` queue
+items consumed only by requests of that kind (before the shared `script` queue). An unscripted
+summary request gets `summary_text(n)`: the nine headings and the marker "fake summary n".
+`wait_for(count, kind)` blocks until that many requests (of that kind) have arrived.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -35,6 +50,71 @@ AUTH_BODY = {"error": {"message": "Incorrect API key provided.", "type": "invali
                        "param": None, "code": "invalid_api_key"}}
 RATE_LIMIT_BODY = {"error": {"message": "Rate limit reached for requests.",
                              "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
+
+HOLD_LIMIT_S = 60.0  # the longest a ("delay", event, ...) item waits for its event
+
+# The contract's markers of a summary request (picochat.summary_contract spells the same).
+TRANSCRIPT_BEGIN, TRANSCRIPT_END = "<<<TRANSCRIPT", "TRANSCRIPT>>>"
+PREVIOUS_BEGIN, PREVIOUS_END = "<<<PREVIOUS SUMMARY", "PREVIOUS SUMMARY>>>"
+SUMMARY_HEADINGS = ("Objective", "Constraints", "Progress", "Decisions", "Files and Operations",
+                    "Tool Results and Failures", "Outstanding Work", "Exact Facts",
+                    "Recent User Corrections")
+_RECORD = re.compile(r"^### #(\d+) (\w+)", re.M)
+
+
+def summary_text(n: int) -> str:
+    """The default answer to the n-th summary request (1-based): a well-formed summary."""
+    lines = []
+    for heading in SUMMARY_HEADINGS:
+        lines += [f"## {heading}", f"- fake summary {n}" if heading == "Progress" else "- (none)"]
+    return "\n".join(lines)
+
+
+def _prompt_text(body: dict[str, Any]) -> str:
+    """The text of a request's user messages, joined (content parts flattened)."""
+    out = []
+    for m in body.get("messages") or ():
+        if m.get("role") != "user":
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        out.append(str(content or ""))
+    return "\n".join(out)
+
+
+def is_summary_request(body: dict[str, Any]) -> bool:
+    """A compaction summary call: a user message holding a whole marked transcript."""
+    text = _prompt_text(body)
+    begin = text.find("\n" + TRANSCRIPT_BEGIN + "\n")
+    return begin >= 0 and text.find("\n" + TRANSCRIPT_END, begin) > begin
+
+
+def transcript_of(body: dict[str, Any]) -> str:
+    """The text between the transcript markers of a summary request ("" if there is none)."""
+    text = _prompt_text(body)
+    begin = text.find("\n" + TRANSCRIPT_BEGIN + "\n")
+    if begin < 0:
+        return ""
+    begin += len(TRANSCRIPT_BEGIN) + 2
+    end = text.rfind("\n" + TRANSCRIPT_END)
+    return text[begin:end] if end >= begin else ""
+
+
+def previous_summary_of(body: dict[str, Any]) -> str | None:
+    """The previous summary inside a summary request's transcript, or None."""
+    text = transcript_of(body)
+    begin = text.find(PREVIOUS_BEGIN + "\n")
+    if begin < 0:
+        return None
+    begin += len(PREVIOUS_BEGIN) + 1
+    end = text.find("\n" + PREVIOUS_END, begin - 1)
+    return text[begin:end] if end >= 0 else None
+
+
+def record_seqs(body: dict[str, Any]) -> list[int]:
+    """The seqs of the raw message records ("### #<seq> <role>") in a summary request."""
+    return [int(m.group(1)) for m in _RECORD.finditer(transcript_of(body))]
 
 
 def _words(text: str) -> list[str]:
@@ -76,8 +156,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
         item = self.server.fake._record(body, {k.lower(): v for k, v in self.headers.items()})
+        self._answer(body, item)
+
+    def _answer(self, body: dict[str, Any], item: tuple[Any, ...]) -> None:
         kind = item[0]
-        if kind == "text":
+        if kind == "delay":
+            if not self.server.fake._wait(item[1]):
+                self.close_connection = True  # the server is stopping: no answer
+                return
+            rest = item[2]
+            self._answer(body, ("text", rest) if isinstance(rest, str) else tuple(rest))
+        elif kind == "text":
             if body.get("stream"):
                 self._stream(body, item[1])
             else:
@@ -148,6 +237,10 @@ class FakeOpenAI:
         self.usage = usage  # fixed usage numbers; None: derived from the request size
         self._lock = threading.Lock()
         self._script: deque[tuple[Any, ...]] = deque()
+        self._summary_script: deque[tuple[Any, ...]] = deque()
+        self._turn_script: deque[tuple[Any, ...]] = deque()
+        self._arrived = threading.Condition(self._lock)
+        self._stopping = threading.Event()
         self._requests: list[dict[str, Any]] = []
         self._headers: list[dict[str, str]] = []
         self._server: _Server | None = None
@@ -156,6 +249,7 @@ class FakeOpenAI:
     # --- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> "FakeOpenAI":
+        self._stopping.clear()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.fake = self
         self._thread = threading.Thread(target=self._server.serve_forever,
@@ -165,6 +259,7 @@ class FakeOpenAI:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()  # ends every delay at once
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -191,10 +286,50 @@ class FakeOpenAI:
         with self._lock:
             self._script.extend(items)
 
+    def script_summary(self, *items: tuple[Any, ...]) -> None:
+        """Items for summary requests only; they go before the shared script."""
+        with self._lock:
+            self._summary_script.extend(items)
+
+    def script_turn(self, *items: tuple[Any, ...]) -> None:
+        """Items for turn (non-summary) requests only; they go before the shared script."""
+        with self._lock:
+            self._turn_script.extend(items)
+
     @property
     def requests(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._requests)
+
+    @property
+    def summary_requests(self) -> list[dict[str, Any]]:
+        return [b for b in self.requests if is_summary_request(b)]
+
+    @property
+    def turn_requests(self) -> list[dict[str, Any]]:
+        return [b for b in self.requests if not is_summary_request(b)]
+
+    def wait_for(self, count: int, kind: str | None = None, timeout: float = 30.0) -> bool:
+        """Block until `count` requests (of `kind`: "summary" | "turn" | None for any) have
+        arrived; False on timeout."""
+        def enough() -> bool:
+            if kind is None:
+                return len(self._requests) >= count
+            want = kind == "summary"
+            return sum(is_summary_request(b) == want for b in self._requests) >= count
+        with self._arrived:
+            return self._arrived.wait_for(enough, timeout)
+
+    def _wait(self, until: Any) -> bool:
+        """A delay item's wait: seconds, or a threading.Event; False if the server stopped."""
+        if isinstance(until, threading.Event):
+            deadline = time.monotonic() + HOLD_LIMIT_S
+            while not until.wait(0.05):
+                if self._stopping.is_set() or time.monotonic() > deadline:
+                    break
+        else:
+            self._stopping.wait(float(until))
+        return not self._stopping.is_set()
 
     @property
     def headers(self) -> list[dict[str, str]]:
@@ -214,7 +349,15 @@ class FakeOpenAI:
         with self._lock:
             self._requests.append(body)
             self._headers.append(headers)
-            return self._script.popleft() if self._script else ("text", self.default_text)
+            self._arrived.notify_all()
+            summary = is_summary_request(body)
+            own = self._summary_script if summary else self._turn_script
+            default = (("text", summary_text(sum(map(is_summary_request, self._requests))))
+                       if summary else ("text", self.default_text))
+            item = own.popleft() if own else self._script.popleft() if self._script else default
+            if item[0] == "delay" and len(item) == 2:
+                item = (*item, default)
+            return item
 
 
 @pytest.fixture

@@ -140,7 +140,8 @@ async def compact_context(store: Store, provider: Provider,
     if candidate is None:
         if summary_error is None:  # plan is None here: nothing older to fold
             return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
-        return _failed(sid, reason, projection, summary_error, transcript=transcript,
+        # re-read: another process may have changed the context during the summary call
+        return _failed(sid, reason, restore(store, sid), summary_error, transcript=transcript,
                        tokens_before=before, summary_called=summary_called)
 
     try:

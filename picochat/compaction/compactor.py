@@ -62,8 +62,13 @@ def plan_compaction(projection: ContextProjection, keep_tokens: int) -> Compacti
     first = turns[index].first_seq
     if projection.first_raw_seq is not None and first <= projection.first_raw_seq:
         return None
-    span = tuple(m for t in turns[:index] for m in t.messages)
     kept = tuple(m for t in turns[index:] for m in t.messages)
+    # Rows the tool-chain rule left out of the context (an incomplete group, an orphan result)
+    # still belong to the history before the cut: the summary reads them (§9.3).
+    left_out = [r.message for r in projection.repairs
+                if r.message is not None and r.seq < first]
+    span = tuple(sorted([m for t in turns[:index] for m in t.messages] + left_out,
+                        key=lambda m: m.seq))
     return CompactionPlan(projection.checkpoint_id, projection.context_generation,
                           projection.summary, span, kept, len(turns) - index, first,
                           projection.max_raw_seq)

@@ -52,7 +52,7 @@ def trim_candidate(compactor: ContextCompactor, projection: ContextProjection,
                 after = dataclasses.replace(projection, summary=summary, raw=kept,
                                             first_raw_seq=kept[0].seq)
                 size = compactor.tokens_of(after)
-                if size <= limit:
+                if size <= limit and size < tokens_before:  # a trim that grows is no trim
                     return CompactionCandidate(
                         parent_checkpoint_id=projection.checkpoint_id,
                         base_generation=projection.context_generation, summary=summary,
