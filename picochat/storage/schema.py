@@ -2,7 +2,8 @@
 
 Version 1 is the plain chat log; version 2 adds checkpoints exactly as design §6.2 (and only
 the checkpoint table and session fields, as §15 asks); version 3 adds the §13 timeline and the
-retractions that undo writes instead of deleting rows. Steps never rewrite existing messages.
+retractions that undo writes instead of deleting rows; version 4 a full-text index of the raw
+log. Steps never rewrite existing messages.
 """
 
 from __future__ import annotations
@@ -83,6 +84,15 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  INTEGER NOT NULL
     );
     CREATE INDEX idx_timeline_session ON timeline(session_id, created_at);
+    """,
+    # 4: full-text index over the raw log, for `history_search` after compaction. It indexes
+    # the messages table in place (external content): the text is stored once.
+    """
+    CREATE VIRTUAL TABLE messages_fts USING fts5(
+        content, content='messages', content_rowid='id',
+        tokenize='unicode61 remove_diacritics 2'
+    );
+    INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
     """,
 )
 

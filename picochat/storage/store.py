@@ -10,6 +10,7 @@ in the same transaction, so a checkpoint candidate built before them fails its c
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -40,6 +41,22 @@ class ContextSnapshot:
     checkpoint_problem: str | None  # why an active checkpoint was not usable, if it was not
     messages: tuple[Message, ...]
     max_seq: int
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    seq: int
+    role: str
+    snippet: str       # the matching passage, matches between « and »
+    turn_id: str | None
+    retracted: bool
+
+
+def fts_query(text: str) -> str | None:
+    """A safe FTS5 query for free text: each word quoted (no operators, no syntax errors),
+    any word may match, better matches rank first."""
+    words = re.findall(r"\w+", text)[:16]
+    return " OR ".join(f'"{w}"' for w in words) if words else None
 
 
 @dataclass(frozen=True)
@@ -168,6 +185,9 @@ class Store:
     def purge_session(self, session_id: str) -> None:
         """Delete for good: messages, checkpoints and timeline rows go with it (cascade)."""
         with self._write() as c:
+            c.execute("INSERT INTO messages_fts(messages_fts, rowid, content) "
+                      "SELECT 'delete', id, content FROM messages WHERE session_id = ?",
+                      (session_id,))
             c.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
     # --- messages ------------------------------------------------------------------------------
@@ -198,10 +218,11 @@ class Store:
             _session_row(c, session_id)
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?",
                             (session_id,)).fetchone()[0]
-            c.execute(
+            rowid = c.execute(
                 f"INSERT INTO messages ({_MESSAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (session_id, seq, role, content, calls_json, tool_call_id, name, turn_id,
-                 tool_status, status, token_count, now))
+                 tool_status, status, token_count, now)).lastrowid
+            c.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)", (rowid, content))
             c.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
         return Message(session_id, seq, role, content, tuple(calls) if calls else None,
                        tool_call_id, name, turn_id, tool_status, status, token_count, now)
@@ -218,6 +239,38 @@ class Store:
         with self._read() as c:
             return c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                              (session_id,)).fetchone()[0]
+
+    def search_messages(self, session_id: str, query: str, limit: int = 10) -> list[SearchHit]:
+        """Full-text search over the session's whole raw log, including rows a checkpoint
+        summarized, cleared or undone (they are marked): best matches first."""
+        match = fts_query(query)
+        if match is None:
+            return []
+        with self._read() as c:
+            rows = c.execute(
+                "SELECT m.seq, m.role, snippet(messages_fts, 0, '«', '»', '…', 16), "
+                f"m.turn_id, NOT {_NOT_RETRACTED} FROM messages_fts "
+                "JOIN messages m ON m.id = messages_fts.rowid "
+                "WHERE messages_fts MATCH ? AND m.session_id = ? "
+                "ORDER BY bm25(messages_fts), m.seq DESC LIMIT ?",
+                (match, session_id, max(1, limit))).fetchall()
+        return [SearchHit(r[0], r[1], r[2], r[3], bool(r[4])) for r in rows]
+
+    def search_timeline(self, session_id: str, query: str, limit: int = 5
+                        ) -> list[tuple[str, str]]:
+        """Earlier checkpoint summaries (§13 Timeline) that mention the query's words, the
+        best-matching first: (key, summary)."""
+        terms = [t.lower() for t in re.findall(r"\w+", query)][:16]
+        if not terms:
+            return []
+        scored = []
+        for key, content in self.timeline(session_id):
+            text = content.lower()
+            score = sum(text.count(t) for t in terms)
+            if score:
+                scored.append((score, key, content))
+        scored.sort(key=lambda x: -x[0])
+        return [(key, content) for _, key, content in scored[:limit]]
 
     def user_prompts(self, limit: int = 500) -> list[str]:
         """Earlier user messages, newest first, for prompt recall (no other file holds text)."""

@@ -1,0 +1,111 @@
+"""Full-text search over the raw log and the Timeline: what `history_search` and
+`timeline_recall` (issue 4) stand on. A fact summarized away from the context stays findable."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from picochat.budget import budget_limits
+from picochat.compaction.compact import CompactRequest, compact_context
+from picochat.projection import restore
+from picochat.storage import open_store
+from picochat.storage.schema import MIGRATIONS
+from picochat.storage.store import fts_query
+from tests.scripted import Recorder
+from tests.test_compaction_engine import talk
+
+
+def compact(store, sid, summary="## Objective\n- the user asked about many things"):
+    request = CompactRequest(session_id=sid, reason="manual",
+                             limits=budget_limits(8_192, None, 1_024, 800), system_prompt="sys")
+    return asyncio.run(compact_context(store, Recorder(summaries=[summary]), request))
+
+
+def test_a_fact_only_the_raw_log_still_holds_is_found_after_compaction(store):
+    s = store.create_session("f")
+    fact = store.append_message(s.id, "user", "The vault token rotates every 37 days on "
+                                "host kv-prod-9.", turn_id="t0")
+    store.append_message(s.id, "assistant", "Noted.", turn_id="t0")
+    talk(store, s.id, 10, start=1)
+    outcome = compact(store, s.id)
+    assert outcome.compacted and outcome.checkpoint.first_retained_seq > fact.seq
+    projection = restore(store, s.id)
+    assert "kv-prod-9" not in str(projection.provider_messages("sys"))  # gone from the context
+    hits = store.search_messages(s.id, "which host has the vault token?")
+    assert hits[0].seq == fact.seq and hits[0].role == "user"
+    assert "«kv»" in hits[0].snippet or "«vault»" in hits[0].snippet
+
+
+def test_best_matches_first_limit_and_other_sessions_apart(store):
+    a, b = store.create_session("a"), store.create_session("b")
+    store.append_message(a.id, "user", "postgres runs on port 5432")
+    best = store.append_message(a.id, "user", "postgres replica postgres primary postgres")
+    store.append_message(b.id, "user", "postgres in another session")
+    hits = store.search_messages(a.id, "postgres", limit=5)
+    assert [h.seq for h in hits][0] == best.seq and len(hits) == 2
+    assert len(store.search_messages(a.id, "postgres", limit=1)) == 1
+    assert all(h.seq in (1, 2) for h in hits)
+
+
+def test_free_text_with_fts_syntax_never_errors(store):
+    s = store.create_session("q")
+    store.append_message(s.id, "user", 'he said "NEAR(a b)" AND-OR * ^col:x')
+    for query in ('"', "NEAR(", "a AND", "*", "col:x", "-", "()", "'; DROP TABLE messages; --"):
+        store.search_messages(s.id, query)  # no sqlite3.OperationalError
+    assert store.search_messages(s.id, "") == [] and fts_query("?!") is None
+    assert store.search_messages(s.id, "NEAR")[0].seq == 1
+
+
+def test_undone_and_cleared_rows_are_found_and_undone_ones_marked(store):
+    s = store.create_session("u")
+    store.append_message(s.id, "user", "first secret: falcon", turn_id="t1")
+    store.append_message(s.id, "assistant", "ok", turn_id="t1")
+    store.clear_context(s.id)
+    store.append_message(s.id, "user", "second secret: heron", turn_id="t2")
+    store.undo_last_turn(s.id)
+    assert [h.retracted for h in store.search_messages(s.id, "falcon")] == [False]
+    assert [h.retracted for h in store.search_messages(s.id, "heron")] == [True]
+
+
+def test_purge_removes_the_session_from_the_index(store):
+    s = store.create_session("p")
+    store.append_message(s.id, "user", "unique-word-zebra")
+    store.purge_session(s.id)
+    with store._read() as c:
+        assert c.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH "
+                         "'zebra'").fetchone()[0] == 0
+
+
+def test_upgrading_a_version_3_database_indexes_its_old_messages(tmp_path: Path):
+    path = tmp_path / "v3.db"
+    conn = sqlite3.connect(path)
+    for script in MIGRATIONS[:3]:
+        for statement in [x for x in script.split(";") if x.strip()]:
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version = 3")
+    conn.execute("INSERT INTO sessions (id, name, created_at, updated_at) "
+                 "VALUES ('s1', 'old', 1, 1)")
+    conn.execute("INSERT INTO messages (session_id, seq, role, content, tokens, created_at) "
+                 "VALUES ('s1', 1, 'user', 'the legacy password hint is pelican', 9, 1)")
+    conn.commit()
+    conn.close()
+    store = open_store(path)
+    try:
+        assert [h.seq for h in store.search_messages("s1", "pelican")] == [1]
+        store.append_message("s1", "user", "and a new pelican")
+        assert sorted(h.seq for h in store.search_messages("s1", "pelican")) == [1, 2]
+    finally:
+        store.close()
+
+
+def test_timeline_recall_finds_an_earlier_summary(store):
+    s = store.create_session("t")
+    talk(store, s.id, 10)
+    first = compact(store, s.id, "## Exact Facts\n- the deploy key is in /etc/keys/deploy.pem")
+    talk(store, s.id, 10, start=10)
+    compact(store, s.id, "## Objective\n- later work on the frontend")
+    found = store.search_timeline(s.id, "where is the deploy key?")
+    assert found[0] == (f"context_checkpoint:{first.checkpoint.id}", first.checkpoint.summary)
+    assert store.search_timeline(s.id, "???") == []
