@@ -1,0 +1,43 @@
+"""The built-in tools by name; turning a model's call into a result that never raises."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Iterable
+
+from picochat.tools.base import ERROR, OK, Tool, ToolContext, ToolError, ToolResult
+from picochat.tools.files import READ_FILE
+from picochat.tools.history import HISTORY_SEARCH, TIMELINE_RECALL
+
+log = logging.getLogger("picochat.tools")
+
+BUILTIN: dict[str, Tool] = {t.name: t for t in (HISTORY_SEARCH, TIMELINE_RECALL, READ_FILE)}
+
+
+def schemas(enabled: Iterable[str]) -> tuple[dict[str, Any], ...]:
+    """The OpenAI-format tool list for the enabled tools, in a stable order."""
+    wanted = set(enabled)
+    return tuple(t.schema() for name, t in BUILTIN.items() if name in wanted)
+
+
+def run_tool(name: str, arguments: str | None, ctx: ToolContext,
+             enabled: Iterable[str] | None = None) -> ToolResult:
+    """Run one call. Unknown tools, bad arguments and failures are error results."""
+    tool = BUILTIN.get(name)
+    if tool is None or (enabled is not None and name not in set(enabled)):
+        choices = ", ".join(sorted(enabled if enabled is not None else BUILTIN))
+        return ToolResult(ERROR, f"error: no tool named {name!r}; available: {choices}")
+    try:
+        args = json.loads(arguments) if arguments and arguments.strip() else {}
+    except ValueError:
+        return ToolResult(ERROR, "error: the arguments are not valid JSON")
+    if not isinstance(args, dict):
+        return ToolResult(ERROR, "error: the arguments must be a JSON object")
+    try:
+        return ToolResult(OK, tool.run(args, ctx))
+    except ToolError as exc:
+        return ToolResult(ERROR, f"error: {exc}")
+    except Exception as exc:  # a bug in a tool must not kill the turn
+        log.error("tool_crashed tool=%s kind=%s", name, type(exc).__name__)
+        return ToolResult(ERROR, f"error: the tool failed ({type(exc).__name__})")
