@@ -235,7 +235,7 @@ def tool_schema_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
 
 @lru_cache(maxsize=64)
 def _tool_tokens(frozen: tuple[str, ...]) -> int:
-    return tokens.count_text(_tools_json(frozen)) + 4 * len(frozen)
+    return tokens.count_tools(json.loads(f) for f in frozen)
 
 
 @lru_cache(maxsize=64)

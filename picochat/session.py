@@ -17,10 +17,12 @@ keeps it, keeps any partial answer (marked interrupted) and says what happened.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import traceback
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar, Union
 
 from picochat.budget import (
@@ -43,9 +45,25 @@ from picochat.errors import PicochatError
 from picochat.messages import INTERRUPTED
 from picochat.models import ResolvedModel
 from picochat.projection import ContextProjection, project, restore
-from picochat.providers.base import Finish, Provider, ProviderRequest, TextDelta, Usage
+from picochat.agent_loop import (
+    MAX_TOOL_STEPS,
+    ToolCall,
+    assemble_tool_calls,
+    shorten_old_tool_results,
+    this_turn_only,
+)
+from picochat.providers.base import (
+    Finish,
+    Provider,
+    ProviderRequest,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
 from picochat.providers.errors import ContextOverflow, ProviderError, ProviderTimeout
 from picochat.storage.store import Store, UncompactResult, UndoResult
+from picochat.tools.base import ToolContext
+from picochat.tools.registry import run_tool
 
 log = logging.getLogger("picochat.session")
 T = TypeVar("T")
@@ -100,7 +118,18 @@ class Compacted:
     outcome: CompactOutcome
 
 
-TurnEvent = Union[TurnStarted, TextDelta, CompactionStarted, Compacted, TurnFinished, TurnFailed]
+@dataclass(frozen=True)
+class ToolRan:
+    """A tool call of the turn ran; its result is stored at `seq`."""
+
+    call_id: str
+    name: str
+    status: str
+    seq: int
+
+
+TurnEvent = Union[TurnStarted, TextDelta, CompactionStarted, Compacted, ToolRan, TurnFinished,
+                  TurnFailed]
 TurnOutcome = Union[TurnFinished, TurnFailed]
 
 
@@ -141,6 +170,12 @@ class TurnHandle:
         return await asyncio.shield(self._result)
 
 
+@dataclass(frozen=True)
+class _Step:
+    usage: Usage | None
+    calls: tuple[ToolCall, ...]
+
+
 @dataclass
 class _Job:
     run: Callable[[], Awaitable[Any]]
@@ -152,7 +187,7 @@ class SessionWorker:
     def __init__(self, store: Store, session_id: str, model: ResolvedModel, provider: Provider,
                  system_prompt: str, total_timeout: float = TOTAL_TIMEOUT_S,
                  compaction: CompactionConfig = CompactionConfig(),
-                 tools: tuple[dict[str, Any], ...] = ()) -> None:
+                 tools: tuple[dict[str, Any], ...] = (), tool_root: Path | None = None) -> None:
         self.store = store
         self.session_id = session_id
         self.model = model
@@ -160,7 +195,8 @@ class SessionWorker:
         self.system_prompt = system_prompt
         self.total_timeout = total_timeout
         self.compaction = compaction
-        self.tools = tools
+        self.tools = tools            # OpenAI-format schemas of the enabled built-in tools
+        self.tool_root = tool_root or Path.cwd()
         self.last_usage: Usage | None = None
         self.calibration: Calibration | None = None  # the last request's reported prompt size
         self.window_override: int | None = None      # a smaller window an overflow error stated
@@ -331,23 +367,43 @@ class SessionWorker:
         usage: Usage | None = None
         compactions: list[CompactOutcome] = []
         try:
-            projection, budget = await self._before_send(handle, compactions)
-            retried = False
+            projection, _ = await self._before_send(handle, compactions)
+            retried = False         # the one engine-level overflow retry (before any tool ran)
+            local_retried = False   # the one request-local retry (after a tool batch ran)
+            steps = 0
             while True:
-                draft = self._draft(projection)
+                view = self._request_view(projection, user.seq, steps > 0, local_retried)
+                draft = self._draft(view)
+                if steps >= MAX_TOOL_STEPS:  # enough tools: ask for the answer
+                    draft = dataclasses.replace(draft, tools=())
                 try:
-                    usage = await self._stream(handle, draft, parts)
-                    break
+                    step = await self._stream(handle, draft, parts)
                 except ContextOverflow as exc:
-                    if parts or exc.tool_progress or retried:
-                        if retried:
-                            raise ContextOverflow(
-                                "the request is still too long for the model after compacting "
-                                "once", exc.window, "shorten the message, /clear, or switch to "
-                                "a model with a larger window") from None
+                    if parts:
                         raise
+                    if steps > 0:  # tools ran: never restart the turn from durable history
+                        if local_retried:
+                            raise ContextOverflow(
+                                "the request is still too long for the model after leaving "
+                                "out the earlier turns", exc.window, "shorten the message, "
+                                "/clear, or switch to a model with a larger window") from None
+                        local_retried = True
+                        continue
+                    if retried:
+                        raise ContextOverflow(
+                            "the request is still too long for the model after compacting "
+                            "once", exc.window, "shorten the message, /clear, or switch to "
+                            "a model with a larger window") from None
                     retried = True
                     projection = await self._recover_overflow(handle, exc, compactions)
+                    continue
+                usage = step.usage or usage
+                if not step.calls:
+                    break
+                steps += 1
+                self._run_tools(handle, turn_id, "".join(parts), step.calls)
+                parts.clear()  # that text is saved with the tool calls
+                projection = self.projection()
             reply = "".join(parts)
             if not reply.strip():
                 raise ProviderError("the model returned an empty reply", "try again")
@@ -366,14 +422,44 @@ class SessionWorker:
                        compactions)
             return
         self.last_usage = usage
-        if usage is not None and usage.prompt_tokens > 0:
+        if usage is not None and usage.prompt_tokens > 0 and steps == 0:
             info = self.provider.info
             self.calibration = Calibration(draft.key(info.provider_kind, info.model),
                                            usage.prompt_tokens)
-        log.info("turn_ok session=%s turn=%s user_seq=%d assistant_seq=%d prompt_tokens=%s "
-                 "completion_tokens=%s", sid, turn_id, user.seq, assistant.seq,
-                 usage.prompt_tokens if usage else None, usage.completion_tokens if usage else None)
+        log.info("turn_ok session=%s turn=%s user_seq=%d assistant_seq=%d tool_steps=%d "
+                 "prompt_tokens=%s completion_tokens=%s", sid, turn_id, user.seq, assistant.seq,
+                 steps, usage.prompt_tokens if usage else None,
+                 usage.completion_tokens if usage else None)
         handle._emit(TurnFinished(turn_id, reply, usage, assistant.seq, tuple(compactions)))
+
+    def _request_view(self, projection: ContextProjection, user_seq: int, tools_ran: bool,
+                      this_turn: bool) -> ContextProjection:
+        """The request-local copy a tool step sends (§11.4): old tool results shortened when
+        the request would not fit; after an overflow, only this turn (and the summary)."""
+        if not tools_ran:
+            return projection
+        if this_turn:
+            return this_turn_only(projection, user_seq)
+        if self.budget(projection).over_window:
+            return shorten_old_tool_results(projection, user_seq)
+        return projection
+
+    def _run_tools(self, handle: TurnHandle, turn_id: str, text: str,
+                   calls: tuple[ToolCall, ...]) -> None:
+        """Persist the assistant's calls, run each tool once, persist each result in order."""
+        sid = self.session_id
+        self.store.append_message(sid, "assistant", text, tool_calls=[c.openai() for c in calls],
+                                  turn_id=turn_id)
+        context = ToolContext(self.store, sid, self.tool_root)
+        names = [t["function"]["name"] for t in self.tools]
+        for call in calls:
+            result = run_tool(call.name, call.arguments, context, enabled=names)
+            row = self.store.append_message(sid, "tool", result.content, tool_call_id=call.id,
+                                            name=call.name, turn_id=turn_id,
+                                            tool_status=result.status)
+            log.info("tool_ran session=%s turn=%s tool=%s status=%s seq=%d chars=%d", sid,
+                     turn_id, call.name, result.status, row.seq, len(result.content))
+            handle._emit(ToolRan(call.id, call.name, result.status, row.seq))
 
     async def _before_send(self, handle: TurnHandle, compactions: list[CompactOutcome]
                            ) -> tuple[ContextProjection, ContextBudget]:
@@ -425,15 +511,18 @@ class SessionWorker:
         return outcome.projection
 
     async def _stream(self, handle: TurnHandle, draft: RequestDraft, parts: list[str]
-                      ) -> Usage | None:
-        request = ProviderRequest(messages=tuple(draft.messages()), tools=draft.tools)
+                      ) -> "_Step":
+        request = ProviderRequest(messages=tuple(draft.messages()), tools=tuple(draft.tools))
         usage: Usage | None = None
+        deltas: list[ToolCallDelta] = []
         try:
             async with asyncio.timeout(self.total_timeout):
                 async for event in self.provider.stream(request):
                     if isinstance(event, TextDelta):
                         parts.append(event.text)
                         handle._emit(event)
+                    elif isinstance(event, ToolCallDelta):
+                        deltas.append(event)
                     elif isinstance(event, Usage):
                         usage = event
                     elif isinstance(event, Finish):
@@ -441,7 +530,8 @@ class SessionWorker:
         except TimeoutError:
             raise ProviderTimeout(f"no complete answer within {self.total_timeout:g} s",
                                   "retry, or check the provider") from None
-        return usage
+        step = len([m for m in draft.projection.raw if m.tool_calls])
+        return _Step(usage, assemble_tool_calls(deltas, handle.turn_id, step) if deltas else ())
 
     def _fail(self, handle: TurnHandle, user_seq: int, parts: list[str],
               error: PicochatError, compactions: Sequence[CompactOutcome] = ()) -> None:

@@ -87,3 +87,12 @@ def count_provider_messages(messages: Iterable[Mapping[str, Any]]) -> int:
             m.get("tool_call_id"), m.get("name"),
         )
     return total
+
+
+def count_tools(tools: Iterable[Mapping[str, Any]]) -> int:
+    """Tool schemas as a request carries them: their JSON plus a small frame per tool."""
+    frozen = [json.dumps(t, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+              for t in tools]
+    if not frozen:
+        return 0
+    return count_text("[" + ",".join(frozen) + "]") + PER_MESSAGE_TOKENS * len(frozen)

@@ -6,7 +6,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable
 
-from picochat.providers.base import Finish, ModelInfo, Provider, ProviderRequest, TextDelta, Usage
+from picochat.providers.base import (
+    Finish,
+    ModelInfo,
+    Provider,
+    ProviderRequest,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
 from picochat.providers.offline import reply_for
 from picochat import tokens
 
@@ -46,6 +54,15 @@ class Recorder(Provider):
                 raise step
             if isinstance(step, tuple):  # ("length", text): cut off at max_tokens
                 finish, step = step
+            if isinstance(step, dict):   # {"calls": [(id, name, arguments)], "text": "..."}
+                if step.get("text"):
+                    yield TextDelta(step["text"])
+                for i, (cid, name, args) in enumerate(step["calls"]):
+                    yield ToolCallDelta(i, cid, name, args[: len(args) // 2])
+                    yield ToolCallDelta(i, None, None, args[len(args) // 2:])
+                yield Usage(tokens.count_provider_messages(request.messages), 5)
+                yield Finish("tool_calls")
+                return
             if callable(step):
                 result = await step()
                 text = result if isinstance(result, str) else None

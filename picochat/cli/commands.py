@@ -109,9 +109,12 @@ def cmd_ask(app: App) -> int:
 def _worker(app: App, session: Session, resolved: Any, provider: Any) -> Any:
     from picochat.session import SessionWorker
 
+    from picochat.tools.registry import schemas
+
     config = app.config
     return SessionWorker(app.store, session.id, resolved, provider, config.agent.system_prompt,
-                         compaction=config.context_compaction)
+                         compaction=config.context_compaction,
+                         tools=schemas(config.tools.enabled))
 
 
 def _model(app: App, session: Session | None) -> Any:
@@ -313,9 +316,11 @@ def cmd_info(app: App) -> int:
     resolved = _model(app, session)
     config = app.config
     snapshot = app.store.context_snapshot(session.id)
+    from picochat.tools.registry import schemas
+
     usage = context_usage(snapshot.session, project(snapshot), resolved,
                           config.context_compaction, config.agent.system_prompt,
-                          snapshot.checkpoint)
+                          snapshot.checkpoint, schemas(config.tools.enabled))
     if app.opt("json"):
         dump_json(usage.as_dict())
     else:

@@ -45,7 +45,8 @@ class OfflineProvider(Provider):
             else:
                 await asyncio.sleep(0)
             yield TextDelta(piece)
-        yield Usage(prompt_tokens=tokens.count_provider_messages(request.messages),
+        yield Usage(prompt_tokens=tokens.count_provider_messages(request.messages)
+                    + tokens.count_tools(request.tools),
                     completion_tokens=tokens.count_text(text))
         yield Finish("stop")
 

@@ -1,0 +1,169 @@
+"""The tool loop inside a turn (design §11.4): calls run once and are stored in order with
+the turn id; an overflow after tools retries that step once on a request-local copy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from picochat.config import CompactionConfig, Config, ModelConfig
+from picochat.models import resolve_model
+from picochat.providers.errors import ContextOverflow
+from picochat.session import SessionWorker, ToolRan, TurnFailed, TurnFinished
+from picochat.tools.registry import schemas
+from tests.scripted import Recorder
+from tests.test_compaction_engine import talk
+
+TOOLS = schemas(["history_search", "timeline_recall", "read_file"])
+
+
+def worker(store, sid, provider, tmp_path, window=32_000):
+    m = resolve_model(Config(models={"m": ModelConfig("m", "offline", token_limit=window)}), "m")
+    return SessionWorker(store, sid, m, provider, "sys", tools=TOOLS, tool_root=tmp_path,
+                         compaction=CompactionConfig(reserve_tokens=1_024,
+                                                     keep_recent_tokens=800))
+
+
+def search(query, cid="c1"):
+    return {"calls": [(cid, "history_search", json.dumps({"query": query}))],
+            "text": "Let me look that up. "}
+
+
+async def one_turn(w, text="what was the host?"):
+    handle = w.submit_turn(text)
+    events = [e async for e in handle]
+    return await handle.result(), events
+
+
+def chains_whole(messages):
+    """Every tool message answers a call of the assistant message before its block."""
+    open_ids: set = set()
+    for m in messages:
+        if m["role"] == "tool":
+            if m["tool_call_id"] not in open_ids:
+                return False
+            open_ids.discard(m["tool_call_id"])
+        else:
+            if open_ids:
+                return False
+            open_ids = {c["id"] for c in m.get("tool_calls") or ()}
+    return not open_ids
+
+
+def test_a_tool_call_runs_once_and_everything_is_stored_in_order(store, tmp_path):
+    s = store.create_session("t")
+    store.append_message(s.id, "user", "the staging host is kv-stage-4", turn_id="t0")
+    store.append_message(s.id, "assistant", "noted", turn_id="t0")
+
+    async def run():
+        provider = Recorder(turns=[search("staging host"), "It is kv-stage-4."])
+        async with worker(store, s.id, provider, tmp_path) as w:
+            return await one_turn(w), provider
+
+    (outcome, events), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished) and outcome.reply == "It is kv-stage-4."
+    rows = store.history(s.id)[2:]
+    assert [r.role for r in rows] == ["user", "assistant", "tool", "assistant"]
+    assert len({r.turn_id for r in rows}) == 1
+    call, result = rows[1], rows[2]
+    assert call.content == "Let me look that up. " and call.tool_calls[0]["id"] == "c1"
+    assert json.loads(call.tool_calls[0]["function"]["arguments"]) == {"query": "staging host"}
+    assert result.tool_call_id == "c1" and result.tool_status == "ok"
+    assert "kv-stage-4" in result.content and "#1 user" in result.content
+    assert [type(e) for e in events].count(ToolRan) == 1
+    first, second = provider.turn_requests
+    assert first.tools == TOOLS and chains_whole(second.messages[1:])
+    assert second.messages[-1]["role"] == "tool"
+
+
+def test_history_search_reaches_a_fact_compaction_summarized_away(store, tmp_path):
+    s = store.create_session("after")
+    store.append_message(s.id, "user", "the vault rotates every 37 days on kv-prod-9",
+                         turn_id="t0")
+    store.append_message(s.id, "assistant", "noted", turn_id="t0")
+    talk(store, s.id, 10, start=1)
+
+    async def run():
+        provider = Recorder(turns=[search("vault rotates"), "Every 37 days."],
+                            summaries=["## Objective\n- the user asked many questions"])
+        async with worker(store, s.id, provider, tmp_path) as w:
+            compacted = await w.compact()
+            result = await one_turn(w)
+            return compacted, result, provider
+
+    compacted, (outcome, _), provider = asyncio.run(run())
+    assert compacted.compacted and compacted.checkpoint.first_retained_seq > 2
+    first = provider.turn_requests[0]
+    assert "kv-prod-9" not in json.dumps(first.messages)        # not in the context...
+    tool_result = provider.turn_requests[1].messages[-1]
+    assert "kv-prod-9" in tool_result["content"]                 # ...but found in the raw log
+
+
+def test_overflow_after_a_tool_batch_retries_that_step_once_without_rerunning_tools(
+        store, tmp_path):
+    s = store.create_session("o")
+    talk(store, s.id, 6)
+
+    async def run():
+        provider = Recorder(turns=[search("anything"), ContextOverflow("too long", 8_000),
+                                   "done"])
+        async with worker(store, s.id, provider, tmp_path) as w:
+            return await one_turn(w), provider
+
+    (outcome, _), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished) and outcome.reply == "done"
+    assert len(provider.turn_requests) == 3 and provider.summary_requests == []
+    retry = provider.turn_requests[2].messages
+    assert [m["role"] for m in retry] == ["system", "user", "assistant", "tool"]  # this turn
+    assert chains_whole(retry[1:])
+    assert [r.role for r in store.history(s.id)].count("tool") == 1  # the tool ran once
+    assert store.checkpoints(s.id) == []  # no checkpoint mid-turn
+
+
+def test_a_second_overflow_after_tools_fails_the_turn_and_keeps_its_rows(store, tmp_path):
+    s = store.create_session("o2")
+    talk(store, s.id, 3)
+
+    async def run():
+        provider = Recorder(turns=[search("x"), ContextOverflow("too long"),
+                                   ContextOverflow("too long"), "never"])
+        async with worker(store, s.id, provider, tmp_path) as w:
+            return await one_turn(w), provider
+
+    (outcome, _), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFailed) and "leaving out the earlier turns" in \
+        outcome.error.message
+    assert len(provider.turn_requests) == 3
+    assert [r.role for r in store.history(s.id)][-3:] == ["user", "assistant", "tool"]
+
+
+def test_a_model_that_keeps_calling_tools_gets_a_last_request_without_tools(store, tmp_path):
+    s = store.create_session("loop")
+
+    async def run():
+        provider = Recorder(turns=[search(f"q{i}", f"c{i}") for i in range(20)] + ["final"])
+        provider.turns = provider.turns[:8] + ["final"]
+        async with worker(store, s.id, provider, tmp_path) as w:
+            return await one_turn(w), provider
+
+    (outcome, _), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished) and outcome.reply == "final"
+    assert len(provider.turn_requests) == 9 and provider.turn_requests[-1].tools == ()
+
+
+def test_bad_arguments_and_unknown_tools_are_error_results_and_the_turn_goes_on(
+        store, tmp_path):
+    s = store.create_session("bad")
+
+    async def run():
+        provider = Recorder(turns=[{"calls": [("a", "read_file", "{not json"),
+                                              ("b", "rm_rf", "{}")]}, "sorry"])
+        async with worker(store, s.id, provider, tmp_path) as w:
+            return await one_turn(w), provider
+
+    (outcome, _), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished)
+    tools = [r for r in store.history(s.id) if r.role == "tool"]
+    assert [(t.tool_call_id, t.tool_status) for t in tools] == [("a", "error"), ("b", "error")]
+    assert "not valid JSON" in tools[0].content and "no tool named" in tools[1].content
+    assert chains_whole(provider.turn_requests[1].messages[1:])
