@@ -125,15 +125,20 @@ class RequestDraft:
         return RequestParts(
             system=_system_tokens(self.system_prompt),
             tools=tool_schema_tokens(self.tools),
-            summary=summary_tokens(self.projection.summary),
+            summary=summary_tokens(self.projection.summary, self.searchable),
             raw_tail=self.projection.raw_tokens,
             current_input=(tokens.count_message("user", self.current_input)
                            if self.current_input else 0),
             framing=tokens.REPLY_PRIMING_TOKENS,
         )
 
+    @property
+    def searchable(self) -> bool:
+        """`history_search` is offered, so the summary block says the raw log is reachable."""
+        return any((t.get("function") or {}).get("name") == "history_search" for t in self.tools)
+
     def messages(self) -> list[dict[str, Any]]:
-        out = self.projection.provider_messages(self.system_prompt)
+        out = self.projection.provider_messages(self.system_prompt, self.searchable)
         if self.current_input:
             out.append({"role": "user", "content": self.current_input})
         return out
@@ -224,9 +229,11 @@ def _system_tokens(system_prompt: str) -> int:
 
 
 @lru_cache(maxsize=256)
-def summary_tokens(summary: str | None) -> int:
+def summary_tokens(summary: str | None, searchable: bool = False) -> int:
     """A summary block's tokens; counted once per summary text (summaries are bounded)."""
-    return 0 if summary is None else tokens.count_message("user", summary_block(summary))
+    if summary is None:
+        return 0
+    return tokens.count_message("user", summary_block(summary, searchable))
 
 
 def tool_schema_tokens(tools: Sequence[Mapping[str, Any]]) -> int:

@@ -16,9 +16,15 @@ from picochat.storage.store import ContextSnapshot, Store
 from picochat.summary_contract import SUMMARY_CLOSE, SUMMARY_OPEN
 
 
-def summary_block(summary: str) -> str:
-    """The text of the user-role message that carries a checkpoint summary (contract)."""
-    return f"{SUMMARY_OPEN}\n{summary.strip()}\n{SUMMARY_CLOSE}"
+SEARCH_HINT = ("(The exact earlier messages are not lost: the history_search tool searches "
+               "them.)")
+
+
+def summary_block(summary: str, searchable: bool = False) -> str:
+    """The text of the user-role message that carries a checkpoint summary (contract); with
+    `searchable`, a last line inside the block says `history_search` can reach the raw log."""
+    hint = f"\n{SEARCH_HINT}" if searchable else ""
+    return f"{SUMMARY_OPEN}\n{summary.strip()}{hint}\n{SUMMARY_CLOSE}"
 
 
 @dataclass(frozen=True)
@@ -53,18 +59,19 @@ class ContextProjection:
     def last_raw_seq(self) -> int | None:
         return self.raw[-1].seq if self.raw else None
 
-    def history_messages(self) -> list[dict[str, Any]]:
+    def history_messages(self, searchable: bool = False) -> list[dict[str, Any]]:
         """Summary block (if any) and raw tail, as OpenAI-format messages."""
         out: list[dict[str, Any]] = []
         if self.summary is not None:
-            out.append({"role": "user", "content": summary_block(self.summary)})
+            out.append({"role": "user", "content": summary_block(self.summary, searchable)})
         out.extend(m.provider_dict() for m in self.raw)
         return out
 
-    def provider_messages(self, system_prompt: str) -> list[dict[str, Any]]:
+    def provider_messages(self, system_prompt: str,
+                          searchable: bool = False) -> list[dict[str, Any]]:
         """What the provider receives: the system prompt first, then the history (contract)."""
         head = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        return head + self.history_messages()
+        return head + self.history_messages(searchable)
 
 
 def project(snapshot: ContextSnapshot) -> ContextProjection:

@@ -401,7 +401,7 @@ class SessionWorker:
                 if not step.calls:
                     break
                 steps += 1
-                self._run_tools(handle, turn_id, "".join(parts), step.calls)
+                self._run_tools(handle, turn_id, "".join(parts), step.calls, user.seq)
                 parts.clear()  # that text is saved with the tool calls
                 projection = self.projection()
             reply = "".join(parts)
@@ -445,12 +445,12 @@ class SessionWorker:
         return projection
 
     def _run_tools(self, handle: TurnHandle, turn_id: str, text: str,
-                   calls: tuple[ToolCall, ...]) -> None:
+                   calls: tuple[ToolCall, ...], user_seq: int) -> None:
         """Persist the assistant's calls, run each tool once, persist each result in order."""
         sid = self.session_id
         self.store.append_message(sid, "assistant", text, tool_calls=[c.openai() for c in calls],
                                   turn_id=turn_id)
-        context = ToolContext(self.store, sid, self.tool_root)
+        context = ToolContext(self.store, sid, self.tool_root, before_seq=user_seq)
         names = [t["function"]["name"] for t in self.tools]
         for call in calls:
             result = run_tool(call.name, call.arguments, context, enabled=names)

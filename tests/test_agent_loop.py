@@ -70,6 +70,7 @@ def test_a_tool_call_runs_once_and_everything_is_stored_in_order(store, tmp_path
     assert json.loads(call.tool_calls[0]["function"]["arguments"]) == {"query": "staging host"}
     assert result.tool_call_id == "c1" and result.tool_status == "ok"
     assert "kv-stage-4" in result.content and "#1 user" in result.content
+    assert "#3 " not in result.content  # the searching turn itself is left out
     assert [type(e) for e in events].count(ToolRan) == 1
     first, second = provider.turn_requests
     assert first.tools == TOOLS and chains_whole(second.messages[1:])
@@ -167,3 +168,49 @@ def test_bad_arguments_and_unknown_tools_are_error_results_and_the_turn_goes_on(
     assert [(t.tool_call_id, t.tool_status) for t in tools] == [("a", "error"), ("b", "error")]
     assert "not valid JSON" in tools[0].content and "no tool named" in tools[1].content
     assert chains_whole(provider.turn_requests[1].messages[1:])
+
+
+def test_the_offline_model_searches_history_when_asked_and_answers_from_the_result(
+        store, tmp_path):
+    from picochat.providers.offline import OfflineProvider
+
+    s = store.create_session("offline")
+    store.append_message(s.id, "user", "the release tag is v4.2.1-rc3", turn_id="t0")
+    store.append_message(s.id, "assistant", "noted", turn_id="t0")
+    (tmp_path / "notes.txt").write_text("deploy on friday\n")
+
+    async def run():
+        async with worker(store, s.id, OfflineProvider(0), tmp_path) as w:
+            searched, _ = await one_turn(w, "search history for release tag")
+            read, _ = await one_turn(w, "read file notes.txt")
+            plain, _ = await one_turn(w, "thanks, and no tools this time")
+            return searched, read, plain
+
+    searched, read, plain = asyncio.run(run())
+    assert isinstance(searched, TurnFinished) and "v4.2.1-rc3" in searched.reply
+    assert "deploy on friday" in read.reply
+    tools = [r for r in store.history(s.id) if r.role == "tool"]
+    assert [(t.name, t.tool_status) for t in tools] == [("history_search", "ok"),
+                                                        ("read_file", "ok")]
+    assert "offline" in plain.reply and [r.role for r in store.history(s.id)][-1] == "assistant"
+
+
+def test_the_summary_block_says_history_search_exists_only_when_offered(store, tmp_path):
+    from picochat.budget import RequestDraft
+    from picochat.projection import SEARCH_HINT, restore
+
+    s = store.create_session("hint")
+    talk(store, s.id, 10)
+
+    async def run():
+        async with worker(store, s.id, Recorder(), tmp_path) as w:
+            return await w.compact()
+
+    assert asyncio.run(run()).compacted
+    projection = restore(store, s.id)
+    offered = RequestDraft("sys", projection, TOOLS)
+    plain = RequestDraft("sys", projection, schemas(["read_file"]))
+    assert SEARCH_HINT in offered.messages()[1]["content"]
+    assert SEARCH_HINT not in plain.messages()[1]["content"]
+    assert offered.messages()[1]["content"].endswith("[End historical conversation summary]")
+    assert offered.parts().summary > plain.parts().summary  # and the budget counts it

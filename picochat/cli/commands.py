@@ -126,7 +126,7 @@ def _model(app: App, session: Session | None) -> Any:
 
 async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: str) -> int:
     from picochat.providers.base import TextDelta
-    from picochat.session import Compacted, TurnFailed
+    from picochat.session import Compacted, ToolRan, TurnFailed
 
     as_json = app.opt("json")
     streamed_newline = True
@@ -138,6 +138,10 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
                     sys.stdout.write(event.text)
                     sys.stdout.flush()
                     streamed_newline = event.text.endswith("\n")
+                elif isinstance(event, ToolRan) and not as_json:
+                    sys.stderr.write(f"picochat: ran {event.name} ({event.status}), "
+                                     f"result saved as message #{event.seq}\n")
+                    sys.stderr.flush()
                 elif isinstance(event, Compacted) and not as_json:
                     note = render.compaction_note(event.outcome)
                     if note:

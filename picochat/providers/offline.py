@@ -8,6 +8,7 @@ the same tokenizer the budget uses, and answers summary requests with an extract
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 from typing import Any, AsyncIterator
@@ -22,6 +23,7 @@ from picochat.providers.base import (
     ProviderRequest,
     StreamEvent,
     TextDelta,
+    ToolCallDelta,
     Usage,
 )
 
@@ -38,6 +40,16 @@ class OfflineProvider(Provider):
         self.delay = max(0.0, delay_ms) / 1000
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
+        call = tool_call_for(request)
+        if call is not None:
+            name, arguments = call
+            await asyncio.sleep(self.delay)
+            yield ToolCallDelta(0, f"call_offline_{len(request.messages)}", name, arguments)
+            yield Usage(prompt_tokens=tokens.count_provider_messages(request.messages)
+                        + tokens.count_tools(request.tools),
+                        completion_tokens=tokens.count_text(arguments))
+            yield Finish("tool_calls")
+            return
         text = reply_for(request)
         for piece in _pieces(text):
             if self.delay:
@@ -51,12 +63,55 @@ class OfflineProvider(Provider):
         yield Finish("stop")
 
 
+_SEARCH = re.compile(r"^\s*(?:please\s+)?(?:search|find|look up)\s+(?:the\s+)?(?:history|"
+                     r"conversation|earlier messages)\s+(?:for\s+)?(?P<q>.+)$", re.I | re.S)
+_READ = re.compile(r"^\s*(?:please\s+)?(?:read|open|show)\s+(?:the\s+)?file\s+(?P<p>\S+)",
+                   re.I)
+
+
+def tool_call_for(request: ProviderRequest) -> tuple[str, str] | None:
+    """A tool call when the user plainly asks for one ("search history for …", "read file …")
+    and the tool is offered; never right after a tool result, so the loop always ends."""
+    if request.purpose != "turn" or not request.messages:
+        return None
+    last = request.messages[-1]
+    if last.get("role") != "user":
+        return None
+    offered = {t.get("function", {}).get("name") for t in request.tools}
+    text = _text(last)
+    m = _SEARCH.match(text)
+    if m and "history_search" in offered:
+        return "history_search", json.dumps({"query": m.group("q").strip(" ?.!")[:200]})
+    m = _READ.match(text)
+    if m and "read_file" in offered:
+        return "read_file", json.dumps({"path": m.group("p").strip("`'\".,")})
+    return None
+
+
 def reply_for(request: ProviderRequest) -> str:
     """The whole reply, before streaming: deterministic in the request."""
     joined = "\n".join(_text(m) for m in request.messages)
     if request.purpose == "summary" or offline_summary.is_summary_request(joined):
         return offline_summary.summarize(joined, request.max_tokens)
+    if request.messages and request.messages[-1].get("role") == "tool":
+        return _after_tools(request.messages)
     return _chat_reply(request.messages)
+
+
+def _after_tools(messages: tuple[dict[str, Any], ...]) -> str:
+    """The answer after a tool batch: what each tool returned, quoted."""
+    results = []
+    for m in reversed(messages):
+        if m.get("role") != "tool":
+            break
+        results.append(m)
+    lines = ["I'm picochat's built-in **offline** model. Here is what the tools returned:", ""]
+    for m in reversed(results):
+        lines.append(f"**{m.get('name') or 'tool'}**:")
+        lines.append("")
+        lines.extend("> " + line for line in (_text(m).splitlines()[:12] or [""]))
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def _chat_reply(messages: tuple[dict[str, Any], ...]) -> str:

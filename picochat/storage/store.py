@@ -240,9 +240,11 @@ class Store:
             return c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                              (session_id,)).fetchone()[0]
 
-    def search_messages(self, session_id: str, query: str, limit: int = 10) -> list[SearchHit]:
+    def search_messages(self, session_id: str, query: str, limit: int = 10,
+                        before_seq: int | None = None) -> list[SearchHit]:
         """Full-text search over the session's whole raw log, including rows a checkpoint
-        summarized, cleared or undone (they are marked): best matches first."""
+        summarized, cleared or undone (they are marked): best matches first. `before_seq`
+        leaves out the turn doing the searching."""
         match = fts_query(query)
         if match is None:
             return []
@@ -251,9 +253,10 @@ class Store:
                 "SELECT m.seq, m.role, snippet(messages_fts, 0, '«', '»', '…', 16), "
                 f"m.turn_id, NOT {_NOT_RETRACTED} FROM messages_fts "
                 "JOIN messages m ON m.id = messages_fts.rowid "
-                "WHERE messages_fts MATCH ? AND m.session_id = ? "
+                "WHERE messages_fts MATCH ? AND m.session_id = ? AND m.seq < ? "
                 "ORDER BY bm25(messages_fts), m.seq DESC LIMIT ?",
-                (match, session_id, max(1, limit))).fetchall()
+                (match, session_id, before_seq if before_seq is not None else 2**62,
+                 max(1, limit))).fetchall()
         return [SearchHit(r[0], r[1], r[2], r[3], bool(r[4])) for r in rows]
 
     def search_timeline(self, session_id: str, query: str, limit: int = 5

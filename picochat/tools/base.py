@@ -18,6 +18,7 @@ class ToolContext:
     store: Store
     session_id: str
     root: Path  # read_file is confined to this directory (where picochat was started)
+    before_seq: int | None = None  # the running turn's first seq: searches leave it out
 
 
 @dataclass(frozen=True)

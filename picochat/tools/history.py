@@ -13,7 +13,7 @@ SNIPPET_NOTE = "matches are between « and »"
 def _history_search(args: Mapping[str, Any], ctx: ToolContext) -> str:
     query = str_arg(args, "query")
     limit = int_arg(args, "limit", 8, 1, 25)
-    hits = ctx.store.search_messages(ctx.session_id, query, limit)
+    hits = ctx.store.search_messages(ctx.session_id, query, limit, ctx.before_seq)
     if not hits:
         return f"No message of this conversation matches {query!r}."
     lines = [f"{len(hits)} matching messages, best first ({SNIPPET_NOTE}):"]
