@@ -13,6 +13,7 @@ answers with `default_text`. A script item is one of:
     ("status", code)                          an error with a generic OpenAI-style body
     ("status", code, body)                    an error with this JSON body
     ("status", code, body, {"Header": "v"})   ... and these extra headers
+    ("tool_calls", [(id, name, arguments)])   stream these tool calls (arguments in two pieces)
     ("delay", seconds, "reply")               wait `seconds`, then answer "reply"
     ("delay", seconds, item)                  wait, then answer with any other item
     ("delay", seconds)                        wait, then answer as if unscripted
@@ -171,6 +172,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._stream(body, item[1])
             else:
                 self._complete(body, item[1])
+        elif kind == "tool_calls":
+            self._stream(body, "", item[1])
         elif kind == "status":
             code = item[1]
             payload = item[2] if len(item) > 2 else {
@@ -202,7 +205,8 @@ class _Handler(BaseHTTPRequestHandler):
                          "finish_reason": "stop"}],
             "usage": self._usage(body, text)})
 
-    def _stream(self, body: dict[str, Any], text: str) -> None:
+    def _stream(self, body: dict[str, Any], text: str,
+                calls: list[tuple[str, str, str]] | None = None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -221,7 +225,17 @@ class _Handler(BaseHTTPRequestHandler):
             delta = {"role": "assistant", "content": piece} if first else {"content": piece}
             first = False
             send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
-        send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        for i, (cid, name, args) in enumerate(calls or ()):
+            half = len(args) // 2
+            for j, part in enumerate((args[:half], args[half:])):
+                call: dict[str, Any] = {"index": i, "function": {"arguments": part}}
+                if j == 0:
+                    call.update(id=cid, type="function")
+                    call["function"]["name"] = name
+                delta = {"role": "assistant", "content": None, "tool_calls": [call]}
+                send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        finish = "tool_calls" if calls else "stop"
+        send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         if (body.get("stream_options") or {}).get("include_usage"):
             send({**base, "choices": [], "usage": self._usage(body, text)})
         self.wfile.write(b"data: [DONE]\n\n")
