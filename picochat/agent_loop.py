@@ -8,7 +8,6 @@ no checkpoint is created mid-turn.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -45,14 +44,6 @@ def assemble_tool_calls(deltas: Iterable[ToolCallDelta], turn_id: str, step: int
         ToolCall(c["id"] or f"call_{turn_id}_{step}_{i}", c["name"] or "unknown",
                  "".join(c["arguments"]) or "{}")
         for i, c in sorted(calls.items()))
-
-
-def arguments_are_json(call: ToolCall) -> bool:
-    try:
-        json.loads(call.arguments)
-    except ValueError:
-        return False
-    return True
 
 
 def shorten_old_tool_results(projection: ContextProjection, before_seq: int,

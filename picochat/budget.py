@@ -9,7 +9,6 @@ re-tokenizes history. The same `ContextBudget` value decides auto compaction and
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
@@ -106,7 +105,7 @@ def request_digest(system_prompt: str, tools: Sequence[Mapping[str, Any]],
     """
     h = hashlib.sha256()
     h.update(system_prompt.encode("utf-8"))
-    h.update(b"\0" + _tools_json(tuple(_freeze(t) for t in tools)).encode("utf-8"))
+    h.update(b"\0" + tokens.tools_json(tools).encode("utf-8"))
     h.update(b"\0" + (checkpoint_id or "").encode("ascii") + b"\0")
     h.update(",".join(map(str, raw_seqs)).encode("ascii"))
     return h.hexdigest()
@@ -124,7 +123,7 @@ class RequestDraft:
     def parts(self) -> RequestParts:
         return RequestParts(
             system=_system_tokens(self.system_prompt),
-            tools=tool_schema_tokens(self.tools),
+            tools=tokens.count_tools(self.tools),
             summary=summary_tokens(self.projection.summary, self.searchable),
             raw_tail=self.projection.raw_tokens,
             current_input=(tokens.count_message("user", self.current_input)
@@ -234,21 +233,3 @@ def summary_tokens(summary: str | None, searchable: bool = False) -> int:
     if summary is None:
         return 0
     return tokens.count_message("user", summary_block(summary, searchable))
-
-
-def tool_schema_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
-    return _tool_tokens(tuple(_freeze(t) for t in tools)) if tools else 0
-
-
-@lru_cache(maxsize=64)
-def _tool_tokens(frozen: tuple[str, ...]) -> int:
-    return tokens.count_tools(json.loads(f) for f in frozen)
-
-
-@lru_cache(maxsize=64)
-def _tools_json(frozen: tuple[str, ...]) -> str:
-    return "[" + ",".join(frozen) + "]"
-
-
-def _freeze(tool: Mapping[str, Any]) -> str:
-    return json.dumps(tool, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

@@ -33,12 +33,7 @@ from picochat.budget import (
     RequestDraft,
     measure,
 )
-from picochat.compaction.compact import (
-    NOTHING_TO_COMPACT,
-    CompactOutcome,
-    CompactRequest,
-    compact_context,
-)
+from picochat.compaction.compact import CompactOutcome, CompactRequest, compact_context
 from picochat.config import CompactionConfig
 from picochat.context_usage import ContextUsage, limits_for
 from picochat.errors import PicochatError
@@ -52,14 +47,7 @@ from picochat.agent_loop import (
     shorten_old_tool_results,
     this_turn_only,
 )
-from picochat.providers.base import (
-    Finish,
-    Provider,
-    ProviderRequest,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-)
+from picochat.providers.base import Provider, ProviderRequest, TextDelta, Usage, collect
 from picochat.providers.errors import ContextOverflow, ProviderError, ProviderTimeout
 from picochat.storage.store import Store, UncompactResult, UndoResult
 from picochat.tools.base import ToolContext
@@ -377,7 +365,7 @@ class SessionWorker:
                 if steps >= MAX_TOOL_STEPS:  # enough tools: ask for the answer
                     draft = dataclasses.replace(draft, tools=())
                 try:
-                    step = await self._stream(handle, draft, parts)
+                    step = await self._stream(handle, draft, parts, steps)
                 except ContextOverflow as exc:
                     if parts:
                         raise
@@ -498,10 +486,6 @@ class SessionWorker:
         outcome = await self._compact("overflow", try_summary=not tried, degraded_fallback=True)
         compactions.append(outcome)
         handle._emit(Compacted(outcome))
-        if outcome.status == NOTHING_TO_COMPACT:
-            raise ContextOverflow(exc.message, exc.window,
-                                  "there is no older history to compact: shorten the message, "
-                                  "or switch to a model with a larger window")
         if not outcome.compacted:
             reason = outcome.error.message if outcome.error else "no summary"
             raise ContextOverflow(f"{exc.message}, and compacting could not make it fit "
@@ -510,28 +494,21 @@ class SessionWorker:
                                   "window")
         return outcome.projection
 
-    async def _stream(self, handle: TurnHandle, draft: RequestDraft, parts: list[str]
-                      ) -> "_Step":
+    async def _stream(self, handle: TurnHandle, draft: RequestDraft, parts: list[str],
+                      step: int) -> "_Step":
+        """One provider call; text goes to `parts` and the handle as it arrives."""
+        def on_text(delta: TextDelta) -> None:
+            parts.append(delta.text)
+            handle._emit(delta)
+
         request = ProviderRequest(messages=tuple(draft.messages()), tools=tuple(draft.tools))
-        usage: Usage | None = None
-        deltas: list[ToolCallDelta] = []
         try:
-            async with asyncio.timeout(self.total_timeout):
-                async for event in self.provider.stream(request):
-                    if isinstance(event, TextDelta):
-                        parts.append(event.text)
-                        handle._emit(event)
-                    elif isinstance(event, ToolCallDelta):
-                        deltas.append(event)
-                    elif isinstance(event, Usage):
-                        usage = event
-                    elif isinstance(event, Finish):
-                        break
+            reply = await collect(self.provider, request, self.total_timeout, on_text)
         except TimeoutError:
             raise ProviderTimeout(f"no complete answer within {self.total_timeout:g} s",
                                   "retry, or check the provider") from None
-        step = len([m for m in draft.projection.raw if m.tool_calls])
-        return _Step(usage, assemble_tool_calls(deltas, handle.turn_id, step) if deltas else ())
+        calls = reply.tool_calls
+        return _Step(reply.usage, assemble_tool_calls(calls, handle.turn_id, step) if calls else ())
 
     def _fail(self, handle: TurnHandle, user_seq: int, parts: list[str],
               error: PicochatError, compactions: Sequence[CompactOutcome] = ()) -> None:

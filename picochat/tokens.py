@@ -89,10 +89,18 @@ def count_provider_messages(messages: Iterable[Mapping[str, Any]]) -> int:
     return total
 
 
+def tools_json(tools: Iterable[Mapping[str, Any]]) -> str:
+    """Tool schemas in one canonical JSON form (sorted keys, no spaces)."""
+    return json.dumps(list(tools), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 def count_tools(tools: Iterable[Mapping[str, Any]]) -> int:
-    """Tool schemas as a request carries them: their JSON plus a small frame per tool."""
-    frozen = [json.dumps(t, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-              for t in tools]
-    if not frozen:
-        return 0
-    return count_text("[" + ",".join(frozen) + "]") + PER_MESSAGE_TOKENS * len(frozen)
+    """Tool schemas as a request carries them: their JSON plus a small frame per tool.
+    Counted once per distinct tool list: every request carries the same one."""
+    tools = list(tools)
+    return _count_tools_json(tools_json(tools), len(tools)) if tools else 0
+
+
+@lru_cache(maxsize=64)
+def _count_tools_json(text: str, n: int) -> int:
+    return count_text(text) + PER_MESSAGE_TOKENS * n

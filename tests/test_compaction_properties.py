@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from picochat.budget import BudgetLimits, RequestDraft, check_fixed
 from picochat.compaction.candidate import CompactionCandidate, SummaryRejected
-from picochat.compaction.compactor import ContextCompactor, SummaryFailed
+from picochat.compaction.compactor import ContextCompactor
 from picochat.compaction.degraded import trim_candidate
 from picochat.compaction.transcript import Transcript
 from picochat.errors import PicochatError

@@ -8,7 +8,6 @@ that checkpoint kept are never skipped.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -21,7 +20,7 @@ from picochat.cutpoints import find_cut_point, group_turns
 from picochat.errors import PicochatError
 from picochat.messages import Message
 from picochat.projection import ContextProjection
-from picochat.providers.base import Provider, TextDelta, Usage
+from picochat.providers.base import Provider, Usage, collect
 from picochat.providers.errors import ProviderError
 
 MIN_SOURCE_TOKENS = 64   # a window leaving less than this for the transcript cannot summarize
@@ -109,29 +108,19 @@ class ContextCompactor:
         transcript = serialize(plan.previous_summary, plan.span, budget.source_budget)
         request = summary_request(transcript.text, budget.output_reserve, focus,
                                   self.instructions)
-        parts: list[str] = []
-        usage: Usage | None = None
-        finish: str | None = None
         try:
-            async with asyncio.timeout(self.timeout):
-                async for event in self.provider.stream(request):
-                    if isinstance(event, TextDelta):
-                        parts.append(event.text)
-                    elif isinstance(event, Usage):
-                        usage = event
-                    else:
-                        finish = getattr(event, "reason", finish)
+            reply = await collect(self.provider, request, self.timeout)
         except TimeoutError:
             raise SummaryFailed(f"the summary call took longer than {self.timeout:g} s",
                                 "the previous context is unchanged; try again") from None
         except ProviderError as exc:
             raise SummaryFailed(f"the summary call failed: {exc.message}",
                                 exc.hint or "the previous context is unchanged") from exc
-        if finish == "length":
+        if reply.finish == "length":
             raise SummaryRejected(
                 f"the summary was cut off at its cap of {budget.output_reserve:,} tokens",
                 "the previous context is unchanged; a truncated summary would lose facts")
-        return Summary("".join(parts).strip(), transcript, budget, usage, finish)
+        return Summary(reply.text.strip(), transcript, budget, reply.usage, reply.finish)
 
     def kept_alone(self, plan: CompactionPlan, projection: ContextProjection) -> int:
         """The request size with the kept tail and no summary at all: the floor any summary

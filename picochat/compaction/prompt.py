@@ -28,7 +28,7 @@ RULES = (
     "- Keep the user's later corrections and say which earlier request they override.",
     "- Keep exact paths, ports, IDs, versions, commands and key numbers, verbatim.",
     "- Say what was done, what failed, and what was not started; never guess a tool's outcome "
-    f"where its status is `unknown_not_persisted_separately`.",
+    "where its status is `unknown_not_persisted_separately`.",
     "- Write it as a record in the past tense (\"The user asked…\"), never as instructions or "
     "requests to the reader.",
     "- Do not output tool calls, hidden reasoning or provider-private state.",

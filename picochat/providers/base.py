@@ -7,9 +7,10 @@ when the provider reports it, then exactly one `Finish`. Failures are `ProviderE
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Union
+from typing import Any, AsyncIterator, Callable, Union
 
 
 @dataclass(frozen=True)
@@ -69,3 +70,39 @@ class Provider(ABC):
 
     async def aclose(self) -> None:
         """Release connections; called once when the session worker stops."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Everything one stream produced."""
+
+    text: str
+    tool_calls: tuple[ToolCallDelta, ...]
+    usage: Usage | None
+    finish: str | None
+
+
+async def collect(provider: Provider, request: ProviderRequest, timeout: float,
+                  on_text: Callable[[TextDelta], None] | None = None) -> Reply:
+    """Drain one stream, bounded in total by `timeout` seconds (`TimeoutError` past it).
+
+    `on_text` sees each text piece as it arrives, so a caller that is cancelled or times out
+    still holds what came before."""
+    parts: list[str] = []
+    calls: list[ToolCallDelta] = []
+    usage: Usage | None = None
+    finish: str | None = None
+    async with asyncio.timeout(timeout):
+        async for event in provider.stream(request):
+            if isinstance(event, TextDelta):
+                parts.append(event.text)
+                if on_text is not None:
+                    on_text(event)
+            elif isinstance(event, ToolCallDelta):
+                calls.append(event)
+            elif isinstance(event, Usage):
+                usage = event
+            elif isinstance(event, Finish):
+                finish = event.reason
+                break
+    return Reply("".join(parts), tuple(calls), usage, finish)
