@@ -29,6 +29,11 @@ class BudgetLimits:
     configured_keep_recent: int
     keep_recent: int
     threshold: int
+    token_factor: float = 1.0  # the model family's tokens per o200k token (tokens.family_factor)
+
+    def counted(self, model_tokens: int) -> int:
+        """A limit in the model's tokens as o200k counts: what stored counts compare against."""
+        return int(model_tokens / self.token_factor)
 
 
 def effective_window(model_window: int, agent_limit: int | None) -> int:
@@ -37,14 +42,14 @@ def effective_window(model_window: int, agent_limit: int | None) -> int:
 
 
 def budget_limits(model_window: int, agent_limit: int | None, reserve_tokens: int,
-                  keep_recent_tokens: int) -> BudgetLimits:
+                  keep_recent_tokens: int, token_factor: float = 1.0) -> BudgetLimits:
     """§8.2 and §21.14: the agent only tightens; reserve and keep shrink with small windows."""
     window = effective_window(model_window, agent_limit)
     reserve = min(reserve_tokens, window // 2)
     threshold = window - reserve
     keep = min(keep_recent_tokens, threshold // 2)
     return BudgetLimits(model_window, window, reserve_tokens, reserve, keep_recent_tokens, keep,
-                        threshold)
+                        threshold, token_factor)
 
 
 def should_compact(enabled: bool, context_tokens: int, threshold: int) -> bool:
@@ -74,6 +79,14 @@ class RequestParts:
     @property
     def total(self) -> int:
         return self.fixed + self.summary + self.raw_tail + self.current_input
+
+    def scaled(self, factor: float) -> RequestParts:
+        """The same parts in a model family's tokens (each rounded up)."""
+        if factor == 1.0:
+            return self
+        return RequestParts(*(tokens.scale(n, factor) for n in (
+            self.system, self.tools, self.summary, self.raw_tail, self.current_input,
+            self.framing)))
 
 
 @dataclass(frozen=True)
@@ -199,6 +212,11 @@ def check_fixed(limits: BudgetLimits, parts: RequestParts) -> None:
         raise FixedContextExceedsBudget(parts, limits.threshold)
 
 
+def estimate(limits: BudgetLimits, draft: RequestDraft) -> RequestParts:
+    """The draft's parts from stored counts, in the model family's tokens."""
+    return draft.parts().scaled(limits.token_factor)
+
+
 def measure(limits: BudgetLimits, draft: RequestDraft, provider: str = "", model: str = "",
             calibration: Calibration | None = None) -> ContextBudget:
     """The budget of the next request (never raises: `/info` shows even a hopeless one).
@@ -207,13 +225,13 @@ def measure(limits: BudgetLimits, draft: RequestDraft, provider: str = "", model
     for field, that figure is the truth for the prefix and only the raw messages after it are
     estimated; otherwise the whole request is the sum of the stored counts (§7.2).
     """
-    parts = draft.parts()
+    parts = estimate(limits, draft)
     if calibration is not None:
         key = calibration.key
         if draft.key(provider, model, key.last_raw_seq) == key:
             tail = sum(m.tokens for m in draft.projection.raw
                        if key.last_raw_seq is None or m.seq > key.last_raw_seq)
-            extra = tail + parts.current_input
+            extra = tokens.scale(tail, limits.token_factor) + parts.current_input
             source = "provider+estimate" if extra else "provider"
             return ContextBudget(limits, parts, calibration.prompt_tokens + extra, source)
     return ContextBudget(limits, parts, parts.total, "estimate")

@@ -28,6 +28,7 @@ class ModelConfig:
     api_base: str | None = None
     api_key_env: str | None = None
     token_limit: int | None = None
+    timeout: float | None = None  # seconds one whole provider call may take
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,8 @@ class _Validator:
         table = f"models.{name}"
         if not isinstance(entry, dict):
             raise self.fail("models", name, "must be a table like [models.NAME]")
-        self.unknown_keys(table, entry, ("model", "api_base", "api_key_env", "token_limit"))
+        self.unknown_keys(table, entry,
+                          ("model", "api_base", "api_key_env", "token_limit", "timeout"))
         model = self.opt_str(table, entry, "model")
         if not model:
             raise self.fail(table, "model", "missing",
@@ -185,6 +187,7 @@ class _Validator:
             api_base=self.opt_str(table, entry, "api_base"),
             api_key_env=self.opt_str(table, entry, "api_key_env"),
             token_limit=self.opt_int(table, entry, "token_limit", minimum=1),
+            timeout=self.opt_seconds(table, entry, "timeout"),
         )
 
     def agent(self, name: str, entry: Any) -> AgentConfig:
@@ -270,6 +273,17 @@ class _Validator:
         return value
 
 
+    def opt_seconds(self, table: str, entry: dict[str, Any], key: str) -> float | None:
+        value = entry.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(table, key, f"expected a number of seconds, got {_show(value)}")
+        if not value > 0 or value == float("inf"):
+            raise self.fail(table, key, f"must be a positive number of seconds, got {value}")
+        return float(value)
+
+
 def _show(value: Any) -> str:
     kind = {bool: "a boolean", str: "a string", int: "a number", float: "a number",
             list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
@@ -294,6 +308,7 @@ STARTER_HEADER = """\
 # api_base = "http://127.0.0.1:8000/v1"
 # api_key_env = "MY_API_KEY"
 # token_limit = 32768
+# timeout = 600                     # seconds one whole request may take
 #
 # The agent every session uses (token_limit may only tighten the model's window):
 # [agents.default]

@@ -28,6 +28,15 @@ USAGE_SOURCES = {
 }
 
 
+def _source(budget: ContextBudget) -> str:
+    """How the used figure was made; a family factor is named where the estimate used it."""
+    said = USAGE_SOURCES.get(budget.usage_source, budget.usage_source)
+    factor = budget.limits.token_factor
+    if factor != 1.0 and budget.usage_source != "provider":
+        said += f", o200k × {factor:g}"
+    return said
+
+
 @dataclass(frozen=True)
 class ContextUsage:
     session: Session
@@ -56,6 +65,7 @@ class ContextUsage:
             "used_tokens": self.budget.used_tokens,
             "remaining_tokens": self.budget.remaining_tokens,
             "usage_source": self.budget.usage_source,
+            "token_factor": lim.token_factor,
             "parts": {"system": parts.system, "tools": parts.tools, "summary": parts.summary,
                       "raw_tail": parts.raw_tail, "framing": parts.framing},
             "active_checkpoint_id": cp.id if cp else None,
@@ -89,7 +99,7 @@ class ContextUsage:
             ("Keep recent", side(lim.keep_recent, lim.configured_keep_recent)),
             ("Auto-compact at", f"{lim.threshold:,}"
              + ("" if self.enabled else "  (auto compaction off)")),
-            ("Used", f"{b.used_tokens:,}  ({USAGE_SOURCES.get(b.usage_source, b.usage_source)})"),
+            ("Used", f"{b.used_tokens:,}  ({_source(b)})"),
             ("Left before auto", f"{b.remaining_tokens:,}"),
         ]
         if cp is not None:
@@ -130,4 +140,4 @@ def limits_for(model: ResolvedModel, compaction: CompactionConfig,
     window = model.model_window if window_override is None else min(model.model_window,
                                                                      window_override)
     return budget_limits(window, model.agent_limit, compaction.reserve_tokens,
-                         compaction.keep_recent_tokens)
+                         compaction.keep_recent_tokens, model.token_factor)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import warnings
 from pathlib import Path
 
 _configured: Path | None = None
@@ -27,3 +29,14 @@ def setup_logging(log_file: Path, level: int = logging.INFO) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     root.addHandler(handler)
     _configured = log_file
+    warnings.showwarning = _log_warning
+
+
+def _log_warning(message: warnings.WarningMessage | Warning | str, category: type[Warning],
+                 filename: str, lineno: int, file: object = None,
+                 line: str | None = None) -> None:
+    """Python warnings go to the log, never the terminal, and only as kind and place: their
+    text can quote data (pydantic's serializer warnings print field values). One is expected:
+    a call cancelled while litellm prepares it leaves a coroutine never awaited."""
+    logging.getLogger("picochat.warnings").warning(
+        "python_warning kind=%s at=%s:%d", category.__name__, os.path.basename(filename), lineno)

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from picochat import tokens
 from picochat.budget import effective_window
 from picochat.config import Config, ModelConfig
 from picochat.errors import ConfigError
@@ -38,6 +39,7 @@ class ResolvedModel:
     agent_limit: int | None = None
     api_base: str | None = None
     api_key_env: str | None = None
+    timeout: float | None = None   # seconds one whole call may take; None: the session default
 
     @property
     def offline(self) -> bool:
@@ -47,6 +49,11 @@ class ResolvedModel:
     def window(self) -> int:
         """The effective window: the agent may only tighten the model's."""
         return effective_window(self.model_window, self.agent_limit)
+
+    @property
+    def token_factor(self) -> float:
+        """Our o200k counts times this estimate the model's own tokens (tokens.family_factor)."""
+        return tokens.family_factor(self.provider_kind, self.model)
 
     @property
     def label(self) -> str:
@@ -105,6 +112,7 @@ def resolve_model(config: Config, name: str, origin: str | None = None) -> Resol
         agent_limit=config.agent.token_limit,
         api_base=entry.api_base,
         api_key_env=entry.api_key_env,
+        timeout=entry.timeout,
     )
 
 
@@ -168,7 +176,7 @@ def create_provider(resolved: ResolvedModel) -> Provider:
         from picochat.providers.offline import OfflineProvider
 
         return OfflineProvider()
-    from picochat.providers.litellm_provider import KEY_ENV, LiteLLMProvider
+    from picochat.providers.litellm_provider import KEY_ENV, READ_TIMEOUT_S, LiteLLMProvider
 
     key = os.environ.get(resolved.api_key_env) if resolved.api_key_env else None
     implicit = KEY_ENV.get(resolved.provider_kind)
@@ -177,4 +185,5 @@ def create_provider(resolved: ResolvedModel) -> Provider:
                           f"export {implicit}=…, or use --model offline")
     return LiteLLMProvider(model=resolved.model, provider_kind=resolved.provider_kind,
                            api_base=resolved.api_base, api_key=key,
-                           api_key_env=resolved.api_key_env)
+                           api_key_env=resolved.api_key_env,
+                           read_timeout=min(READ_TIMEOUT_S, resolved.timeout or READ_TIMEOUT_S))

@@ -375,6 +375,7 @@ class SessionWorker:
                                 "the request is still too long for the model after leaving "
                                 "out the earlier turns", exc.window, "shorten the message, "
                                 "/clear, or switch to a model with a larger window") from None
+                        self._learn_window(exc)
                         local_retried = True
                         continue
                     if retried:
@@ -474,13 +475,17 @@ class SessionWorker:
         # the outcome's projection is the durable context now, committed or not
         return outcome.projection, self.budget(outcome.projection)
 
+    def _learn_window(self, exc: ContextOverflow) -> None:
+        """§11.3 step 1: a window the provider stated is the truth from now on (only smaller)."""
+        if exc.window and exc.window < self.limits.window:
+            self.window_override = exc.window
+        self.calibration = None
+
     async def _recover_overflow(self, handle: TurnHandle, exc: ContextOverflow,
                                 compactions: list[CompactOutcome]) -> ContextProjection:
         """§11.3: recompute with the stated window, one summary unless this turn tried one,
         else a degraded whole-turn trim; the caller retries exactly once."""
-        if exc.window and exc.window < self.limits.window:
-            self.window_override = exc.window
-        self.calibration = None
+        self._learn_window(exc)
         handle._emit(CompactionStarted("overflow"))
         tried = any(o.summary_called for o in compactions)
         outcome = await self._compact("overflow", try_summary=not tried, degraded_fallback=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import threading
 from functools import lru_cache
@@ -104,3 +105,46 @@ def count_tools(tools: Iterable[Mapping[str, Any]]) -> int:
 @lru_cache(maxsize=64)
 def _count_tools_json(text: str, n: int) -> int:
     return count_text(text) + PER_MESSAGE_TOKENS * n
+
+
+# --- other model families ------------------------------------------------------------------------
+# History is counted once, in o200k (the encoding of OpenAI's current models). Other tokenizers
+# cut text finer, so for them the count is multiplied by a conservative factor: an estimate
+# should come out at or above the provider's figure, which replaces it whenever the calibration
+# key matches (design §7.2). The factors hold for Latin-script text (figures in the README,
+# "Token counting"); other scripts differ by up to 4x between tokenizers, and there the
+# provider's reported usage and overflow recovery (§11.3) keep the budget right.
+# - cl100k (gpt-4, gpt-3.5) / o200k: 0.99–1.01 on English and code (1.3–1.7 on Cyrillic, CJK).
+# - Claude: pi's chars/4 came out at 0.70–0.76 of real counts, so real ≈ chars/2.9; o200k gives
+#   chars/3.9–4.3 on English and code, so real ≈ 1.35–1.5 × o200k. litellm's bundled (older)
+#   Claude tokenizer: 1.05–1.12 × o200k on English and code.
+# - Others (Llama, Mistral, Qwen, Gemini, DeepSeek …): DeepSeek's bundled tokenizer measured
+#   0.94–1.07 × o200k; 32k-vocabulary SentencePiece models cut English ~1.2–1.3 × finer.
+O200K_FACTOR = 1.0
+CL100K_FACTOR = 1.25
+ANTHROPIC_FACTOR = 1.5
+OTHER_FACTOR = 1.3
+
+_O200K_PREFIXES = ("gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4",
+                   "gpt-oss", "codex")
+_CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35")
+
+
+def family_factor(provider_kind: str, model: str) -> float:
+    """How much a model family's tokens exceed our o200k count, conservatively."""
+    name = model.rsplit("/", 1)[-1].lower()
+    if provider_kind == "offline":
+        return O200K_FACTOR            # the offline model counts with o200k itself
+    if provider_kind == "anthropic" or name.startswith("claude"):
+        return ANTHROPIC_FACTOR
+    if provider_kind in ("openai", "azure", "text-completion-openai") or name.startswith("gpt"):
+        if name.startswith(_O200K_PREFIXES):
+            return O200K_FACTOR
+        if name.startswith(_CL100K_PREFIXES):
+            return CL100K_FACTOR
+    return OTHER_FACTOR
+
+
+def scale(count: int, factor: float) -> int:
+    """A count in o200k tokens as the model's own, rounded up (an estimate errs high)."""
+    return count if factor == 1.0 else math.ceil(count * factor)

@@ -19,6 +19,14 @@ answers with `default_text`. A script item is one of:
     ("delay", seconds)                        wait, then answer as if unscripted
     ("delay", event[, item])                  wait until the threading.Event is set (at most
                                               HOLD_LIMIT_S), then answer
+    ("hold", "before", event, "after")        stream "before", then hold the stream open until
+                                              the event is set, then stream "after"; a client
+                                              that goes away meanwhile sets `fake.disconnected`
+With `fake.window` set, a request whose prompt is larger than that many tokens (`prompt_tokens`:
+about four characters a token, tool schemas included) gets OpenAI's context_length_exceeded
+error naming the window, and consumes no script item: an overflow that begins at a given
+prompt size, as a real model's does. `fake.chars_per_token` sets how fine its tokenizer is.
+
 A delay ends early when the server stops (the request then gets no answer), so a held
 request never keeps a test's teardown waiting.
 
@@ -61,6 +69,25 @@ SUMMARY_HEADINGS = ("Objective", "Constraints", "Progress", "Decisions", "Files 
                     "Tool Results and Failures", "Outstanding Work", "Exact Facts",
                     "Recent User Corrections")
 _RECORD = re.compile(r"^### #(\d+) (\w+)", re.M)
+
+
+def overflow_body(window: int, size: int) -> dict[str, Any]:
+    return {"error": {
+        "message": f"This model's maximum context length is {window} tokens. However, your "
+                   f"messages resulted in {size} tokens. Please reduce the length of the "
+                   "messages.",
+        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}
+
+
+def prompt_tokens(body: dict[str, Any], chars_per_token: float = 4.0) -> int:
+    """The fake's own count of a request's prompt: about four characters a token."""
+    chars = 0
+    for m in body.get("messages", []):
+        chars += len(str(m.get("content") or "")) + 16
+        for call in m.get("tool_calls") or ():
+            chars += len(json.dumps(call))
+    chars += len(json.dumps(body.get("tools") or []))
+    return max(1, int(chars / chars_per_token))
 
 
 def summary_text(n: int) -> str:
@@ -174,6 +201,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._complete(body, item[1])
         elif kind == "tool_calls":
             self._stream(body, "", item[1])
+        elif kind == "hold":
+            self._stream(body, item[1], hold=item[2], after=item[3])
         elif kind == "status":
             code = item[1]
             payload = item[2] if len(item) > 2 else {
@@ -206,25 +235,32 @@ class _Handler(BaseHTTPRequestHandler):
             "usage": self._usage(body, text)})
 
     def _stream(self, body: dict[str, Any], text: str,
-                calls: list[tuple[str, str, str]] | None = None) -> None:
+                calls: list[tuple[str, str, str]] | None = None,
+                hold: threading.Event | None = None, after: str = "") -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
+        self.send_header("Transfer-Encoding", "chunked")  # keep-alive, as real servers do
         self.end_headers()
-        self.close_connection = True
         base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": body.get("model", "fake-model")}
 
         def send(obj: Any) -> None:
-            self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
-            self.wfile.flush()
+            self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
 
         first = True
         for piece in _words(text):
             delta = {"role": "assistant", "content": piece} if first else {"content": piece}
             first = False
             send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        if hold is not None:
+            if not self._hold(hold):
+                self.close_connection = True
+                return
+            for piece in _words(after):
+                send({**base, "choices": [{"index": 0, "delta": {"content": piece},
+                                           "finish_reason": None}]})
+            text += after
         for i, (cid, name, args) in enumerate(calls or ()):
             half = len(args) // 2
             for j, part in enumerate((args[:half], args[half:])):
@@ -238,8 +274,28 @@ class _Handler(BaseHTTPRequestHandler):
         send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         if (body.get("stream_options") or {}).get("include_usage"):
             send({**base, "choices": [], "usage": self._usage(body, text)})
-        self.wfile.write(b"data: [DONE]\n\n")
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")  # the last chunk: the connection stays open for the next request
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
+
+
+    def _hold(self, event: threading.Event) -> bool:
+        """Keep the stream open (SSE comments, which clients ignore) until `event`; False when
+        the client went away or the server stops."""
+        fake = self.server.fake
+        deadline = time.monotonic() + HOLD_LIMIT_S
+        while not event.wait(0.02):
+            if fake._stopping.is_set() or time.monotonic() > deadline:
+                return False
+            try:
+                self._chunk(b": held\n\n")
+            except OSError:
+                fake.disconnected.set()
+                return False
+        return True
 
 
 class FakeOpenAI:
@@ -249,6 +305,10 @@ class FakeOpenAI:
                  usage: dict[str, int] | None = None) -> None:
         self.default_text = default_text
         self.usage = usage  # fixed usage numbers; None: derived from the request size
+        self.window: int | None = None  # prompts above this many tokens overflow
+        self.chars_per_token = 4.0      # the fake's tokenizer: lower is finer than picochat's
+        self.overflows = 0              # requests refused for their size
+        self.disconnected = threading.Event()  # a client left a held stream
         self._lock = threading.Lock()
         self._script: deque[tuple[Any, ...]] = deque()
         self._summary_script: deque[tuple[Any, ...]] = deque()
@@ -354,8 +414,8 @@ class FakeOpenAI:
         if self.usage is not None:
             u = dict(self.usage)
         else:
-            prompt = sum(len(str(m.get("content") or "")) for m in body.get("messages", []))
-            u = {"prompt_tokens": max(1, prompt // 4), "completion_tokens": max(1, len(text) // 4)}
+            u = {"prompt_tokens": prompt_tokens(body, self.chars_per_token),
+                 "completion_tokens": max(1, len(text) // 4)}
         u.setdefault("total_tokens", u["prompt_tokens"] + u["completion_tokens"])
         return u
 
@@ -364,6 +424,10 @@ class FakeOpenAI:
             self._requests.append(body)
             self._headers.append(headers)
             self._arrived.notify_all()
+            size = prompt_tokens(body, self.chars_per_token)
+            if self.window is not None and size > self.window:
+                self.overflows += 1
+                return ("status", 400, overflow_body(self.window, size))
             summary = is_summary_request(body)
             own = self._summary_script if summary else self._turn_script
             default = (("text", summary_text(sum(map(is_summary_request, self._requests))))

@@ -178,16 +178,49 @@ def test_429_says_rate_limited(run_cli, fake):
     fake.script(("status", 429, RATE_LIMIT_BODY, {"Retry-After": "7"}))
     result = run_cli("ask", "hello", env=ENV)
     assert_clean_failure(result)
-    assert "rate limit" in result.stderr.lower()
+    assert "rate limit" in result.stderr.lower() and "retry in 7 s" in result.stderr
+    assert len(fake.requests) == 1
+    assert [(m["role"], m["content"]) for m in history(run_cli)] == [("user", "hello")]
+
+
+def test_anthropic_style_overflow_names_the_window_too(run_cli, fake):
+    fake.script(("status", 400, {"error": {
+        "message": "prompt is too long: 210000 tokens > 200000 maximum",
+        "type": "invalid_request_error", "param": None, "code": None}}))
+    result = run_cli("ask", "a long message", env=ENV)
+    assert_clean_failure(result)
+    assert "larger than the model's window of 200,000 tokens" in result.stderr
+    assert len(fake.requests) == 1
+
+
+def test_404_says_the_model_is_unknown(run_cli, fake):
+    fake.script(("status", 404, {"error": {
+        "message": "The model `fake-model` does not exist or you do not have access to it.",
+        "type": "invalid_request_error", "param": None, "code": "model_not_found"}}))
+    result = run_cli("ask", "hello", env=ENV)
+    assert_clean_failure(result)
+    assert "does not know the model 'openai/fake-model'" in result.stderr
+    assert "check the model name" in result.stderr
+    assert len(fake.requests) == 1
+
+
+def test_a_slow_server_times_out_after_the_models_timeout_without_a_retry(run_cli, fake,
+                                                                          config_file):
+    write_config(config_file, fake.base_url, "timeout = 1\n")
+    fake.script(("delay", 8, "too late"))
+    result = run_cli("ask", "hello", env=ENV)
+    assert_clean_failure(result)
+    assert "in time" in result.stderr or "within 1 s" in result.stderr
     assert len(fake.requests) == 1
     assert [(m["role"], m["content"]) for m in history(run_cli)] == [("user", "hello")]
 
 
 def test_connection_refused_says_cannot_connect(run_cli, config_file):
-    write_config(config_file, f"http://127.0.0.1:{closed_port()}/v1")
+    port = closed_port()
+    write_config(config_file, f"http://127.0.0.1:{port}/v1")
     result = run_cli("ask", "hello", env=ENV)
     assert_clean_failure(result)
-    assert "cannot connect" in result.stderr
+    assert f"cannot connect to http://127.0.0.1:{port}/v1" in result.stderr
     assert "litellm" not in result.stderr.lower()
     assert [(m["role"], m["content"]) for m in history(run_cli)] == [("user", "hello")]
 

@@ -45,7 +45,7 @@ def _write(path: Path, text: str | bytes) -> bytes:
 
 # --- every error path: one line, exit 2, file + key named, nothing written -----------------------
 
-MODEL_KEYS = ("model", "api_base", "api_key_env", "token_limit")
+MODEL_KEYS = ("model", "api_base", "api_key_env", "token_limit", "timeout")
 TOP_KEYS = ("default_model", "models", "agents", "context_compaction", "tools", "ui")
 COMPACTION_KEYS = ("enabled", "reserve_tokens", "keep_recent_tokens", "instructions")
 TOOLS = ("history_search", "timeline_recall", "read_file")
@@ -90,6 +90,12 @@ BAD_CONFIGS = {
     "zero_token_limit": (
         '[models.x]\nmodel = "openai/m"\ntoken_limit = 0\n',
         ["models.x.token_limit", "positive", "0"]),
+    "zero_timeout": (
+        '[models.x]\nmodel = "openai/m"\ntimeout = 0\n',
+        ["models.x.timeout", "(line 3)", "positive number of seconds", "0"]),
+    "string_timeout": (
+        '[models.x]\nmodel = "openai/m"\ntimeout = "30s"\n',
+        ["models.x.timeout", "number of seconds", "a string"]),
     "unknown_tool": (
         '[tools]\nenabled = ["history_search", "shell"]\n',
         ["tools.enabled", "'shell'", *TOOLS]),

@@ -107,12 +107,12 @@ def cmd_ask(app: App) -> int:
 
 
 def _worker(app: App, session: Session, resolved: Any, provider: Any) -> Any:
-    from picochat.session import SessionWorker
-
+    from picochat.session import TOTAL_TIMEOUT_S, SessionWorker
     from picochat.tools.registry import schemas
 
     config = app.config
     return SessionWorker(app.store, session.id, resolved, provider, config.agent.system_prompt,
+                         total_timeout=resolved.timeout or TOTAL_TIMEOUT_S,
                          compaction=config.context_compaction,
                          tools=schemas(config.tools.enabled))
 

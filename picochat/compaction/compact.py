@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from picochat.budget import BudgetLimits, RequestDraft, check_fixed
+from picochat.budget import BudgetLimits, RequestDraft, check_fixed, estimate
 from picochat.compaction.candidate import CompactionCandidate, SummaryRejected
 from picochat.compaction.compactor import ContextCompactor
 from picochat.compaction.degraded import trim_candidate
@@ -94,7 +94,7 @@ async def compact_context(store: Store, provider: Provider,
                                  request.instructions, request.timeout)
     # Both figures of a checkpoint come from the same estimate (§6.2): a provider-reported
     # usage would compare tokens of one tokenizer with tokens of another.
-    parts = RequestDraft(request.system_prompt, projection, request.tools).parts()
+    parts = estimate(limits, RequestDraft(request.system_prompt, projection, request.tools))
     before = parts.total
     try:
         check_fixed(limits, parts)

@@ -12,7 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from picochat.budget import BudgetLimits, RequestDraft
+from picochat import tokens
+from picochat.budget import BudgetLimits, RequestDraft, estimate
 from picochat.compaction.candidate import CompactionCandidate, SummaryRejected, validate
 from picochat.compaction.prompt import prompt_overhead, summary_request
 from picochat.compaction.transcript import SummaryBudget, Transcript, serialize, summary_budget
@@ -96,16 +97,18 @@ class ContextCompactor:
         self.timeout = timeout
 
     def plan(self, projection: ContextProjection) -> CompactionPlan | None:
-        return plan_compaction(projection, self.limits.keep_recent)
+        return plan_compaction(projection, self.limits.counted(self.limits.keep_recent))
 
     async def summarize(self, plan: CompactionPlan, focus: str | None = None) -> Summary:
         """One provider call: no tools, low temperature, output capped (§10.1)."""
-        budget = summary_budget(self.limits.window, prompt_overhead(focus, self.instructions))
+        overhead = tokens.scale(prompt_overhead(focus, self.instructions), self.limits.token_factor)
+        budget = summary_budget(self.limits.window, overhead)
         if budget.source_budget < MIN_SOURCE_TOKENS:
             raise SummaryFailed(
                 f"the model's window ({self.limits.window:,} tokens) is too small for a summary "
                 "request", "use a model with a larger window")
-        transcript = serialize(plan.previous_summary, plan.span, budget.source_budget)
+        transcript = serialize(plan.previous_summary, plan.span,
+                               self.limits.counted(budget.source_budget))
         request = summary_request(transcript.text, budget.output_reserve, focus,
                                   self.instructions)
         try:
@@ -129,7 +132,7 @@ class ContextCompactor:
 
     def tokens_of(self, projection: ContextProjection) -> int:
         """The estimated size of the next request over `projection` (the budget's own sum)."""
-        return RequestDraft(self.system_prompt, projection, self.tools).parts().total
+        return estimate(self.limits, RequestDraft(self.system_prompt, projection, self.tools)).total
 
     def candidate(self, plan: CompactionPlan, projection: ContextProjection, summary: str,
                   reason: str, tokens_before: int, output_reserve: int,

@@ -68,6 +68,10 @@ class Provider(ABC):
     def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
         """Yield the reply as typed events; raise `ProviderError` subclasses on failure."""
 
+    async def warm_up(self) -> None:
+        """Pay one-time start-up costs before the first real request (idempotent, never
+        raises); awaited before a call's timeout starts."""
+
     async def aclose(self) -> None:
         """Release connections; called once when the session worker stops."""
 
@@ -92,6 +96,7 @@ async def collect(provider: Provider, request: ProviderRequest, timeout: float,
     calls: list[ToolCallDelta] = []
     usage: Usage | None = None
     finish: str | None = None
+    await provider.warm_up()  # one-time set-up is not the call's time
     async with asyncio.timeout(timeout):
         async for event in provider.stream(request):
             if isinstance(event, TextDelta):

@@ -1,0 +1,155 @@
+"""A litellm call's life: warm-up without the network, cancellation mid-stream (in the worker
+and by Ctrl-C on `ask`), and a shutdown that leaves no unclosed connection behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from picochat.messages import INTERRUPTED
+from picochat.providers.base import TextDelta
+from picochat.session import TurnFailed
+from tests.test_cli_litellm import _SITECUSTOMIZE, ENV, NOISE, history
+from tests.test_compaction_e2e import (  # noqa: F401  (fixtures)
+    cli_store,
+    db,
+    fake,
+    fake_openai,
+    make_worker,
+)
+
+BEFORE = "The first half of an answer"
+
+
+def held(fake) -> threading.Event:
+    release = threading.Event()
+    fake.script_turn(("hold", BEFORE, release, " and the rest of it."))
+    return release
+
+
+def test_cancel_mid_stream_drops_the_connection_and_keeps_what_arrived(fake, cli_store,
+                                                                       config_file):
+    release = held(fake)
+    s = cli_store.create_session("s")
+
+    async def run():
+        async with make_worker(cli_store, s.id, config_file) as w:
+            handle = w.submit_turn("tell me everything")
+            seen = []
+            async for event in handle:
+                if isinstance(event, TextDelta):
+                    seen.append(event.text)
+                    if "".join(seen) == BEFORE:
+                        handle.cancel()
+            return await handle.result()
+
+    try:
+        outcome = asyncio.run(run())
+        # the server sees the client go away while the stream is still held open
+        assert fake.disconnected.wait(10), "the stream was not closed on cancel"
+    finally:
+        release.set()
+    assert isinstance(outcome, TurnFailed) and outcome.cancelled
+    assert len(fake.requests) == 1
+    rows = [(m.role, m.content, m.status) for m in cli_store.history(s.id)]
+    assert rows == [("user", "tell me everything", "complete"),
+                    ("assistant", BEFORE, INTERRUPTED)]
+
+
+def read_until(stream, text: str, timeout: float = 60.0) -> str:
+    """What a pipe delivered until `text` appeared (raw reads: the CLI streams unbuffered)."""
+    got = b""
+    deadline = time.monotonic() + timeout
+    os.set_blocking(stream.fileno(), False)
+    while text.encode() not in got:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never saw {text!r}; got {got!r}")
+        try:
+            chunk = os.read(stream.fileno(), 4096)
+        except BlockingIOError:
+            time.sleep(0.02)
+            continue
+        if not chunk:
+            raise AssertionError(f"the stream ended before {text!r}; got {got!r}")
+        got += chunk
+    return got.decode()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT semantics")
+def test_ctrl_c_during_ask_saves_the_partial_answer_and_exits_130(run_cli, fake, home):
+    release = held(fake)
+    env = {**os.environ, **ENV}
+    proc = subprocess.Popen([sys.executable, "-m", "picochat", "ask", "tell me everything"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        shown = read_until(proc.stdout, BEFORE)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert fake.disconnected.wait(10)
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+    err = err.decode()
+    assert proc.returncode == 130, err
+    assert BEFORE in shown + out.decode()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("picochat: ") and "partial answer are saved" in lines[0]
+    for word in NOISE:
+        assert word not in err
+    rows = history(run_cli)
+    assert [(r["role"], r["content"], r["status"]) for r in rows] == [
+        ("user", "tell me everything", "complete"), ("assistant", BEFORE, INTERRUPTED)]
+    assert len(fake.requests) == 1
+
+
+WARM_UP = textwrap.dedent("""
+    import asyncio, sys
+    from picochat.providers.litellm_provider import LiteLLMProvider
+
+    async def main():
+        provider = LiteLLMProvider("openai/gpt-4o-mini", "openai")
+        await provider.warm_up()
+        await provider.warm_up()          # once is enough: the second call is free
+        await provider.aclose()
+        sys.modules["litellm"]            # it did import litellm
+        print("warm")
+
+    asyncio.run(main())
+""")
+
+
+def test_warm_up_imports_litellm_and_touches_no_network(tmp_path, home):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE, encoding="utf-8")
+    log = tmp_path / "net.log"
+    env = {**os.environ, "PICOCHAT_TEST_NET_LOG": str(log), "PYTHONWARNINGS": "always",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(site),
+                                                       os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", WARM_UP], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "warm"
+    assert proc.stderr == ""
+    events = log.read_text().splitlines() if log.exists() else []
+    assert not [e for e in events if '"socket.connect"' in e or "getaddrinfo" in e], events
+
+
+def test_ask_through_litellm_shuts_down_without_unclosed_connections(run_cli, fake, home):
+    env = {**ENV, "PYTHONWARNINGS": "always", "PYTHONTRACEMALLOC": "0"}
+    result = run_cli("ask", "hello", env=env)
+    assert result.status == 0, result.stderr
+    assert result.stderr == ""
+    log = (home / "data").rglob("*.log")
+    text = "".join(p.read_text(encoding="utf-8") for p in log)
+    assert "python_warning" not in text, text
