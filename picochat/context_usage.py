@@ -6,7 +6,7 @@ adaptation of §8.2 is never hidden. Deterministic: nothing in it reads a clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from picochat.budget import (
     BudgetLimits,
@@ -17,7 +17,7 @@ from picochat.budget import (
     measure,
 )
 from picochat.config import CompactionConfig
-from picochat.messages import Checkpoint, Session
+from picochat.messages import Checkpoint, Message, Session
 from picochat.models import ResolvedModel
 from picochat.projection import ContextProjection
 
@@ -141,3 +141,19 @@ def limits_for(model: ResolvedModel, compaction: CompactionConfig,
                                                                      window_override)
     return budget_limits(window, model.agent_limit, compaction.reserve_tokens,
                          compaction.keep_recent_tokens, model.token_factor)
+
+
+def context_series(messages: Sequence[Message], checkpoints: Sequence[Checkpoint]) -> list[int]:
+    """Context tokens at each user turn, from stored counts: a checkpoint's `tokens_after` once
+    it is active (from its source_max_seq on), plus every row after it. A compaction shows as
+    a drop (the checkpoint panel's sparkline)."""
+    pending = sorted(checkpoints, key=lambda c: c.source_max_seq)
+    out: list[int] = []
+    running = 0
+    for m in messages:
+        while pending and pending[0].source_max_seq < m.seq:
+            running = pending.pop(0).tokens_after
+        running += m.tokens
+        if m.role == "user":
+            out.append(running)
+    return out

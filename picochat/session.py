@@ -34,7 +34,7 @@ from picochat.budget import (
     measure,
 )
 from picochat.compaction.compact import CompactOutcome, CompactRequest, compact_context
-from picochat.config import CompactionConfig
+from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextUsage, limits_for
 from picochat.errors import PicochatError
 from picochat.messages import INTERRUPTED
@@ -51,7 +51,7 @@ from picochat.providers.base import Provider, ProviderRequest, TextDelta, Usage,
 from picochat.providers.errors import ContextOverflow, ProviderError, ProviderTimeout
 from picochat.storage.store import Store, UncompactResult, UndoResult
 from picochat.tools.base import ToolContext
-from picochat.tools.registry import run_tool
+from picochat.tools.registry import run_tool, schemas
 
 log = logging.getLogger("picochat.session")
 T = TypeVar("T")
@@ -192,6 +192,15 @@ class SessionWorker:
         self._task: asyncio.Task[None] | None = None
         self._current: TurnHandle | None = None
         self._closing = False
+
+    @classmethod
+    def from_config(cls, store: Store, session_id: str, model: ResolvedModel,
+                    provider: Provider, config: Config) -> "SessionWorker":
+        """The worker the CLI and the app both run: the agent's prompt, the model's timeout,
+        the compaction settings and the enabled tools of `config`."""
+        return cls(store, session_id, model, provider, config.agent.system_prompt,
+                   total_timeout=model.timeout or TOTAL_TIMEOUT_S,
+                   compaction=config.context_compaction, tools=schemas(config.tools.enabled))
 
     # --- lifecycle -----------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from picochat.cli import render
+from picochat.compaction import report
 from picochat.config import Config, effective_config_text, load_config, write_starter_config
 from picochat.errors import ConfigError, PicochatError, UsageError
 from picochat.logs import setup_logging
@@ -63,10 +64,13 @@ class App:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.command is None:
-        raise PicochatError("the chat app is not available yet in this version",
-                            'use `picochat ask "..."`; see `picochat --help`')
     app = App(args)
+    if args.command is None:
+        try:
+            app.config  # noqa: B018 - an invalid config is exit 2 before the screen changes
+            return cmd_tui(app)
+        finally:
+            app.close()
     try:
         if not (args.command == "config" and args.action in ("init", "path")):
             app.config  # noqa: B018 - an invalid config is exit 2 for every command
@@ -81,6 +85,27 @@ def out(text: str = "") -> None:
 
 def dump_json(value: Any) -> None:
     out(json.dumps(value, ensure_ascii=False, indent=2, sort_keys=False))
+
+
+# --- the app -------------------------------------------------------------------------------------
+
+
+def cmd_tui(app: App) -> int:
+    """`picochat`: the chat app on `--session` (created when no session has that name), else
+    the most recently active session, else a new one."""
+    from picochat.models import create_provider
+    from picochat.tui.app import PicochatApp
+
+    ref = app.opt("session")
+    session = app.store.find_session(ref) if ref else app.store.latest_session()
+    resolved = _model(app, session)
+    provider = create_provider(resolved)  # a missing key fails here, before the screen changes
+    if session is None:
+        session = app.store.create_session(name=ref)
+    if app.opt("model") and session.model != app.opt("model"):
+        app.store.set_session_model(session.id, app.opt("model"))
+    PicochatApp(app.store, session, resolved, provider, app.config).run()
+    return 0
 
 
 # --- ask -----------------------------------------------------------------------------------------
@@ -107,14 +132,9 @@ def cmd_ask(app: App) -> int:
 
 
 def _worker(app: App, session: Session, resolved: Any, provider: Any) -> Any:
-    from picochat.session import TOTAL_TIMEOUT_S, SessionWorker
-    from picochat.tools.registry import schemas
+    from picochat.session import SessionWorker
 
-    config = app.config
-    return SessionWorker(app.store, session.id, resolved, provider, config.agent.system_prompt,
-                         total_timeout=resolved.timeout or TOTAL_TIMEOUT_S,
-                         compaction=config.context_compaction,
-                         tools=schemas(config.tools.enabled))
+    return SessionWorker.from_config(app.store, session.id, resolved, provider, app.config)
 
 
 def _model(app: App, session: Session | None) -> Any:
@@ -143,7 +163,7 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
                                      f"result saved as message #{event.seq}\n")
                     sys.stderr.flush()
                 elif isinstance(event, Compacted) and not as_json:
-                    note = render.compaction_note(event.outcome)
+                    note = report.compaction_note(event.outcome)
                     if note:
                         sys.stderr.write(f"picochat: {note}\n")
                         sys.stderr.flush()
@@ -285,10 +305,10 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
     if app.opt("json"):
         dump_json(outcome.as_dict())
     elif outcome.status == COMPACTED:
-        out(render.compacted_lines(outcome))
+        out(report.compacted_lines(outcome))
     elif outcome.status == NOTHING_TO_COMPACT:
         out("Nothing to compact")
-        sys.stderr.write(f"picochat: {render.nothing_reason(outcome, limits)}\n")
+        sys.stderr.write(f"picochat: {report.nothing_reason(outcome, limits)}\n")
     if outcome.error is not None:
         sys.stderr.write(f"picochat: compaction failed: {outcome.error.user_line()}\n")
         return outcome.error.exit_status

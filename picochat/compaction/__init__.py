@@ -6,4 +6,5 @@
 - `candidate`: the candidate and its §10.4 checks.
 - `degraded`: the deterministic whole-turn trim used only for overflow recovery (§11.3).
 - `compact`: `compact_context`, the one entry point every trigger shares (§7.4).
+- `report`: an outcome in the user's words, for the CLI and the app alike.
 """

@@ -1,0 +1,46 @@
+"""A compaction's outcome in the user's words: the CLI prints these lines, the app shows them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from picochat.cutpoints import group_turns
+
+
+def compacted_lines(outcome: Any) -> str:
+    """The §11.1 success lines; figures from the new checkpoint row (contract)."""
+    cp = outcome.checkpoint
+    turns = outcome.kept_turns
+    return (f"Context compacted: {cp.tokens_before:,} -> {cp.tokens_after:,} tokens\n"
+            f"Kept {turns} recent turn{'s' if turns != 1 else ''} from message seq "
+            f"{cp.first_retained_seq}\n"
+            "Raw history unchanged")
+
+
+def nothing_reason(outcome: Any, limits: Any) -> str:
+    """Why `compact` found nothing to fold, in the user's terms."""
+    projection = outcome.projection
+    turns = group_turns(projection.raw)
+    if not turns:
+        return "the context is empty"
+    if len(turns) == 1:
+        return "the context holds a single turn; there is nothing older to fold"
+    where = "since the last checkpoint" if projection.summary is not None else "in the context"
+    return (f"the {len(turns)} turns {where} ({projection.raw_tokens:,} tokens) fit within "
+            f"the {limits.keep_recent:,} tokens kept raw; nothing older to fold")
+
+
+def compaction_note(outcome: Any) -> str | None:
+    """One line about a compaction a turn ran first (auto or overflow), for stderr; None when
+    there was nothing to compact (the turn's own error then says why it failed)."""
+    cp = outcome.checkpoint
+    if outcome.compacted:
+        kind = "degraded: older turns left out, no summary" if cp.degraded else outcome.reason
+        return (f"context compacted ({kind}): {cp.tokens_before:,} -> {cp.tokens_after:,} "
+                f"tokens; kept {outcome.kept_turns} turns from seq {cp.first_retained_seq}")
+    if outcome.error is not None:
+        if outcome.reason == "overflow":
+            return None  # the turn fails, and its error says why
+        return (f"{outcome.reason} compaction failed ({outcome.error.user_line()}); "
+                "continuing with the context as it was")
+    return None

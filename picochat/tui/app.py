@@ -1,0 +1,354 @@
+"""PicochatApp: the chat screen over one SessionWorker.
+
+Messages up, method calls down: the prompt posts `Submitted`, the app turns it into a worker
+job (a turn or a command), and tells the ChatView, StatusBar and CheckpointPanel what happened.
+Every figure shown comes from the worker's `info()`, the value `/info` and auto compaction use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from typing import Any, Iterable
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, Static, TextArea
+from textual.worker import Worker, WorkerState
+
+from picochat.compaction import report
+from picochat.config import Config
+from picochat.context_usage import context_series
+from picochat.errors import PicochatError
+from picochat.messages import Session
+from picochat.models import ResolvedModel
+from picochat.providers.base import Provider, TextDelta
+from picochat.session import (
+    CompactionStarted,
+    Compacted,
+    SessionWorker,
+    ToolRan,
+    TurnFailed,
+    TurnFinished,
+    TurnStarted,
+)
+from picochat.storage.store import Store
+from picochat.tui import slash
+from picochat.tui.chat import AssistantMessage, ChatView, ToolBlock
+from picochat.tui.panel import CheckpointPanel
+from picochat.tui.prompt import Prompt
+from picochat.tui.screens import CardScreen
+from picochat.tui.status import StatusBar
+
+
+log = logging.getLogger("picochat.tui")
+
+
+class PicochatApp(App[None]):
+    TITLE = "picochat"
+    CSS = """
+    #body { height: 1fr; }
+    #hints { height: auto; max-height: 8; color: $text-muted; padding: 0 2; display: none; }
+    #hints.open { display: block; }
+    """
+    BINDINGS = [
+        Binding("escape", "stop", "Stop", key_display="esc", show=True),
+        Binding("f1", "help", "Help", key_display="F1"),
+        Binding("f2", "checkpoints", "Checkpoints", key_display="F2"),
+        Binding("f3", "info", "Info", key_display="F3"),
+        Binding("ctrl+q", "quit", "Quit", key_display="ctrl+q", priority=True),
+    ]
+
+    def __init__(self, store: Store, session: Session, model: ResolvedModel,
+                 provider: Provider, config: Config) -> None:
+        super().__init__()
+        self.store = store
+        self.session = session
+        self.config = config
+        self.worker = SessionWorker.from_config(store, session.id, model, provider, config)
+        self.state = ""
+        self._state_since = 0.0
+        self._turn: Any = None  # the TurnHandle streaming now
+
+    # --- layout ---------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar()
+        with Horizontal(id="body"):
+            yield ChatView(id="chat")
+            yield CheckpointPanel(id="panel")
+        yield Static("", id="hints")
+        yield Prompt(prompts=self.store.user_prompts(), id="prompt")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self.query_one(Prompt).focus()
+        await self.worker.start()
+        self.refresh_status()
+        await self.reload()
+        self.set_interval(0.5, self._tick)
+        self.warm_up()
+
+    @work(group="warm-up", exit_on_error=False)
+    async def warm_up(self) -> None:
+        """Import litellm in the background: the first frame never waits for it."""
+        await self.worker.provider.warm_up()
+
+    async def on_unmount(self) -> None:
+        await self.worker.close()
+
+    # --- what is shown --------------------------------------------------------------------------
+
+    def usage(self):
+        return self.worker.info()
+
+    def refresh_status(self) -> None:
+        state = self.state
+        if state and self._state_since:
+            state += f" {time.monotonic() - self._state_since:.0f}s"
+        queued = self.worker.queued
+        if queued:
+            state = (state + " · " if state else "") + f"{queued} queued"
+        self.query_one(StatusBar).show(self.usage(), state)
+
+    def _tick(self) -> None:
+        if self.state:
+            self.refresh_status()
+
+    def set_state(self, state: str) -> None:
+        self.state = state
+        self._state_since = time.monotonic() if state else 0.0
+        self.refresh_status()
+
+    async def reload(self) -> None:
+        """The transcript and the panel from the database, the source of truth."""
+        usage = self.usage()
+        chat = self.query_one(ChatView)
+        await chat.show_history(self.store.history(self.session.id), usage.checkpoint)
+        self.refresh_panel()
+
+    def refresh_panel(self) -> None:
+        checkpoints = self.store.checkpoints(self.session.id)
+        active = self.store.session(self.session.id).active_context_checkpoint_id
+        series = context_series(self.store.history(self.session.id), checkpoints)
+        self.query_one(CheckpointPanel).show(checkpoints, active, series)
+
+    async def checkpoint_moved(self) -> None:
+        await self.query_one(ChatView).set_checkpoint(self.usage().checkpoint)
+        self.refresh_panel()
+        self.refresh_status()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A UI task that failed says so (and the log keeps its frames); the app goes on."""
+        if event.state != WorkerState.ERROR:
+            return
+        error = event.worker.error
+        log.error("ui_task_failed name=%s kind=%s\n%s", event.worker.name,
+                  type(error).__name__, "".join(traceback.format_tb(error.__traceback__)))
+        self.set_state("")
+        self.notify(f"internal error in {event.worker.name} ({type(error).__name__}); the log "
+                    "has details", severity="error")
+
+    # --- input ----------------------------------------------------------------------------------
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        hints = self.query_one("#hints", Static)
+        matches = slash.completions(event.text_area.text)
+        if matches:
+            hints.update("\n".join(f"/{c.name} {c.args}".ljust(24) + c.help for c in matches))
+            hints.add_class("open")
+        else:
+            hints.remove_class("open")
+
+    async def on_prompt_submitted(self, event: Prompt.Submitted) -> None:
+        text = event.text
+        self.query_one("#hints", Static).remove_class("open")
+        if slash.is_command(text):
+            await self.run_command(text)
+            return
+        if text.startswith("//"):
+            text = text[1:]
+        self.run_turn(text)
+
+    async def run_command(self, text: str) -> None:
+        chat = self.query_one(ChatView)
+        try:
+            parsed = slash.parse(text)
+        except slash.UnknownCommand as exc:
+            await chat.add_notice(str(exc), "error")
+            return
+        handler = getattr(self, f"cmd_{parsed.name}")
+        await handler(parsed.arg)
+
+    # --- turns ----------------------------------------------------------------------------------
+
+    @work(group="turns", exit_on_error=False)
+    async def run_turn(self, text: str) -> None:
+        chat = self.query_one(ChatView)
+        queued = self.worker.busy or self.worker.queued > 0
+        user = await chat.add_user(text, queued=queued)
+        handle = self.worker.submit_turn(text)
+        self.refresh_status()
+        answer: AssistantMessage | None = None
+        async for event in handle:
+            if isinstance(event, TurnStarted):
+                self._turn = handle
+                user.started(event.user_seq)
+                self.set_state("answering…")
+            elif isinstance(event, TextDelta):
+                if answer is None:
+                    answer = await chat.add_assistant()
+                await answer.add_text(event.text)
+            elif isinstance(event, CompactionStarted):
+                self.set_state(f"Compacting ({event.reason})…")
+            elif isinstance(event, Compacted):
+                await self.compacted(event.outcome, announce=True)
+                self.set_state("answering…")
+            elif isinstance(event, ToolRan):
+                if answer is not None:
+                    await answer.finish()
+                    answer = None
+                row = next((m for m in self.store.history(self.session.id)
+                            if m.seq == event.seq), None)
+                await chat.add(ToolBlock(event.name, event.status,
+                                         row.content if row else "", event.seq))
+            elif isinstance(event, TurnFinished):
+                if answer is not None:
+                    await answer.finish(event.assistant_seq)
+            elif isinstance(event, TurnFailed):
+                if answer is not None:
+                    await answer.finish(event.partial_seq, interrupted=True)
+                await chat.add_notice(failure_line(event), "info" if event.cancelled
+                                      else "error")
+        if self._turn is handle:
+            self._turn = None
+        self.set_state("")
+        self.refresh_panel()
+
+    async def compacted(self, outcome: Any, announce: bool) -> None:
+        if outcome.compacted:
+            await self.checkpoint_moved()
+            if announce:
+                cp = outcome.checkpoint
+                self.notify(f"{outcome.reason} compaction: {cp.tokens_before:,} → "
+                            f"{cp.tokens_after:,} tokens", title="Context compacted")
+        elif announce and outcome.error is not None:
+            self.notify(report.compaction_note(outcome) or outcome.error.user_line(),
+                        severity="warning")
+
+    # --- commands -------------------------------------------------------------------------------
+
+    async def cmd_compact(self, focus: str) -> None:
+        chat = self.query_one(ChatView)
+        if self.worker.busy:
+            await chat.add_notice("/compact is queued: it runs when the current answer ends")
+        self.compact(focus or None)
+
+    @work(group="commands", exit_on_error=False)
+    async def compact(self, focus: str | None) -> None:
+        chat = self.query_one(ChatView)
+        future = self.worker.compact(focus)
+        while not future.done() and self.worker.busy:  # queued behind a turn
+            await asyncio.sleep(0.05)
+        self.set_state("Compacting…")
+        try:
+            outcome = await future
+        finally:
+            self.set_state("")
+        if outcome.compacted:
+            await chat.add_notice(report.compacted_lines(outcome), "card")
+            await self.compacted(outcome, announce=False)
+        elif outcome.error is not None:
+            await chat.add_notice(f"{outcome.error.user_line()}; the context is unchanged",
+                                  "error")
+        else:
+            reason = report.nothing_reason(outcome, self.worker.limits)
+            await chat.add_notice(f"Nothing to compact: {reason}")
+
+    async def cmd_uncompact(self, _: str) -> None:
+        result = await self.worker.uncompact()
+        chat = self.query_one(ChatView)
+        if result.undone:
+            active = result.active or "none (the whole raw history)"
+            await chat.add_notice(f"Undid checkpoint {result.undone}; active now: {active}")
+        else:
+            await chat.add_notice("Nothing to uncompact: no checkpoint is active")
+        await self.checkpoint_moved()
+
+    async def cmd_info(self, _: str) -> None:
+        self.action_info()
+
+    async def cmd_checkpoints(self, _: str) -> None:
+        self.action_checkpoints()
+
+    async def cmd_clear(self, _: str) -> None:
+        await self.worker.clear()
+        await self.query_one(ChatView).add_notice(
+            "Context cleared: the model starts afresh; the raw history above stays")
+        await self.checkpoint_moved()
+
+    async def cmd_stop(self, _: str) -> None:
+        self.action_stop()
+
+    async def cmd_undo(self, _: str) -> None:
+        try:
+            await self.worker.undo()
+        except PicochatError as exc:
+            await self.query_one(ChatView).add_notice(exc.user_line(), "error")
+            return
+        await self.reload()
+        await self.query_one(ChatView).add_notice("Last turn taken back from the context")
+        self.refresh_status()
+
+    async def cmd_help(self, _: str) -> None:
+        self.action_help()
+
+    async def cmd_quit(self, _: str) -> None:
+        self.exit()
+
+    # --- actions (keys and the command palette) -------------------------------------------------
+
+    def action_stop(self) -> None:
+        if self._turn is not None:
+            self._turn.cancel()
+
+    def action_info(self) -> None:
+        self.push_screen(CardScreen("Context (/info)", self.usage().rows()))
+
+    def action_checkpoints(self) -> None:
+        panel = self.query_one(CheckpointPanel)
+        panel.toggle_class("open")
+        if panel.has_class("open"):
+            self.refresh_panel()
+
+    def action_help(self) -> None:
+        rows = [(b.key_display or b.key, b.description) for b in self.BINDINGS]
+        rows += [("enter", "send"), ("ctrl+j", "newline"), ("up / down", "earlier prompts"),
+                 ("ctrl+p", "command palette"), ("//text", "send text that starts with /")]
+        rows += [(f"/{c.name} {c.args}".strip(), c.help) for c in slash.COMMANDS]
+        self.push_screen(CardScreen("Keys and commands", rows))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for c in slash.COMMANDS:
+            yield SystemCommand(f"/{c.name}", c.help, _runner(self, c.name))
+
+
+def _runner(app: PicochatApp, name: str):
+    async def run() -> None:
+        await app.run_command(f"/{name}")
+    return run
+
+
+def failure_line(event: TurnFailed) -> str:
+    if event.cancelled:
+        return ("Stopped; the partial answer is saved" if event.partial_seq
+                else "Stopped before any answer arrived")
+    saved = ("your message and the partial answer are saved" if event.partial_seq
+             else "your message is saved")
+    return f"{event.error.user_line()}; {saved}"

@@ -1,0 +1,189 @@
+"""The transcript: what the user sees is the raw history, always; a divider marks where the
+active checkpoint's summary ends and the raw tail the model still reads begins."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Collapsible, Markdown, Static
+
+from picochat.messages import INTERRUPTED, Checkpoint, Message
+from picochat.tui.safe import clean
+
+SHOWN_AT_OPEN = 200           # newest messages mounted when a session opens
+TOOL_PREVIEW_CHARS = 4_000
+
+
+class UserMessage(Static):
+    DEFAULT_CSS = """
+    UserMessage {
+        margin: 1 0 0 0;
+        padding: 0 1;
+        border-left: thick $accent;
+        background: $boost;
+    }
+    UserMessage.queued { color: $text-muted; border-left: thick $accent 40%; }
+    """
+
+    def __init__(self, text: str, seq: int | None = None, queued: bool = False) -> None:
+        super().__init__(Text(clean(text)), classes="queued" if queued else "")
+        self.seq = seq
+        self.text = text
+        if queued:
+            self.border_subtitle = "queued"
+
+    def started(self, seq: int) -> None:
+        self.seq = seq
+        self.remove_class("queued")
+        self.border_subtitle = ""
+
+
+class AssistantMessage(Markdown):
+    DEFAULT_CSS = """
+    AssistantMessage { margin: 1 0 0 0; padding: 0 1; }
+    AssistantMessage.interrupted { border-left: thick $warning; }
+    """
+
+    def __init__(self, text: str = "", seq: int | None = None,
+                 interrupted: bool = False) -> None:
+        super().__init__(clean(text), classes="interrupted" if interrupted else "")
+        self.seq = seq
+        self._stream = None
+        self.parts: list[str] = []
+
+    async def add_text(self, fragment: str) -> None:
+        if self._stream is None:
+            self._stream = Markdown.get_stream(self)
+        fragment = clean(fragment)
+        self.parts.append(fragment)
+        await self._stream.write(fragment)
+
+    async def finish(self, seq: int | None = None, interrupted: bool = False) -> None:
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+        self.seq = seq
+        if interrupted:
+            self.add_class("interrupted")
+            self.border_subtitle = "interrupted"
+
+
+class ToolBlock(Collapsible):
+    DEFAULT_CSS = """
+    ToolBlock { margin: 0 0 0 2; border: none; padding: 0; background: transparent; }
+    ToolBlock.error CollapsibleTitle { color: $error; }
+    """
+
+    def __init__(self, name: str, status: str | None, result: str, seq: int | None) -> None:
+        preview = clean(result)
+        if len(preview) > TOOL_PREVIEW_CHARS:
+            preview = preview[:TOOL_PREVIEW_CHARS] + f"\n… {len(result):,} characters in all"
+        title = f"⚙ {name or 'tool'} ({status or 'done'})"
+        super().__init__(Static(Text(preview)), title=title, collapsed=True,
+                         classes="error" if status == "error" else "")
+        self.seq = seq
+
+
+class Notice(Static):
+    DEFAULT_CSS = """
+    Notice { margin: 1 0 0 0; padding: 0 1; color: $text-muted; }
+    Notice.error { color: $error; border-left: thick $error; }
+    Notice.info { color: $text-muted; }
+    Notice.card { border: round $primary 50%; color: $text; }
+    """
+
+    def __init__(self, text: str, kind: str = "info") -> None:
+        super().__init__(Text(clean(text)), classes=kind)
+
+
+class CheckpointDivider(Static):
+    DEFAULT_CSS = """
+    CheckpointDivider {
+        margin: 1 0 0 0;
+        color: $secondary;
+        text-style: italic;
+        border-top: dashed $secondary;
+        border-bottom: dashed $secondary;
+        text-align: center;
+    }
+    """
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        super().__init__(Text(divider_text(checkpoint)))
+        self.checkpoint_id = checkpoint.id
+
+
+def divider_text(cp: Checkpoint) -> str:
+    kind = " · degraded" if cp.degraded else ""
+    return (f"▲ above: summarized in checkpoint {cp.id} (gen {cp.generation}, "
+            f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens{kind}) · "
+            f"below: raw tail from #{cp.first_retained_seq}")
+
+
+class ChatView(VerticalScroll):
+    """Owns every transcript write: the app calls these methods and nothing else mounts here."""
+
+    DEFAULT_CSS = """
+    ChatView { padding: 0 1 1 1; scrollbar-size-vertical: 1; }
+    ChatView > .older { color: $text-muted; text-align: center; }
+    """
+
+    def on_mount(self) -> None:
+        self.anchor()
+
+    async def show_history(self, messages: list[Message], checkpoint: Checkpoint | None) -> None:
+        await self.remove_children()
+        shown = messages[-SHOWN_AT_OPEN:]
+        widgets: list[Widget] = []
+        if len(messages) > len(shown):
+            older = Static(f"… {len(messages) - len(shown):,} earlier messages: "
+                           "`picochat history` or /export shows them all", classes="older")
+            widgets.append(older)
+        for m in shown:
+            widget = message_widget(m)
+            if widget is not None:
+                widgets.append(widget)
+        await self.mount_all(widgets)
+        await self.set_checkpoint(checkpoint)
+        self.scroll_end(animate=False, immediate=True)
+        self.anchor()
+
+    async def set_checkpoint(self, checkpoint: Checkpoint | None) -> None:
+        """Move the divider to where the active checkpoint's raw tail begins."""
+        for old in self.query(CheckpointDivider):
+            await old.remove()
+        if checkpoint is None:
+            return
+        divider = CheckpointDivider(checkpoint)
+        after = [w for w in self.children if getattr(w, "seq", None) is not None
+                 and w.seq >= checkpoint.first_retained_seq]
+        if after:
+            await self.mount(divider, before=after[0])
+        else:
+            await self.mount(divider)
+
+    async def add(self, widget: Widget) -> Widget:
+        await self.mount(widget)
+        return widget
+
+    async def add_user(self, text: str, queued: bool) -> UserMessage:
+        return await self.add(UserMessage(text, queued=queued))  # type: ignore[return-value]
+
+    async def add_assistant(self) -> AssistantMessage:
+        return await self.add(AssistantMessage())  # type: ignore[return-value]
+
+    async def add_notice(self, text: str, kind: str = "info") -> Notice:
+        return await self.add(Notice(text, kind))  # type: ignore[return-value]
+
+
+def message_widget(m: Message) -> Widget | None:
+    if m.role == "user":
+        return UserMessage(m.content, m.seq)
+    if m.role == "assistant":
+        if not m.content.strip():
+            return None  # a tool-call step: its tools show below it
+        return AssistantMessage(m.content, m.seq, interrupted=m.status == INTERRUPTED)
+    if m.role == "tool":
+        return ToolBlock(m.name or "tool", m.tool_status, m.content, m.seq)
+    return None

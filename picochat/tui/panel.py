@@ -1,0 +1,77 @@
+"""The checkpoint panel: what has been summarized, where the raw tail begins, and how the
+context grew and dropped turn by turn."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Label, Markdown, OptionList, Sparkline, Static
+from textual.widgets.option_list import Option
+
+from picochat.messages import Checkpoint
+from picochat.tui.safe import clean
+
+
+def checkpoint_lines(cp: Checkpoint, active: bool) -> str:
+    created = dt.datetime.fromtimestamp(cp.created_at / 1000).strftime("%Y-%m-%d %H:%M")
+    return "\n".join([
+        f"{'Active' if active else 'Earlier'} checkpoint {cp.id}",
+        f"generation {cp.generation} · {cp.trigger_reason}"
+        + (" · degraded (turns dropped, no summary)" if cp.degraded else ""),
+        f"tokens {cp.tokens_before:,} → {cp.tokens_after:,}",
+        f"raw tail from #{cp.first_retained_seq} · covers up to #{cp.source_max_seq}",
+        f"created {created}",
+    ])
+
+
+class CheckpointPanel(VerticalScroll):
+    DEFAULT_CSS = """
+    CheckpointPanel {
+        width: 52; display: none;
+        border-left: solid $secondary; padding: 0 1; background: $surface;
+    }
+    CheckpointPanel.open { display: block; }
+    CheckpointPanel Label.title { text-style: bold; color: $secondary; margin: 1 0 0 0; }
+    CheckpointPanel Sparkline { height: 3; margin: 0 0 1 0; }
+    CheckpointPanel OptionList { height: auto; max-height: 8; }
+    """
+    HELP = "F2 or /checkpoints toggles this panel; pick an earlier checkpoint to read it."
+
+    def compose(self) -> ComposeResult:
+        yield Label("Context per turn", classes="title")
+        yield Sparkline([], id="spark")
+        yield Static("", id="cp-meta")
+        yield Label("Summary", classes="title")
+        yield Markdown("", id="cp-summary")
+        yield Label("All checkpoints", classes="title")
+        yield OptionList(id="cp-list")
+
+    def show(self, checkpoints: list[Checkpoint], active_id: str | None,
+             series: list[int]) -> None:
+        self.checkpoints = {c.id: c for c in checkpoints}
+        self.active_id = active_id
+        self.query_one("#spark", Sparkline).data = series or [0]
+        options = self.query_one("#cp-list", OptionList)
+        options.clear_options()
+        for cp in checkpoints:
+            mark = "● " if cp.id == active_id else "  "
+            options.add_option(Option(Text(f"{mark}gen {cp.generation} · {cp.id} · "
+                                           f"{cp.tokens_before:,}→{cp.tokens_after:,}"), cp.id))
+        active = self.checkpoints.get(active_id) if active_id else None
+        self.read(active)
+
+    def read(self, cp: Checkpoint | None) -> None:
+        meta = self.query_one("#cp-meta", Static)
+        summary = self.query_one("#cp-summary", Markdown)
+        if cp is None:
+            meta.update(Text("No active checkpoint: the model reads the whole raw history."))
+            summary.update("")
+            return
+        meta.update(Text(checkpoint_lines(cp, cp.id == self.active_id)))
+        summary.update(clean(cp.summary))
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.read(self.checkpoints.get(event.option.id or ""))

@@ -1,0 +1,80 @@
+"""The prompt: multi-line, Enter sends, ctrl+j adds a newline, up/down recall earlier prompts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual import events
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import TextArea
+
+
+class Prompt(TextArea):
+    DEFAULT_CSS = """
+    Prompt {
+        height: auto;
+        min-height: 3;
+        max-height: 10;
+        border: round $primary 60%;
+        padding: 0 1;
+    }
+    Prompt:focus { border: round $primary; }
+    """
+    BINDINGS = [Binding("ctrl+j", "newline", "Newline", key_display="ctrl+j", show=False)]
+    HELP = "Enter sends. ctrl+j adds a newline. Up/down on the first/last line recall prompts."
+
+    @dataclass
+    class Submitted(Message):
+        text: str
+
+    def __init__(self, prompts: list[str] | None = None, **kwargs) -> None:
+        super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus",
+                         **kwargs)
+        self.prompts: list[str] = list(prompts or [])
+        self._recall: int | None = None   # index into history while recalling
+        self._draft = ""
+
+    def action_newline(self) -> None:
+        self.insert("\n")
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()
+            text = self.text
+            if text.strip():
+                self.remember(text)
+                self.clear()
+                self.post_message(self.Submitted(text))
+            return
+        if event.key == "up" and self.cursor_at_first_line and self.prompts:
+            event.stop()
+            event.prevent_default()
+            self._step(-1)
+            return
+        if event.key == "down" and self.cursor_at_last_line and self._recall is not None:
+            event.stop()
+            event.prevent_default()
+            self._step(1)
+            return
+        await super()._on_key(event)
+
+    def remember(self, text: str) -> None:
+        if not self.prompts or self.prompts[-1] != text:
+            self.prompts.append(text)
+        self._recall = None
+
+    def _step(self, delta: int) -> None:
+        if self._recall is None:
+            self._draft = self.text
+            index = len(self.prompts) - 1
+        else:
+            index = self._recall + delta
+        if index >= len(self.prompts):
+            self._recall = None
+            self.load_text(self._draft)
+        else:
+            self._recall = max(0, index)
+            self.load_text(self.prompts[self._recall])
+        self.move_cursor(self.document.end)

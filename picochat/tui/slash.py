@@ -1,0 +1,70 @@
+"""Slash commands: names, one-line help, parsing, and the nearest name for a typo.
+
+Pure and UI-free, so the app, the completion pop-up, the command palette and F1 help all read
+the same table."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    args: str
+    help: str
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("compact", "[focus]", "summarize older turns now; the raw history stays"),
+    Command("uncompact", "", "undo the last compaction"),
+    Command("info", "", "context usage: window, threshold, what is used"),
+    Command("checkpoints", "", "show or hide the checkpoint panel"),
+    Command("clear", "", "start the context afresh; the raw history stays"),
+    Command("stop", "", "stop the running answer (Esc)"),
+    Command("undo", "", "take back the last turn from the context"),
+    Command("help", "", "keys and commands"),
+    Command("quit", "", "leave picochat (ctrl+q)"),
+)
+BY_NAME = {c.name: c for c in COMMANDS}
+
+
+@dataclass(frozen=True)
+class Parsed:
+    name: str
+    arg: str
+
+
+class UnknownCommand(ValueError):
+    def __init__(self, name: str, suggestion: str | None) -> None:
+        hint = f"; did you mean /{suggestion}?" if suggestion else "; /help lists them"
+        super().__init__(f"unknown command /{name}{hint}")
+        self.name = name
+        self.suggestion = suggestion
+
+
+def is_command(text: str) -> bool:
+    """A leading slash makes a command; `//text` sends "/text" as a message."""
+    return text.startswith("/") and not text.startswith("//")
+
+
+def parse(text: str) -> Parsed:
+    """`/name rest…` → Parsed; raises UnknownCommand naming the nearest command."""
+    body = text.strip()[1:]
+    name, _, arg = body.partition(" ")
+    name = name.lower()
+    if name not in BY_NAME:
+        close = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.5)
+        prefix = [c for c in BY_NAME if name and c.startswith(name)]
+        raise UnknownCommand(name, prefix[0] if len(prefix) == 1 else (close[0] if close
+                                                                        else None))
+    return Parsed(name, arg.strip())
+
+
+def completions(text: str) -> list[Command]:
+    """Commands whose name starts with what follows the slash (all of them for a bare '/')."""
+    if not is_command(text) or " " in text:
+        return []
+    typed = text[1:].lower()
+    return [c for c in COMMANDS if c.name.startswith(typed)]

@@ -1,0 +1,266 @@
+"""The app through Textual's pilot: chat, slash commands, keys, the checkpoint panel, and the
+numbers it shows, which must be the engine's (the same as `picochat info`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from picochat.config import CompactionConfig, Config
+from picochat.messages import INTERRUPTED
+from picochat.models import resolve_model
+from picochat.providers.base import Finish, ModelInfo, Provider, TextDelta, Usage
+from picochat.providers.offline import OfflineProvider
+from picochat.tui.app import PicochatApp
+from picochat.tui.chat import AssistantMessage, ChatView, CheckpointDivider, Notice, UserMessage
+from picochat.tui.panel import CheckpointPanel
+from picochat.tui.prompt import Prompt
+from picochat.tui.screens import CardScreen
+from picochat.tui.status import StatusBar
+
+SIZE = (110, 36)
+SMALL_KEEP = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
+
+
+class Slow(Provider):
+    """Streams `pieces` one every `gap` seconds: a turn that is still running."""
+
+    def __init__(self, pieces, gap=0.05):
+        self.info = ModelInfo("test", "slow")
+        self.pieces, self.gap = pieces, gap
+
+    async def stream(self, request):
+        for piece in self.pieces:
+            await asyncio.sleep(self.gap)
+            yield TextDelta(piece)
+        yield Usage(10, 2)
+        yield Finish()
+
+
+def make_app(store, provider=None, config=SMALL_KEEP, name="t"):
+    session = store.find_session(name) or store.create_session(name)
+    model = resolve_model(config, "offline")
+    return PicochatApp(store, session, model, provider or OfflineProvider(0), config)
+
+
+async def say(pilot, text: str) -> None:
+    prompt = pilot.app.query_one(Prompt)
+    prompt.load_text(text)
+    await pilot.press("enter")
+
+
+async def settle(pilot, app, until, timeout: float = 10.0) -> None:
+    """Let the app run until `until()` holds (the worker and the UI are asynchronous)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not until():
+        assert asyncio.get_running_loop().time() < deadline, "the app never got there"
+        await pilot.pause(0.05)
+
+
+async def chat_once(pilot, app, store, text: str) -> None:
+    """Send `text` and wait for the answer to be saved."""
+    count = len(store.history(app.session.id))
+    await say(pilot, text)
+    await settle(pilot, app, lambda: len(store.history(app.session.id)) == count + 2
+                 and not app.worker.busy)
+    await pilot.pause(0.1)
+
+
+def texts(app, kind) -> list[str]:
+    return [str(w.render()) if not isinstance(w, AssistantMessage) else "".join(w.parts)
+            for w in app.query_one(ChatView).query(kind)]
+
+
+async def test_a_message_streams_in_and_both_rows_are_saved(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await chat_once(pilot, app, store, "remember: the canary host is cn-west-12")
+        users = app.query_one(ChatView).query(UserMessage)
+        answers = app.query_one(ChatView).query(AssistantMessage)
+        assert [u.seq for u in users] == [1] and [a.seq for a in answers] == [2]
+        assert "cn-west-12" in store.history(app.session.id)[1].content
+        assert app.query_one(Prompt).text == ""
+
+
+async def test_status_bar_shows_the_same_numbers_as_picochat_info(store, run_cli, home):
+    from picochat.storage.store import open_store
+
+    db = home / "data" / "picochat.db"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shared = open_store(db)
+    try:
+        app = make_app(shared, config=Config())
+        async with app.run_test(size=SIZE) as pilot:
+            await chat_once(pilot, app, shared, "hello there")
+            status = str(app.query_one(StatusBar).render())
+            calibrated = app.worker.info().as_dict()
+        result = run_cli("info", "--json", "--session", "t")
+        assert result.status == 0, result.stderr
+        card = json.loads(result.stdout)
+        # a fresh process has no provider-reported figure yet: both are the stored estimate
+        uncalibrated = app.worker
+        uncalibrated.calibration = None
+        mine = uncalibrated.info().as_dict()
+        assert mine["used_tokens"] == card["used_tokens"]
+        assert mine["compression_threshold_tokens"] == card["compression_threshold_tokens"]
+        assert f"{calibrated['used_tokens']:,} / {card['compression_threshold_tokens']:,} / " \
+               f"{card['effective_window_tokens']:,}" in status
+        assert " offline " in status
+    finally:
+        shared.close()
+
+
+async def test_compact_draws_the_divider_and_fills_the_panel(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        for i in range(8):
+            await say(pilot, f"question {i}: the build uses port {9000 + i} " + "filler " * 30)
+        await settle(pilot, app, lambda: len(store.history(app.session.id)) == 16
+                     and not app.worker.busy)
+        before = app.worker.info().budget.used_tokens
+        await say(pilot, "/compact keep the ports")
+        await settle(pilot, app, lambda: bool(store.checkpoints(app.session.id))
+                     and app.query(CheckpointDivider))
+        await pilot.pause(0.2)
+        [cp] = store.checkpoints(app.session.id)
+        [divider] = app.query(CheckpointDivider)
+        assert cp.id in str(divider.render()) and f"#{cp.first_retained_seq}" in str(
+            divider.render())
+        chat = app.query_one(ChatView)
+        after = list(chat.children)[list(chat.children).index(divider) + 1]
+        assert after.seq == cp.first_retained_seq        # the raw tail starts right below it
+        assert all(isinstance(w, (UserMessage, AssistantMessage, Notice, CheckpointDivider))
+                   for w in chat.children)
+        assert len(chat.query(UserMessage)) == 8          # the raw history stays on screen
+        assert any("Context compacted" in t for t in texts(app, Notice))
+        assert app.worker.info().budget.used_tokens < before
+        await pilot.press("f2")
+        panel = app.query_one(CheckpointPanel)
+        assert panel.has_class("open")
+        meta = str(panel.query_one("#cp-meta").render())
+        assert cp.id in meta and f"{cp.tokens_before:,} → {cp.tokens_after:,}" in meta
+        await say(pilot, "/uncompact")
+        await settle(pilot, app, lambda: not app.query(CheckpointDivider))
+        assert store.session(app.session.id).active_context_checkpoint_id is None
+
+
+async def test_compact_during_a_turn_is_queued_and_runs_after_it(store):
+    for i in range(6):
+        store.append_message(store.create_session("t").id if i == 0 else
+                             store.find_session("t").id, "user", f"q{i} " + "words " * 40,
+                             turn_id=f"x{i}")
+        store.append_message(store.find_session("t").id, "assistant", f"a{i} " + "words " * 40,
+                             turn_id=f"x{i}")
+    app = make_app(store, provider=_SlowThenOffline())
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "a slow question")
+        await settle(pilot, app, lambda: app.worker.busy)
+        await say(pilot, "/compact")
+        await settle(pilot, app, lambda: any("queued" in t for t in texts(app, Notice)))
+        assert not store.checkpoints(app.session.id)      # not while the turn runs
+        await settle(pilot, app, lambda: bool(store.checkpoints(app.session.id)))
+        [cp] = store.checkpoints(app.session.id)
+        answer = store.history(app.session.id)[-1]
+        assert answer.role == "assistant" and answer.status != INTERRUPTED
+        assert cp.source_max_seq >= answer.seq            # it ran after the whole turn
+
+
+class _SlowThenOffline(Provider):
+    """A slow turn; summaries from the offline model."""
+
+    def __init__(self):
+        self.info = ModelInfo("offline", "offline")
+        self.offline = OfflineProvider(0)
+
+    async def stream(self, request):
+        if request.purpose == "summary":
+            async for event in self.offline.stream(request):
+                yield event
+            return
+        async for event in Slow(["slow ", "but ", "sure"], gap=0.2).stream(request):
+            yield event
+
+
+async def test_escape_stops_the_answer_and_keeps_what_arrived(store):
+    app = make_app(store, provider=Slow(["one ", "two ", "three "] + ["more "] * 200, gap=0.02))
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "go on")
+        await settle(pilot, app, lambda: any(len(a.parts) >= 3 for a in
+                                             app.query(AssistantMessage)))
+        await pilot.press("escape")
+        await settle(pilot, app, lambda: not app.worker.busy and any(
+            "Stopped" in t for t in texts(app, Notice)))
+        partial = store.history(app.session.id)[-1]
+        assert partial.status == INTERRUPTED and partial.content.startswith("one two three ")
+
+
+async def test_model_output_cannot_inject_markup_or_escapes(store):
+    hostile = ["[red]x[/red] ", "[@click=app.quit]quit[/] ", "\x1b[2J\x1b]0;pwned\x07", "done"]
+    app = make_app(store, provider=Slow(hostile, gap=0))
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "[bold]me[/bold] \x1b[31m")
+        await settle(pilot, app, lambda: not app.worker.busy and app.query(AssistantMessage))
+        await pilot.pause(0.2)
+        [answer] = app.query(AssistantMessage)
+        shown = "".join(answer.parts)
+        assert "[red]x[/red]" in shown and "[@click=app.quit]" in shown
+        assert "\x1b" not in shown and "\x07" not in shown
+        [user] = app.query(UserMessage)
+        assert str(user.render()) == "[bold]me[/bold] "
+        assert app.is_running                             # nothing quit the app
+
+
+async def test_unknown_command_suggests_the_nearest(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "/compcat")
+        await pilot.pause(0.1)
+        assert any("unknown command /compcat; did you mean /compact?" in t
+                   for t in texts(app, Notice))
+        assert store.history(app.session.id) == []        # nothing was sent
+
+
+async def test_slash_completion_lists_commands_with_help(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("/", "c")
+        await pilot.pause(0.1)
+        hints = str(app.query_one("#hints").render())
+        assert "/compact" in hints and "/clear" in hints and "/info" not in hints
+        assert "summarize older turns" in hints
+
+
+async def test_info_and_help_open_cards_with_the_engines_rows(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "/info")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, CardScreen)
+        assert app.screen.rows == app.worker.info().rows()
+        await pilot.press("escape")
+        await pilot.press("f1")
+        await pilot.pause(0.1)
+        labels = [label for label, _ in app.screen.rows]
+        assert "/compact [focus]" in labels and "F2" in labels and "ctrl+j" in labels
+
+
+async def test_up_recalls_the_previous_prompt_and_ctrl_j_adds_a_newline(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await chat_once(pilot, app, store, "first prompt")
+        await pilot.press("up")
+        assert app.query_one(Prompt).text == "first prompt"
+        await pilot.press("down")
+        assert app.query_one(Prompt).text == ""
+        await pilot.press("a", "ctrl+j", "b")
+        assert app.query_one(Prompt).text == "a\nb"
+
+
+async def test_clear_says_so_and_the_context_starts_afresh(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await chat_once(pilot, app, store, "something to forget")
+        await say(pilot, "/clear")
+        await settle(pilot, app, lambda: any("Context cleared" in t for t in texts(app, Notice)))
+        assert app.worker.info().as_dict()["raw_messages_in_context"] == 0
+        assert len(app.query_one(ChatView).query(UserMessage)) == 1  # still on screen
