@@ -364,3 +364,19 @@ def write_starter_config(path: Path, *, force: bool = False) -> None:
     from picochat.fsutil import atomic_write_text
 
     atomic_write_text(path, starter_config_text())
+
+
+def save_ui_theme(path: Path, theme: str) -> None:
+    """Remember the app's theme: set `[ui] theme` in the config file, keeping every other key
+    (comments are not kept: tomli-w writes plain TOML). Refuses to touch an invalid file."""
+    import tomli_w
+
+    from picochat.fsutil import atomic_write_text
+
+    data: dict[str, Any] = {}
+    if path.exists():
+        load_config(path)  # an invalid file raises ConfigError: never overwrite it blindly
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    ui = data.setdefault("ui", {})
+    ui["theme"] = theme
+    atomic_write_text(path, tomli_w.dumps(data))

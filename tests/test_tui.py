@@ -264,3 +264,106 @@ async def test_clear_says_so_and_the_context_starts_afresh(store):
         await settle(pilot, app, lambda: any("Context cleared" in t for t in texts(app, Notice)))
         assert app.worker.info().as_dict()["raw_messages_in_context"] == 0
         assert len(app.query_one(ChatView).query(UserMessage)) == 1  # still on screen
+
+
+async def test_sessions_new_rename_switch_and_delete(store):
+    app = make_app(store, name="first")
+    async with app.run_test(size=SIZE) as pilot:
+        await chat_once(pilot, app, store, "a message in the first session")
+        await say(pilot, "/new second")
+        await settle(pilot, app, lambda: app.session.name == "second"
+                     and not app.query_one(ChatView).query(UserMessage))  # a fresh transcript
+        await say(pilot, "/rename renamed")
+        await settle(pilot, app, lambda: store.session(app.session.id).name == "renamed")
+        assert "renamed" in str(app.query_one(StatusBar).render())
+        await say(pilot, "/sessions")
+        await pilot.pause(0.2)
+        from picochat.tui.screens import PickScreen
+
+        assert isinstance(app.screen, PickScreen)
+        first = store.find_session("first")
+        await pilot.press("down", "enter")    # the list is newest first: the second row
+        await settle(pilot, app, lambda: texts(app, UserMessage) == [
+            "a message in the first session"])
+        assert app.session.id == first.id
+        await say(pilot, "/delete")
+        await pilot.pause(0.2)
+        await pilot.press("y")
+        await settle(pilot, app, lambda: app.session.id != first.id)
+        assert store.find_session("first") is None             # hidden from every list
+        assert store.history(first.id)                          # its rows are kept
+
+
+async def test_search_finds_a_message_and_marks_it(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await chat_once(pilot, app, store, "the canary host is cn-west-12")
+        await chat_once(pilot, app, store, "something else entirely")
+        await say(pilot, "/search canary")
+        await pilot.pause(0.2)
+        assert any("#1 user" in t and "canary" in t for t in texts(app, Notice))
+        [found] = app.query(".found")
+        assert found.seq == 1
+
+
+async def test_theme_switches_live_is_saved_and_a_bad_theme_file_is_only_a_notice(
+        store, tmp_path):
+    from picochat.config import load_config
+    from picochat.paths import resolve_paths
+
+    paths = resolve_paths(str(tmp_path / "data"), str(tmp_path / "cfg" / "config.toml"))
+    paths.user_themes_dir.mkdir(parents=True)
+    (paths.user_themes_dir / "broken.toml").write_text('name = "broken"\nprimary = "nope"\n')
+    (paths.user_themes_dir / "mine.toml").write_text('name = "mine"\nprimary = "#ff0000"\n')
+    session = store.create_session("t")
+    model = resolve_model(SMALL_KEEP, "offline")
+    app = PicochatApp(store, session, model, OfflineProvider(0), SMALL_KEEP, paths)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.1)
+        assert app.theme == "picochat-dark"
+        assert {"picochat-light", "picochat-high-contrast", "mine", "nord"} <= set(
+            app.available_themes)
+        assert "broken" not in app.available_themes
+        assert any("broken.toml" in str(n.message) and "primary" in str(n.message)
+                   for n in app._notifications)
+        await say(pilot, "/theme picochat-light")
+        await pilot.pause(0.1)
+        assert app.theme == "picochat-light"
+        await say(pilot, "/theme picochat-lite")
+        await pilot.pause(0.1)
+        assert any("did you mean picochat-light" in t for t in texts(app, Notice))
+    assert load_config(paths.config_file).ui.theme == "picochat-light"
+
+
+async def test_model_switch_follows_the_new_window(store, tmp_path):
+    from picochat.config import ModelConfig
+
+    config = Config(models={"tiny": ModelConfig(name="tiny", model="offline", token_limit=8192)})
+    session = store.create_session("t")
+    app = PicochatApp(store, session, resolve_model(config, "offline"), OfflineProvider(0),
+                      config)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.worker.limits.window == 128_000
+        await say(pilot, "/model tiny")
+        await settle(pilot, app, lambda: app.worker.limits.window == 8192)
+        assert "8,192" in str(app.query_one(StatusBar).render())
+        assert store.session(session.id).model == "tiny"
+        await say(pilot, "/model nonsense")
+        await pilot.pause(0.1)
+        assert any("unknown model 'nonsense'" in t for t in texts(app, Notice))
+        assert app.worker.limits.window == 8192
+
+
+async def test_retry_asks_the_last_question_again_and_copy_takes_the_answer(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await chat_once(pilot, app, store, "what is two plus two?")
+        await say(pilot, "/retry")
+        await settle(pilot, app, lambda: len(store.history(app.session.id)) == 4
+                     and not app.worker.busy)
+        rows = store.history(app.session.id)
+        assert [m.retracted for m in rows] == [True, True, False, False]
+        assert rows[2].content == "what is two plus two?"
+        await say(pilot, "/copy")
+        await pilot.pause(0.1)
+        assert app.clipboard == rows[3].content

@@ -104,7 +104,7 @@ def cmd_tui(app: App) -> int:
         session = app.store.create_session(name=ref)
     if app.opt("model") and session.model != app.opt("model"):
         app.store.set_session_model(session.id, app.opt("model"))
-    PicochatApp(app.store, session, resolved, provider, app.config).run()
+    PicochatApp(app.store, session, resolved, provider, app.config, app.paths).run()
     return 0
 
 

@@ -8,6 +8,7 @@ Every figure shown comes from the worker's `info()`, the value `/info` and auto 
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 import time
 import traceback
@@ -22,10 +23,11 @@ from textual.widgets import Footer, Static, TextArea
 from textual.worker import Worker, WorkerState
 
 from picochat.compaction import report
-from picochat.config import Config
+from picochat.config import Config, save_ui_theme
 from picochat.context_usage import context_series
 from picochat.errors import PicochatError
 from picochat.messages import Session
+from picochat.paths import Paths
 from picochat.models import ResolvedModel
 from picochat.providers.base import Provider, TextDelta
 from picochat.session import (
@@ -42,7 +44,8 @@ from picochat.tui import slash
 from picochat.tui.chat import AssistantMessage, ChatView, ToolBlock
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
-from picochat.tui.screens import CardScreen
+from picochat.tui.screens import CardScreen, ConfirmScreen, PickScreen
+from picochat.tui.themes import bundled_dir, load_themes
 from picochat.tui.status import StatusBar
 
 
@@ -65,11 +68,12 @@ class PicochatApp(App[None]):
     ]
 
     def __init__(self, store: Store, session: Session, model: ResolvedModel,
-                 provider: Provider, config: Config) -> None:
+                 provider: Provider, config: Config, paths: Paths | None = None) -> None:
         super().__init__()
         self.store = store
         self.session = session
         self.config = config
+        self.paths = paths
         self.worker = SessionWorker.from_config(store, session.id, model, provider, config)
         self.state = ""
         self._state_since = 0.0
@@ -87,12 +91,27 @@ class PicochatApp(App[None]):
         yield Footer()
 
     async def on_mount(self) -> None:
+        self.load_themes()
         self.query_one(Prompt).focus()
         await self.worker.start()
         self.refresh_status()
         await self.reload()
         self.set_interval(0.5, self._tick)
         self.warm_up()
+
+    def load_themes(self) -> None:
+        folders = [bundled_dir()] + ([self.paths.user_themes_dir] if self.paths else [])
+        themes, problems = load_themes(*folders)
+        for theme in themes:
+            self.register_theme(theme)
+        for problem in problems:
+            self.notify(f"theme not loaded: {problem}", severity="warning", timeout=10)
+        wanted = self.config.ui.theme
+        if wanted in self.available_themes:
+            self.theme = wanted
+        else:
+            self.notify(f"unknown theme {wanted!r} in [ui] theme; valid: "
+                        + ", ".join(sorted(self.available_themes)), severity="warning")
 
     @work(group="warm-up", exit_on_error=False)
     async def warm_up(self) -> None:
@@ -303,6 +322,157 @@ class PicochatApp(App[None]):
             return
         await self.reload()
         await self.query_one(ChatView).add_notice("Last turn taken back from the context")
+        self.refresh_status()
+
+    async def cmd_retry(self, _: str) -> None:
+        chat = self.query_one(ChatView)
+        rows = [m for m in self.store.history(self.session.id)
+                if m.role == "user" and not m.retracted]
+        if self.worker.busy or not rows:
+            await chat.add_notice("Nothing to retry" if not rows else
+                                  "An answer is still running: /stop it first", "error")
+            return
+        await self.cmd_undo("")
+        self.run_turn(rows[-1].content)
+
+    async def cmd_new(self, name: str) -> None:
+        if name and self.store.find_session(name):
+            await self.query_one(ChatView).add_notice(
+                f"a session named {name!r} exists; /sessions switches to it", "error")
+            return
+        await self.open_session(self.store.create_session(name=name or None))
+
+    async def cmd_sessions(self, _: str) -> None:
+        sessions = self.store.list_sessions()
+        choices = [(s.id, f"{'● ' if s.id == self.session.id else '  '}{s.name}  ·  "
+                          f"{s.message_count:,} messages  ·  {s.id}") for s in sessions]
+
+        async def picked(session_id: str | None) -> None:
+            if session_id and session_id != self.session.id:
+                await self.open_session(self.store.session(session_id))
+        self.push_screen(PickScreen("Sessions", choices), picked)
+
+    async def cmd_rename(self, name: str) -> None:
+        chat = self.query_one(ChatView)
+        if not name:
+            await chat.add_notice("/rename needs a name: /rename NAME", "error")
+            return
+        try:
+            self.session = self.store.rename_session(self.session.id, name)
+        except PicochatError as exc:
+            await chat.add_notice(exc.user_line(), "error")
+            return
+        await chat.add_notice(f"Session renamed to {name}")
+        self.refresh_status()
+
+    async def cmd_delete(self, _: str) -> None:
+        async def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            self.store.delete_session(self.session.id)
+            others = [s for s in self.store.list_sessions() if s.id != self.session.id]
+            await self.open_session(others[0] if others else self.store.create_session())
+            self.notify("Session deleted (its rows stay in the database)")
+        self.push_screen(ConfirmScreen(f"Delete session {self.session.name!r}?"), answered)
+
+    async def cmd_model(self, name: str) -> None:
+        chat = self.query_one(ChatView)
+        if not name:
+            await chat.add_notice(f"Model: {self.worker.model.label}; /model NAME switches "
+                                  "(a [models] key or a litellm model string)")
+            return
+        from picochat.models import create_provider, resolve_model
+
+        try:
+            resolved = resolve_model(self.config, name, "/model")
+            provider = create_provider(resolved)
+        except PicochatError as exc:
+            await chat.add_notice(exc.user_line(), "error")
+            return
+        self.store.set_session_model(self.session.id, name)
+        await self.open_session(self.store.session(self.session.id), resolved, provider)
+        await self.query_one(ChatView).add_notice(f"Model: {resolved.label}; window "
+                                                  f"{self.worker.limits.window:,} tokens")
+
+    async def cmd_system(self, text: str) -> None:
+        chat = self.query_one(ChatView)
+        if text:
+            self.worker.system_prompt = text
+            await chat.add_notice("System prompt replaced for this run of the app")
+            self.refresh_status()
+        else:
+            await chat.add_notice(f"System prompt: {self.worker.system_prompt or '(none)'}")
+
+    async def cmd_search(self, query: str) -> None:
+        chat = self.query_one(ChatView)
+        if not query:
+            await chat.add_notice("/search needs some words: /search TEXT", "error")
+            return
+        hits = self.store.search_messages(self.session.id, query, limit=5)
+        if not hits:
+            await chat.add_notice(f"No message matches {query!r}")
+            return
+        lines = [f"#{h.seq} {h.role}{' (undone)' if h.retracted else ''}: {h.snippet}"
+                 for h in hits]
+        await chat.add_notice(f"{len(hits)} best matches for {query!r}:\n" + "\n".join(lines))
+        target = next((w for w in chat.children if getattr(w, "seq", None) == hits[0].seq),
+                      None)
+        if target is not None:
+            chat.release_anchor()
+            chat.scroll_to_widget(target, animate=False, top=True)
+            target.add_class("found")
+
+    async def cmd_copy(self, _: str) -> None:
+        answers = [m for m in self.store.history(self.session.id)
+                   if m.role == "assistant" and m.content.strip()]
+        if not answers:
+            await self.query_one(ChatView).add_notice("No answer to copy yet")
+            return
+        self.copy_to_clipboard(answers[-1].content)
+        self.notify(f"Copied the last answer ({len(answers[-1].content):,} characters)")
+
+    async def cmd_theme(self, name: str) -> None:
+        chat = self.query_one(ChatView)
+        names = sorted(self.available_themes)
+        if not name:
+            await chat.add_notice("Themes: " + ", ".join(
+                f"[{n}]" if n == self.theme else n for n in names))
+            return
+        if name not in self.available_themes:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            await chat.add_notice(f"unknown theme {name!r}{hint} (/theme lists them)", "error")
+            return
+        self.theme = name
+        saved = ""
+        if self.paths is not None:
+            try:
+                save_ui_theme(self.paths.config_file, name)
+                saved = f"; saved to {self.paths.config_file}"
+            except PicochatError as exc:
+                saved = f"; not saved ({exc.user_line()})"
+        await chat.add_notice(f"Theme: {name}{saved}")
+
+    async def open_session(self, session: Session, model: ResolvedModel | None = None,
+                           provider: Provider | None = None) -> None:
+        """Switch the app to `session` (with its own model unless one is given)."""
+        if model is None:
+            from picochat.models import choose_model, create_provider, resolve_model
+
+            try:
+                name, origin = choose_model(self.config, None, session.model)
+                model = resolve_model(self.config, name, origin)
+                provider = create_provider(model)
+            except PicochatError as exc:
+                await self.query_one(ChatView).add_notice(exc.user_line(), "error")
+                return
+        await self.worker.close()
+        self.session = session
+        self.worker = SessionWorker.from_config(self.store, session.id, model, provider,
+                                                self.config)
+        await self.worker.start()
+        self.warm_up()
+        await self.reload()
         self.refresh_status()
 
     async def cmd_help(self, _: str) -> None:

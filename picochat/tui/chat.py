@@ -24,6 +24,7 @@ class UserMessage(Static):
         background: $boost;
     }
     UserMessage.queued { color: $text-muted; border-left: thick $accent 40%; }
+    UserMessage.found { border-left: thick $success; }
     """
 
     def __init__(self, text: str, seq: int | None = None, queued: bool = False) -> None:

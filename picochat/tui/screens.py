@@ -39,3 +39,56 @@ class CardScreen(ModalScreen[None]):
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)
+
+
+class PickScreen(ModalScreen["str | None"]):
+    """Pick one of `choices` ((id, label) pairs); dismisses with the id, or None on Esc."""
+
+    DEFAULT_CSS = """
+    PickScreen { align: center middle; }
+    PickScreen > OptionList {
+        width: 90; max-width: 95%; height: auto; max-height: 80%;
+        border: round $primary; background: $surface;
+    }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Close", key_display="esc")]
+
+    def __init__(self, title: str, choices: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.title_text = title
+        self.choices = choices
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import OptionList
+        from textual.widgets.option_list import Option
+
+        options = OptionList(*(Option(Text(label), id=key) for key, label in self.choices))
+        options.border_title = self.title_text
+        options.border_subtitle = "enter picks · esc closes"
+        yield options
+
+    def on_option_list_option_selected(self, event) -> None:
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > Static {
+        width: 70; height: auto; border: round $warning; background: $surface; padding: 1 2;
+    }
+    """
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(f"{self.question}\n\ny: yes    n / esc: no"))
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
