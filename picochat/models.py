@@ -186,4 +186,4 @@ def create_provider(resolved: ResolvedModel) -> Provider:
     return LiteLLMProvider(model=resolved.model, provider_kind=resolved.provider_kind,
                            api_base=resolved.api_base, api_key=key,
                            api_key_env=resolved.api_key_env,
-                           read_timeout=min(READ_TIMEOUT_S, resolved.timeout or READ_TIMEOUT_S))
+                           read_timeout=resolved.timeout or READ_TIMEOUT_S)

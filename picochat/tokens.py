@@ -135,7 +135,7 @@ def family_factor(provider_kind: str, model: str) -> float:
     name = model.rsplit("/", 1)[-1].lower()
     if provider_kind == "offline":
         return O200K_FACTOR            # the offline model counts with o200k itself
-    if provider_kind == "anthropic" or name.startswith("claude"):
+    if provider_kind == "anthropic" or "claude" in name:  # also bedrock/anthropic.claude-…
         return ANTHROPIC_FACTOR
     if provider_kind in ("openai", "azure", "text-completion-openai") or name.startswith("gpt"):
         if name.startswith(_O200K_PREFIXES):

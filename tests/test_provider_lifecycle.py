@@ -49,12 +49,15 @@ def test_cancel_mid_stream_drops_the_connection_and_keeps_what_arrived(fake, cli
                     seen.append(event.text)
                     if "".join(seen) == BEFORE:
                         handle.cancel()
-            return await handle.result()
+            outcome = await handle.result()
+            # the server sees the client go away while the worker (and its connection pool)
+            # is still open: the cancel itself closed the stream
+            closed = await asyncio.to_thread(fake.disconnected.wait, 10)
+            return outcome, closed
 
     try:
-        outcome = asyncio.run(run())
-        # the server sees the client go away while the stream is still held open
-        assert fake.disconnected.wait(10), "the stream was not closed on cancel"
+        outcome, closed = asyncio.run(run())
+        assert closed, "the stream was not closed on cancel"
     finally:
         release.set()
     assert isinstance(outcome, TurnFailed) and outcome.cancelled
@@ -150,6 +153,32 @@ def test_ask_through_litellm_shuts_down_without_unclosed_connections(run_cli, fa
     result = run_cli("ask", "hello", env=env)
     assert result.status == 0, result.stderr
     assert result.stderr == ""
-    log = (home / "data").rglob("*.log")
-    text = "".join(p.read_text(encoding="utf-8") for p in log)
-    assert "python_warning" not in text, text
+    logs = list((home / "data").rglob("*.log"))
+    assert logs, "the run wrote no log"
+    text = "".join(p.read_text(encoding="utf-8") for p in logs)
+    assert "turn_ok" in text and "python_warning" not in text, text
+
+
+def test_a_provider_reused_after_a_cancelled_warm_up_still_answers(fake):
+    """Each asyncio.run is a new loop: a warm-up task of an old one must not poison the next."""
+    from picochat.providers.base import ProviderRequest, collect
+    from picochat.providers.litellm_provider import LiteLLMProvider
+
+    provider = LiteLLMProvider("openai/fake-model", "openai", api_base=fake.base_url,
+                               api_key="test-key")
+
+    async def abandoned() -> None:
+        task = asyncio.ensure_future(provider.warm_up())
+        await asyncio.sleep(0)
+        task.cancel()
+
+    async def ask() -> str:
+        try:
+            request = ProviderRequest(({"role": "user", "content": "hi"},))
+            return (await collect(provider, request, 30)).text
+        finally:
+            await provider.aclose()
+
+    asyncio.run(abandoned())
+    assert asyncio.run(ask()) == "Hello from fake"
+    assert asyncio.run(ask()) == "Hello from fake"   # and again, on a third loop

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from picochat import tokens
 from picochat.cutpoints import group_turns
 
 
@@ -26,7 +27,8 @@ def nothing_reason(outcome: Any, limits: Any) -> str:
     if len(turns) == 1:
         return "the context holds a single turn; there is nothing older to fold"
     where = "since the last checkpoint" if projection.summary is not None else "in the context"
-    return (f"the {len(turns)} turns {where} ({projection.raw_tokens:,} tokens) fit within "
+    size = tokens.scale(projection.raw_tokens, limits.token_factor)
+    return (f"the {len(turns)} turns {where} ({size:,} tokens) fit within "
             f"the {limits.keep_recent:,} tokens kept raw; nothing older to fold")
 
 

@@ -27,6 +27,7 @@ from picochat.providers.litellm_env import import_litellm
 
 log = logging.getLogger("picochat.providers")
 READ_TIMEOUT_S = 60.0
+WARM_UP_LIMIT_S = 30.0
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY",
             "gemini": "GEMINI_API_KEY", "mistral": "MISTRAL_API_KEY", "groq": "GROQ_API_KEY",
             "openrouter": "OPENROUTER_API_KEY", "deepseek": "DEEPSEEK_API_KEY"}
@@ -41,7 +42,8 @@ class LiteLLMProvider(Provider):
         self.api_key = api_key
         self.api_key_env = api_key_env or KEY_ENV.get(provider_kind)
         self.read_timeout = read_timeout
-        self._warm: asyncio.Future[None] | None = None
+        self._warm: asyncio.Task[None] | None = None
+        self._warmed_loop: asyncio.AbstractEventLoop | None = None
 
     def _kwargs(self, request: ProviderRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -77,9 +79,17 @@ class LiteLLMProvider(Provider):
         1.4 s cold, 0.1 s after this); the mock call pays it without touching the network.
         `collect` awaits this before it starts a call's timer, so a short `timeout` is never
         spent importing; a UI starts it early, while the user types."""
-        if self._warm is None:
-            self._warm = asyncio.ensure_future(self._warm_up())
-        await asyncio.shield(self._warm)
+        loop = asyncio.get_running_loop()
+        if self._warmed_loop is loop:
+            return
+        if self._warm is None or self._warm.get_loop() is not loop or self._warm.cancelled():
+            self._warm = loop.create_task(self._warm_up())  # a task belongs to one loop
+        try:
+            await asyncio.wait_for(asyncio.shield(self._warm), WARM_UP_LIMIT_S)
+        except TimeoutError:  # a slow warm-up must not hold the call: go on without it
+            log.info("litellm_warm_up slow limit_s=%g", WARM_UP_LIMIT_S)
+            return
+        self._warmed_loop = loop
 
     async def _warm_up(self) -> None:
         try:
