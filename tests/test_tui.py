@@ -158,7 +158,8 @@ async def test_compact_during_a_turn_is_queued_and_runs_after_it(store):
         await say(pilot, "/compact")
         await settle(pilot, app, lambda: any("queued" in t for t in texts(app, Notice)))
         assert not store.checkpoints(app.session.id)      # not while the turn runs
-        await settle(pilot, app, lambda: bool(store.checkpoints(app.session.id)))
+        await settle(pilot, app, lambda: any("Context compacted" in t
+                                             for t in texts(app, Notice)))
         [cp] = store.checkpoints(app.session.id)
         answer = store.history(app.session.id)[-1]
         assert answer.role == "assistant" and answer.status != INTERRUPTED
@@ -367,3 +368,71 @@ async def test_retry_asks_the_last_question_again_and_copy_takes_the_answer(stor
         await say(pilot, "/copy")
         await pilot.pause(0.1)
         assert app.clipboard == rows[3].content
+
+
+async def test_export_writes_the_whole_session(store, tmp_path):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await chat_once(pilot, app, store, "the canary host is cn-west-12")
+        await say(pilot, f"/export json {tmp_path / 'out.json'}")
+        await pilot.pause(0.2)
+        await say(pilot, f"/export md {tmp_path / 'out.md'}")
+        await pilot.pause(0.2)
+        await say(pilot, f"/export md {tmp_path}")          # a folder: refused, said so
+        await pilot.pause(0.2)
+        assert any("export failed" in t and "folder" in t for t in texts(app, Notice))
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert [m["content"] for m in data["messages"]][0] == "the canary host is cn-west-12"
+    assert "cn-west-12" in (tmp_path / "out.md").read_text()
+
+
+class Held(Provider):
+    """The first turn waits for `release`; later ones answer at once."""
+
+    def __init__(self):
+        self.info = ModelInfo("test", "held")
+        self.release = asyncio.Event()
+        self.calls = 0
+
+    async def stream(self, request):
+        self.calls += 1
+        yield TextDelta(f"answer {self.calls} ")
+        if self.calls == 1:
+            await self.release.wait()
+        yield Usage(10, 2)
+        yield Finish()
+
+
+async def test_a_message_typed_during_an_answer_is_queued_visibly(store):
+    provider = Held()
+    app = make_app(store, provider=provider)
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "first")
+        await settle(pilot, app, lambda: app.worker.busy)
+        await say(pilot, "second")
+        await settle(pilot, app, lambda: len(app.query(UserMessage)) == 2)
+        second = app.query(UserMessage)[1]
+        assert second.has_class("queued") and second.border_subtitle == "queued"
+        assert "1 queued" in str(app.query_one(StatusBar).render())
+        provider.release.set()
+        await settle(pilot, app, lambda: not second.has_class("queued"))
+        await settle(pilot, app, lambda: len(store.history(app.session.id)) == 4
+                     and not app.worker.busy)
+        assert [m.content for m in store.history(app.session.id) if m.role == "user"] == [
+            "first", "second"]
+
+
+async def test_the_command_palette_offers_every_slash_command(store):
+    from picochat.tui import slash
+
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert all(f"/{c.name}" in titles for c in slash.COMMANDS)
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        for ch in "/info":
+            await pilot.press(ch)
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await settle(pilot, app, lambda: isinstance(app.screen, CardScreen))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from picochat.cli import render
+from picochat import render
 from picochat.compaction import report
 from picochat.config import Config, effective_config_text, load_config, write_starter_config
 from picochat.errors import ConfigError, PicochatError, UsageError
@@ -247,13 +247,7 @@ def cmd_export(app: App) -> int:
     if app.args.format == "md":
         text = render.export_markdown(session, messages, checkpoints)
     else:
-        active = _active_checkpoint(app, session)
-        text = json.dumps({
-            "session": render.session_json(session),
-            "messages": [render.message_json(m, session, active) for m in messages],
-            "checkpoints": [render.checkpoint_json(c, session.active_context_checkpoint_id)
-                            for c in checkpoints],
-        }, ensure_ascii=False, indent=2) + "\n"
+        text = render.export_json(session, messages, checkpoints)
     if app.args.output and app.args.output != "-":
         from pathlib import Path
 

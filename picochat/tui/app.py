@@ -12,6 +12,7 @@ import difflib
 import logging
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Iterable
 
 from textual import work
@@ -22,7 +23,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static, TextArea
 from textual.worker import Worker, WorkerState
 
+from picochat import render
 from picochat.compaction import report
+from picochat.fsutil import atomic_write_text
 from picochat.config import Config, save_ui_theme
 from picochat.context_usage import context_series
 from picochat.errors import PicochatError
@@ -133,7 +136,9 @@ class PicochatApp(App[None]):
         queued = self.worker.queued
         if queued:
             state = (state + " · " if state else "") + f"{queued} queued"
-        self.query_one(StatusBar).show(self.usage(), state)
+        bars = self.query(StatusBar)
+        if bars:  # none while the app shuts down
+            bars.first().show(self.usage(), state)
 
     def _tick(self) -> None:
         if self.state:
@@ -149,17 +154,17 @@ class PicochatApp(App[None]):
         usage = self.usage()
         chat = self.query_one(ChatView)
         await chat.show_history(self.store.history(self.session.id), usage.checkpoint)
-        self.refresh_panel()
+        await self.refresh_panel()
 
-    def refresh_panel(self) -> None:
+    async def refresh_panel(self) -> None:
         checkpoints = self.store.checkpoints(self.session.id)
         active = self.store.session(self.session.id).active_context_checkpoint_id
         series = context_series(self.store.history(self.session.id), checkpoints)
-        self.query_one(CheckpointPanel).show(checkpoints, active, series)
+        await self.query_one(CheckpointPanel).show(checkpoints, active, series)
 
     async def checkpoint_moved(self) -> None:
         await self.query_one(ChatView).set_checkpoint(self.usage().checkpoint)
-        self.refresh_panel()
+        await self.refresh_panel()
         self.refresh_status()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -167,6 +172,8 @@ class PicochatApp(App[None]):
         if event.state != WorkerState.ERROR:
             return
         error = event.worker.error
+        if not self.is_running:
+            return
         log.error("ui_task_failed name=%s kind=%s\n%s", event.worker.name,
                   type(error).__name__, "".join(traceback.format_tb(error.__traceback__)))
         self.set_state("")
@@ -247,7 +254,7 @@ class PicochatApp(App[None]):
         if self._turn is handle:
             self._turn = None
         self.set_state("")
-        self.refresh_panel()
+        await self.refresh_panel()
 
     async def compacted(self, outcome: Any, announce: bool) -> None:
         if outcome.compacted:
@@ -303,7 +310,7 @@ class PicochatApp(App[None]):
         self.action_info()
 
     async def cmd_checkpoints(self, _: str) -> None:
-        self.action_checkpoints()
+        await self.action_checkpoints()
 
     async def cmd_clear(self, _: str) -> None:
         await self.worker.clear()
@@ -431,6 +438,27 @@ class PicochatApp(App[None]):
         self.copy_to_clipboard(answers[-1].content)
         self.notify(f"Copied the last answer ({len(answers[-1].content):,} characters)")
 
+    async def cmd_export(self, arg: str) -> None:
+        chat = self.query_one(ChatView)
+        words = arg.split(maxsplit=1)
+        fmt = "md"
+        if words and words[0].lower() in ("md", "json"):
+            fmt = words.pop(0).lower()
+        target = Path(words[0] if words else f"{self.session.name}.{fmt}").expanduser()
+        messages = self.store.history(self.session.id)
+        checkpoints = self.store.checkpoints(self.session.id)
+        session = self.store.session(self.session.id)
+        text = (render.export_markdown(session, messages, checkpoints) if fmt == "md"
+                else render.export_json(session, messages, checkpoints))
+        try:
+            if target.is_dir():
+                raise OSError(f"{target} is a folder; give a file name")
+            atomic_write_text(target, text)
+        except OSError as exc:
+            await chat.add_notice(f"export failed: {exc}; nothing was written", "error")
+            return
+        await chat.add_notice(f"Exported {len(messages):,} messages to {target.resolve()}")
+
     async def cmd_theme(self, name: str) -> None:
         chat = self.query_one(ChatView)
         names = sorted(self.available_themes)
@@ -490,11 +518,11 @@ class PicochatApp(App[None]):
     def action_info(self) -> None:
         self.push_screen(CardScreen("Context (/info)", self.usage().rows()))
 
-    def action_checkpoints(self) -> None:
+    async def action_checkpoints(self) -> None:
         panel = self.query_one(CheckpointPanel)
         panel.toggle_class("open")
         if panel.has_class("open"):
-            self.refresh_panel()
+            await self.refresh_panel()
 
     def action_help(self) -> None:
         rows = [(b.key_display or b.key, b.description) for b in self.BINDINGS]

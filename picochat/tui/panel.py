@@ -16,7 +16,8 @@ from picochat.tui.safe import clean
 
 
 def checkpoint_lines(cp: Checkpoint, active: bool) -> str:
-    created = dt.datetime.fromtimestamp(cp.created_at / 1000).strftime("%Y-%m-%d %H:%M")
+    created = dt.datetime.fromtimestamp(cp.created_at / 1000, dt.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M UTC")
     return "\n".join([
         f"{'Active' if active else 'Earlier'} checkpoint {cp.id}",
         f"generation {cp.generation} · {cp.trigger_reason}"
@@ -49,7 +50,7 @@ class CheckpointPanel(VerticalScroll):
         yield Label("All checkpoints", classes="title")
         yield OptionList(id="cp-list")
 
-    def show(self, checkpoints: list[Checkpoint], active_id: str | None,
+    async def show(self, checkpoints: list[Checkpoint], active_id: str | None,
              series: list[int]) -> None:
         self.checkpoints = {c.id: c for c in checkpoints}
         self.active_id = active_id
@@ -61,17 +62,17 @@ class CheckpointPanel(VerticalScroll):
             options.add_option(Option(Text(f"{mark}gen {cp.generation} · {cp.id} · "
                                            f"{cp.tokens_before:,}→{cp.tokens_after:,}"), cp.id))
         active = self.checkpoints.get(active_id) if active_id else None
-        self.read(active)
+        await self.read(active)
 
-    def read(self, cp: Checkpoint | None) -> None:
+    async def read(self, cp: Checkpoint | None) -> None:
         meta = self.query_one("#cp-meta", Static)
         summary = self.query_one("#cp-summary", Markdown)
         if cp is None:
             meta.update(Text("No active checkpoint: the model reads the whole raw history."))
-            summary.update("")
+            await summary.update("")
             return
         meta.update(Text(checkpoint_lines(cp, cp.id == self.active_id)))
-        summary.update(clean(cp.summary))
+        await summary.update(clean(cp.summary))
 
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.read(self.checkpoints.get(event.option.id or ""))
+    async def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        await self.read(self.checkpoints.get(event.option.id or ""))

@@ -33,6 +33,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("system", "[TEXT]", "show or replace the system prompt for this run"),
     Command("search", "TEXT", "search the whole raw history and jump to the best match"),
     Command("copy", "", "copy the last answer to the clipboard"),
+    Command("export", "[md|json] [PATH]", "write the whole session to a file"),
     Command("theme", "[NAME]", "list themes, or switch and remember one"),
     Command("help", "", "keys and commands"),
     Command("quit", "", "leave picochat (ctrl+q)"),

@@ -1,4 +1,5 @@
-"""Plain-text and JSON renderings of sessions, the raw log and checkpoints, for the CLI."""
+"""Plain-text, Markdown and JSON renderings of sessions, the raw log and checkpoints: the CLI
+prints them, the app exports them."""
 
 from __future__ import annotations
 
@@ -134,6 +135,16 @@ def export_markdown(session: Session, messages: list[Message],
             lines.append(cp.summary)
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def export_json(session: Session, messages: list[Message], checkpoints: list[Checkpoint]) -> str:
+    active = next((c for c in checkpoints if c.id == session.active_context_checkpoint_id), None)
+    return json.dumps({
+        "session": session_json(session),
+        "messages": [message_json(m, session, active) for m in messages],
+        "checkpoints": [checkpoint_json(c, session.active_context_checkpoint_id)
+                        for c in checkpoints],
+    }, ensure_ascii=False, indent=2) + "\n"
 
 
 def _fence(text: str, lang: str = "") -> str:

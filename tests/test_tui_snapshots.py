@@ -1,0 +1,95 @@
+"""Pictures of the app (pytest-textual-snapshot): the chat view, the checkpoint panel, the
+/info card, the sessions list and the light theme. Ids and clocks are fixed so a picture
+changes only when what the user sees changes. Update with `pytest --snapshot-update`."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from picochat.config import CompactionConfig, Config, UiConfig
+from picochat.models import resolve_model
+from picochat.providers.offline import OfflineProvider
+from picochat.storage import store as store_module
+from picochat.storage.store import open_store
+from picochat.tui.app import PicochatApp
+
+SIZE = (110, 34)
+CONFIG = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
+
+
+class _CountingUUID:
+    def __init__(self) -> None:
+        self.n = itertools.count(1)
+
+    def uuid4(self):
+        value = next(self.n)
+        return type("U", (), {"hex": f"{value:012x}" + "0" * 20})()
+
+
+@pytest.fixture
+def fixed_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(store_module, "uuid", _CountingUUID())
+    ticks = itertools.count(1_796_000_000_000, 1_000)
+    s = open_store(tmp_path / "snap.db", clock=lambda: next(ticks))
+    yield s
+    s.close()
+
+
+def app_with_history(store, turns: int = 3, config: Config = CONFIG) -> PicochatApp:
+    session = store.create_session("demo")
+    for i in range(turns):
+        store.append_message(session.id, "user", f"Question {i}: which port does service "
+                             f"{i} use? " + "Some context. " * 12, turn_id=f"t{i}")
+        store.append_message(session.id, "assistant", f"Service **{i}** listens on port "
+                             f"`{8000 + i}`.\n\n- started by `svc-{i}.service`\n- owner: "
+                             "team blue", turn_id=f"t{i}")
+    return PicochatApp(store, session, resolve_model(config, "offline"), OfflineProvider(0),
+                       config)
+
+
+async def compact(pilot) -> None:
+    app = pilot.app
+    future = app.worker.compact(None)
+    await future
+    await app.checkpoint_moved()
+    await pilot.pause(0.3)
+    await pilot.wait_for_scheduled_animations()
+
+
+def test_chat_view(snap_compare, fixed_store):
+    assert snap_compare(app_with_history(fixed_store), terminal_size=SIZE)
+
+
+def test_checkpoint_panel_after_compact(snap_compare, fixed_store):
+    async def run_before(pilot) -> None:
+        await compact(pilot)
+        await pilot.press("f2")
+        await pilot.pause(0.5)
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(app_with_history(fixed_store, turns=6), terminal_size=SIZE,
+                        run_before=run_before)
+
+
+def test_info_card(snap_compare, fixed_store):
+    assert snap_compare(app_with_history(fixed_store), press=["f3"], terminal_size=SIZE)
+
+
+def test_sessions_list(snap_compare, fixed_store):
+    fixed_store.create_session("older work")
+
+    async def run_before(pilot) -> None:
+        await pilot.app.run_command("/sessions")
+        await pilot.pause(0.2)
+
+    assert snap_compare(app_with_history(fixed_store), terminal_size=SIZE,
+                        run_before=run_before)
+
+
+def test_light_theme(snap_compare, fixed_store):
+    config = Config(context_compaction=CONFIG.context_compaction,
+                    ui=UiConfig(theme="picochat-light"))
+    assert snap_compare(app_with_history(fixed_store, config=config), terminal_size=SIZE)

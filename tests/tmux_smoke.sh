@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The real app in a real terminal: start picochat in tmux with the offline model, chat,
+# /compact, /info, open the checkpoint panel, and check what the screen shows.
+# Usage: tests/tmux_smoke.sh [path/to/picochat]   (exit 0: every check passed)
+set -euo pipefail
+
+PICOCHAT=${1:-picochat}
+WORK=$(mktemp -d)
+SOCKET="picochat-smoke-$$"
+trap 'tmux -L "$SOCKET" kill-server 2>/dev/null || true; rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/config"
+printf '[context_compaction]\nkeep_recent_tokens = 300\n' > "$WORK/config/config.toml"
+
+screen() { tmux -L "$SOCKET" capture-pane -p -t smoke; }
+send() { tmux -L "$SOCKET" send-keys -t smoke "$@"; }
+wait_for() {  # wait_for TEXT [seconds]: until the screen shows TEXT
+    local deadline=$((SECONDS + ${2:-20}))
+    until screen | grep -qF -- "$1"; do
+        if ((SECONDS > deadline)); then
+            echo "FAIL: never saw: $1" >&2
+            screen >&2
+            exit 1
+        fi
+        sleep 0.2
+    done
+    echo "ok: $1"
+}
+
+tmux -L "$SOCKET" new-session -d -s smoke -x 120 -y 40 \
+    "env -u COLUMNS -u LINES PICOCHAT_DATA_DIR='$WORK/data' PICOCHAT_CONFIG_DIR='$WORK/config' '$PICOCHAT'"
+wait_for " offline "
+wait_for "% left before"
+
+for i in 1 2 3 4 5; do
+    send "question $i: the build server listens on port 900$i and the canary host is cn-west-$i" Enter
+    wait_for "cn-west-$i" 20
+done
+wait_for "built-in offline model"
+
+send "/comp"
+wait_for "/compact"          # the completion pop-up, with help
+send "act keep the ports" Enter
+wait_for "Context compacted:" 30
+wait_for "Raw history unchanged"
+
+send "/info" Enter
+wait_for "Auto-compact at"
+wait_for "Active checkpoint"
+send Escape
+
+send F2
+wait_for "Context per turn"
+wait_for "Active checkpoint cp_"
+wait_for "raw tail from #"
+send F2
+
+send "/nonsense" Enter
+wait_for "unknown command /nonsense"
+
+send C-q
+sleep 1
+if tmux -L "$SOCKET" has-session -t smoke 2>/dev/null && screen | grep -q "Traceback"; then
+    echo "FAIL: a traceback on exit" >&2
+    exit 1
+fi
+echo "tmux smoke: all checks passed"
