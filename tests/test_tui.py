@@ -436,3 +436,48 @@ async def test_the_command_palette_offers_every_slash_command(store):
         await pilot.pause(0.3)
         await pilot.press("enter")
         await settle(pilot, app, lambda: isinstance(app.screen, CardScreen))
+
+
+async def test_a_long_session_opens_with_the_newest_and_loads_older_on_scroll_up(store):
+    session = store.create_session("t")
+    for i in range(250):
+        store.append_message(session.id, "user", f"question {i}", turn_id=f"x{i}")
+        store.append_message(session.id, "assistant", f"answer {i}", turn_id=f"x{i}")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.query_one(ChatView)
+        await settle(pilot, app, lambda: len(chat.query(UserMessage)) == 100)
+        assert "300 earlier messages" in str(chat.query_one(".older").render())
+        assert texts(app, UserMessage)[-1] == "question 249"
+        for expected in (200, 250):
+            chat.scroll_home(animate=False, immediate=True)
+            await settle(pilot, app, lambda: len(chat.query(UserMessage)) == expected)
+            chat.scroll_end(animate=False, immediate=True)
+            await pilot.pause(0.1)
+        assert texts(app, UserMessage)[0] == "question 0"
+        assert not chat.query(".older")
+        seqs = [w.seq for w in chat.children if getattr(w, "seq", None) is not None]
+        assert seqs == sorted(seqs) == list(range(1, 501))
+
+
+async def test_auto_compaction_announces_itself_and_moves_the_divider(store):
+    from picochat.config import ModelConfig
+
+    config = Config(models={"tiny": ModelConfig(name="tiny", model="offline", token_limit=3000)},
+                    context_compaction=CompactionConfig(reserve_tokens=1000,
+                                                        keep_recent_tokens=300))
+    session = store.create_session("t")
+    for i in range(16):
+        store.append_message(session.id, "user", f"q{i} " + "words " * 60, turn_id=f"x{i}")
+        store.append_message(session.id, "assistant", f"a{i} " + "words " * 60,
+                             turn_id=f"x{i}")
+    app = PicochatApp(store, session, resolve_model(config, "tiny"), OfflineProvider(0), config)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.worker.info().budget.should_compact(True)
+        await chat_once(pilot, app, store, "one more question")
+        await settle(pilot, app, lambda: bool(app.query(CheckpointDivider)))
+        [cp] = store.checkpoints(app.session.id)
+        assert cp.trigger_reason == "auto"
+        messages = [str(n.message) for n in app._notifications]
+        assert f"auto compaction: {cp.tokens_before:,} → {cp.tokens_after:,} tokens" in messages
+        assert not app.worker.info().budget.should_compact(True)

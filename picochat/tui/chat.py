@@ -134,24 +134,49 @@ class ChatView(VerticalScroll):
         self.anchor()
 
     async def show_history(self, messages: list[Message], checkpoint: Checkpoint | None) -> None:
+        """Mount the newest messages; older ones load in pages as the user scrolls to the top
+        (the database stays the source of truth, the screen holds what was looked at)."""
         await self.remove_children()
-        shown = messages[-SHOWN_AT_OPEN:]
-        widgets: list[Widget] = []
-        if len(messages) > len(shown):
-            older = Static(f"… {len(messages) - len(shown):,} earlier messages: "
-                           "`picochat history` or /export shows them all", classes="older")
-            widgets.append(older)
-        for m in shown:
-            widget = message_widget(m)
-            if widget is not None:
-                widgets.append(widget)
+        self._older = list(messages[:-SHOWN_AT_OPEN]) if len(messages) > SHOWN_AT_OPEN else []
+        self._checkpoint = checkpoint
+        widgets = [w for w in map(message_widget, messages[-SHOWN_AT_OPEN:]) if w is not None]
+        if self._older:
+            widgets.insert(0, Static(self._older_text(), classes="older"))
         await self.mount_all(widgets)
         await self.set_checkpoint(checkpoint)
         self.scroll_end(animate=False, immediate=True)
         self.anchor()
 
+    def _older_text(self) -> str:
+        return f"… {len(self._older):,} earlier messages: scroll up to load them"
+
+    async def load_older(self) -> int:
+        """Mount the next page of older messages above the ones shown; how many were added."""
+        if not getattr(self, "_older", None):
+            return 0
+        page, self._older = self._older[-SHOWN_AT_OPEN:], self._older[:-SHOWN_AT_OPEN]
+        marker = self.query(".older").first()
+        widgets = [w for w in map(message_widget, page) if w is not None]
+        first = next((w for w in self.children if w is not marker), None)
+        if first is not None:
+            await self.mount_all(widgets, before=first)
+        else:
+            await self.mount_all(widgets)
+        if self._older:
+            marker.update(self._older_text())
+        else:
+            await marker.remove()
+        await self.set_checkpoint(self._checkpoint)
+        return len(page)
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if new <= 0 and old > 0 and getattr(self, "_older", None):
+            self.run_worker(self.load_older(), group="older", exclusive=True)
+
     async def set_checkpoint(self, checkpoint: Checkpoint | None) -> None:
         """Move the divider to where the active checkpoint's raw tail begins."""
+        self._checkpoint = checkpoint
         for old in self.query(CheckpointDivider):
             await old.remove()
         if checkpoint is None:
