@@ -235,6 +235,14 @@ class Store:
                 "WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
         return [_message(r) for r in rows]
 
+    def message(self, session_id: str, seq: int) -> Message | None:
+        """One row of the raw log (a tool result the app is about to show), or None."""
+        with self._read() as c:
+            row = c.execute(
+                f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
+                "WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
+        return _message(row) if row else None
+
     def max_seq(self, session_id: str) -> int:
         with self._read() as c:
             return c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",

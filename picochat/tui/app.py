@@ -157,6 +157,10 @@ class PicochatApp(App[None]):
         await self.refresh_panel()
 
     async def refresh_panel(self) -> None:
+        """Only while the panel is open (opening it refreshes): the sparkline reads the whole
+        log, which a closed panel must not cost every turn."""
+        if not self.query_one(CheckpointPanel).has_class("open"):
+            return
         checkpoints = self.store.checkpoints(self.session.id)
         active = self.store.session(self.session.id).active_context_checkpoint_id
         series = context_series(self.store.history(self.session.id), checkpoints)
@@ -239,8 +243,7 @@ class PicochatApp(App[None]):
                 if answer is not None:
                     await answer.finish()
                     answer = None
-                row = next((m for m in self.store.history(self.session.id)
-                            if m.seq == event.seq), None)
+                row = self.store.message(self.session.id, event.seq)
                 await chat.add(ToolBlock(event.name, event.status,
                                          row.content if row else "", event.seq))
             elif isinstance(event, TurnFinished):
