@@ -27,6 +27,7 @@ class Session:
     context_floor_seq: int  # /clear: the context holds only messages with seq > this
     last_compressed_message_at: int | None
     deleted_at: int | None
+    system_prompt: str | None = None  # set by /system; None: the agent's prompt
     message_count: int = 0
 
 

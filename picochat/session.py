@@ -196,9 +196,11 @@ class SessionWorker:
     @classmethod
     def from_config(cls, store: Store, session_id: str, model: ResolvedModel,
                     provider: Provider, config: Config) -> "SessionWorker":
-        """The worker the CLI and the app both run: the agent's prompt, the model's timeout,
-        the compaction settings and the enabled tools of `config`."""
-        return cls(store, session_id, model, provider, config.agent.system_prompt,
+        """The worker the CLI and the app both run: the session's own system prompt (else the
+        agent's), the model's timeout, the compaction settings and the enabled tools."""
+        own = store.session(session_id).system_prompt
+        return cls(store, session_id, model, provider,
+                   config.agent.system_prompt if own is None else own,
                    total_timeout=model.timeout or TOTAL_TIMEOUT_S,
                    compaction=config.context_compaction, tools=schemas(config.tools.enabled))
 
@@ -317,6 +319,17 @@ class SessionWorker:
         projection = project(snapshot)
         return ContextUsage(snapshot.session, self.model, self.compaction.enabled,
                             self.budget(projection), projection, snapshot.checkpoint)
+
+    def set_system_prompt(self, prompt: str | None, default: str) -> "asyncio.Future[str]":
+        """`/system`: saved with the session (None: back to `default`), queued so a running
+        turn keeps the prompt it started with."""
+        def run() -> str:
+            self.store.set_session_system_prompt(self.session_id, prompt)
+            self.system_prompt = default if prompt is None else prompt
+            log.info("system_prompt session=%s own=%s chars=%d", self.session_id,
+                     prompt is not None, len(self.system_prompt))
+            return self.system_prompt
+        return self.call(run)
 
     def compact(self, focus: str | None = None) -> "asyncio.Future[CompactOutcome]":
         """`/compact [focus]`: forced, queued behind the running turn (§11.1)."""

@@ -17,6 +17,7 @@ from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen
 from picochat.tui.status import StatusBar
+from tests.scripted import Recorder
 
 SIZE = (110, 36)
 SMALL_KEEP = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
@@ -64,6 +65,15 @@ async def chat_once(pilot, app, store, text: str) -> None:
     await settle(pilot, app, lambda: len(store.history(app.session.id)) == count + 2
                  and not app.worker.busy)
     await pilot.pause(0.1)
+
+
+def _long_session(store, turns=16):
+    session = store.create_session("t")
+    for i in range(turns):
+        store.append_message(session.id, "user", f"q{i} " + "words " * 60, turn_id=f"x{i}")
+        store.append_message(session.id, "assistant", f"a{i} " + "words " * 60,
+                             turn_id=f"x{i}")
+    return session
 
 
 def texts(app, kind) -> list[str]:
@@ -255,6 +265,15 @@ async def test_up_recalls_the_previous_prompt_and_ctrl_j_adds_a_newline(store):
         assert app.query_one(Prompt).text == ""
         await pilot.press("a", "ctrl+j", "b")
         assert app.query_one(Prompt).text == "a\nb"
+        app.query_one(Prompt).clear()
+        # a burst, as a terminal delivers a fast typist or tmux send-keys: order is kept
+        from textual import events
+
+        for key, char in [("x", "x"), ("ctrl+j", "\n"), ("y", "y"), ("ctrl+j", "\n"),
+                          ("z", "z")]:
+            app.post_message(events.Key(key, char))
+        await pilot.pause(0.2)
+        assert app.query_one(Prompt).text == "x\ny\nz"
 
 
 async def test_clear_says_so_and_the_context_starts_afresh(store):
@@ -466,11 +485,7 @@ async def test_auto_compaction_announces_itself_and_moves_the_divider(store):
     config = Config(models={"tiny": ModelConfig(name="tiny", model="offline", token_limit=3000)},
                     context_compaction=CompactionConfig(reserve_tokens=1000,
                                                         keep_recent_tokens=300))
-    session = store.create_session("t")
-    for i in range(16):
-        store.append_message(session.id, "user", f"q{i} " + "words " * 60, turn_id=f"x{i}")
-        store.append_message(session.id, "assistant", f"a{i} " + "words " * 60,
-                             turn_id=f"x{i}")
+    session = _long_session(store)
     app = PicochatApp(store, session, resolve_model(config, "tiny"), OfflineProvider(0), config)
     async with app.run_test(size=SIZE) as pilot:
         assert app.worker.info().budget.should_compact(True)
@@ -481,3 +496,124 @@ async def test_auto_compaction_announces_itself_and_moves_the_divider(store):
         messages = [str(n.message) for n in app._notifications]
         assert f"auto compaction: {cp.tokens_before:,} → {cp.tokens_after:,} tokens" in messages
         assert not app.worker.info().budget.should_compact(True)
+
+
+async def test_a_selected_message_or_code_block_is_copied_with_c(store):
+    from picochat.tui.chat import CodeFence
+
+    answer = "Run this:\n\n```python\nprint('hi')\n```\n\nThen check the log."
+    app = make_app(store, provider=Recorder(turns=[answer]))
+    async with app.run_test(size=SIZE) as pilot:
+        await chat_once(pilot, app, store, "how do I say hi?")
+        await pilot.press("alt+up")  # from the prompt to the newest item: the code block
+        assert isinstance(app.focused, CodeFence)
+        await pilot.press("c")
+        assert app.clipboard.strip() == "print('hi')"
+        await pilot.press("up")
+        assert isinstance(app.focused, AssistantMessage)
+        await pilot.press("c")
+        assert app.clipboard == answer
+        await pilot.press("up")
+        assert isinstance(app.focused, UserMessage)
+        await pilot.press("c")
+        assert app.clipboard == "how do I say hi?"
+        await pilot.press("enter")  # back to the prompt, which sends nothing
+        assert isinstance(app.focused, Prompt)
+        await pilot.press("alt+up", "o", "k")  # typing on a selected item goes to the prompt
+        assert isinstance(app.focused, Prompt) and app.focused.text == "ok"
+        assert len(store.history(app.session.id)) == 2
+        await pilot.click(AssistantMessage)  # a click selects too
+        assert isinstance(app.focused, (AssistantMessage, CodeFence))
+
+
+async def test_system_prompt_is_saved_with_the_session_and_sent_first(store):
+    provider = Recorder()
+    app = make_app(store, provider=provider)
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "/system You answer in French.")
+        await settle(pilot, app, lambda: store.session(app.session.id).system_prompt
+                     == "You answer in French.")
+        await chat_once(pilot, app, store, "hello")
+        first = provider.turn_requests[-1].messages[0]
+        assert first == {"role": "system", "content": "You answer in French."}
+    reopened = make_app(store, provider=Recorder())
+    async with reopened.run_test(size=SIZE) as pilot:
+        assert reopened.worker.system_prompt == "You answer in French."
+        await say(pilot, "/system")
+        await settle(pilot, reopened, lambda: any("this session's own" in t
+                                                  for t in texts(reopened, Notice)))
+        await say(pilot, "/system default")
+        await settle(pilot, reopened, lambda: store.session(reopened.session.id).system_prompt
+                     is None)
+        assert reopened.worker.system_prompt == SMALL_KEEP.agent.system_prompt
+
+
+async def test_tool_calls_show_as_collapsible_blocks_with_their_result(store, tmp_path,
+                                                                       monkeypatch):
+    from textual.widgets import Collapsible
+
+    from picochat.tui.chat import ToolBlock
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("the canary host is cn-west-12\n")
+    provider = Recorder(turns=[{"calls": [("c1", "read_file", '{"path": "notes.txt"}')],
+                                "text": "Reading it. "}, "It says cn-west-12."])
+    app = make_app(store, provider=provider)
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "what is in notes.txt?")
+        await settle(pilot, app, lambda: not app.worker.busy and
+                     any(m.role == "tool" for m in store.history(app.session.id))
+                     and len(provider.turn_requests) == 2)
+        await pilot.pause(0.2)
+        block = app.query_one(ToolBlock)
+        assert "read_file" in str(block.title) and block.collapsed
+        assert "cn-west-12" in block.result
+        block.query_one("CollapsibleTitle").focus()
+        await pilot.press("enter")
+        assert not block.collapsed
+        await pilot.press("c")
+        assert "cn-west-12" in app.clipboard
+        assert "".join(app.query(AssistantMessage).last().parts) == "It says cn-west-12."
+    reopened = make_app(store)  # the history shows the same block when the session reopens
+    async with reopened.run_test(size=SIZE) as pilot:
+        assert len(reopened.query(ToolBlock)) == 1
+        assert isinstance(reopened.query_one(ToolBlock), Collapsible)
+
+
+async def test_an_overflow_compaction_announces_itself_and_the_answer_follows(store):
+    from picochat.providers.errors import ContextOverflow
+
+    session = _long_session(store)
+    provider = Recorder(turns=[ContextOverflow("maximum context length is 2500 tokens",
+                                               window=2500), "Answered after all."])
+    app = PicochatApp(store, session, resolve_model(SMALL_KEEP, "offline"), provider,
+                      SMALL_KEEP)
+    async with app.run_test(size=SIZE) as pilot:
+        await chat_once(pilot, app, store, "one more question")
+        await settle(pilot, app, lambda: bool(app.query(CheckpointDivider)))
+        [cp] = store.checkpoints(app.session.id)
+        assert cp.trigger_reason == "overflow"
+        messages = [str(n.message) for n in app._notifications]
+        assert f"overflow compaction: {cp.tokens_before:,} → {cp.tokens_after:,} tokens" \
+            in messages
+        assert "".join(app.query(AssistantMessage).last().parts) == "Answered after all."
+        assert len(provider.turn_requests) == 2
+
+
+async def test_compacting_shows_its_elapsed_time_until_it_ends(store):
+    import re
+
+    from tests.scripted import waiter
+
+    release = asyncio.Event()
+    app = PicochatApp(store, _long_session(store), resolve_model(SMALL_KEEP, "offline"),
+                      Recorder(summaries=[waiter(release)]), SMALL_KEEP)
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "/compact")
+        bar = app.query_one(StatusBar)
+        await settle(pilot, app, lambda: re.search(r"Compacting… [1-9]\d*s", bar.state))
+        assert "Compacting…" in str(bar.render())
+        release.set()
+        await settle(pilot, app, lambda: bool(app.query(CheckpointDivider)))
+        await settle(pilot, app, lambda: bar.state == "")
+        assert any("Context compacted" in t for t in texts(app, Notice))

@@ -15,6 +15,7 @@ from picochat.providers.offline import OfflineProvider
 from picochat.storage import store as store_module
 from picochat.storage.store import open_store
 from picochat.tui.app import PicochatApp
+from picochat.tui.prompt import Prompt
 
 SIZE = (110, 34)
 CONFIG = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
@@ -59,37 +60,47 @@ async def compact(pilot) -> None:
     await pilot.wait_for_scheduled_animations()
 
 
+def snap(snap_compare, app: PicochatApp, before=None, press=()) -> bool:
+    """Compare a picture taken after `before` and `press`, with the prompt's cursor steady
+    (a blinking cursor would make the picture depend on the moment it is taken)."""
+    async def run_before(pilot) -> None:
+        pilot.app.query_one(Prompt).cursor_blink = False
+        if before is not None:
+            await before(pilot)
+        await pilot.press(*press)
+        await pilot.pause(0.2)
+        await pilot.wait_for_scheduled_animations()
+
+    return snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
 def test_chat_view(snap_compare, fixed_store):
-    assert snap_compare(app_with_history(fixed_store), terminal_size=SIZE)
+    assert snap(snap_compare, app_with_history(fixed_store))
 
 
 def test_checkpoint_panel_after_compact(snap_compare, fixed_store):
-    async def run_before(pilot) -> None:
+    async def before(pilot) -> None:
         await compact(pilot)
         await pilot.press("f2")
-        await pilot.pause(0.5)
-        await pilot.wait_for_scheduled_animations()
+        await pilot.pause(0.3)
 
-    assert snap_compare(app_with_history(fixed_store, turns=6), terminal_size=SIZE,
-                        run_before=run_before)
+    assert snap(snap_compare, app_with_history(fixed_store, turns=6), before)
 
 
 def test_info_card(snap_compare, fixed_store):
-    assert snap_compare(app_with_history(fixed_store), press=["f3"], terminal_size=SIZE)
+    assert snap(snap_compare, app_with_history(fixed_store), press=["f3"])
 
 
 def test_sessions_list(snap_compare, fixed_store):
     fixed_store.create_session("older work")
 
-    async def run_before(pilot) -> None:
+    async def before(pilot) -> None:
         await pilot.app.run_command("/sessions")
-        await pilot.pause(0.2)
 
-    assert snap_compare(app_with_history(fixed_store), terminal_size=SIZE,
-                        run_before=run_before)
+    assert snap(snap_compare, app_with_history(fixed_store), before)
 
 
 def test_light_theme(snap_compare, fixed_store):
     config = Config(context_compaction=CONFIG.context_compaction,
                     ui=UiConfig(theme="picochat-light"))
-    assert snap_compare(app_with_history(fixed_store, config=config), terminal_size=SIZE)
+    assert snap(snap_compare, app_with_history(fixed_store, config=config))

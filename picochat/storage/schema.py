@@ -3,7 +3,7 @@
 Version 1 is the plain chat log; version 2 adds checkpoints exactly as design §6.2 (and only
 the checkpoint table and session fields, as §15 asks); version 3 adds the §13 timeline and the
 retractions that undo writes instead of deleting rows; version 4 a full-text index of the raw
-log. Steps never rewrite existing messages.
+log; version 5 a session's own system prompt (`/system`). Steps never rewrite existing messages.
 """
 
 from __future__ import annotations
@@ -93,6 +93,10 @@ MIGRATIONS: tuple[str, ...] = (
         tokenize='unicode61 remove_diacritics 2'
     );
     INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
+    """,
+    # 5: `/system TEXT` sets a session's own system prompt; NULL means the agent's.
+    """
+    ALTER TABLE sessions ADD COLUMN system_prompt TEXT;
     """,
 )
 

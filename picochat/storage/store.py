@@ -74,7 +74,7 @@ class UncompactResult:
 
 _SESSION_COLS = (
     "id, name, created_at, updated_at, model, active_context_checkpoint_id, context_generation, "
-    "context_floor_seq, last_compressed_message_at, deleted_at"
+    "context_floor_seq, last_compressed_message_at, deleted_at, system_prompt"
 )
 _MESSAGE_COLS = (
     "session_id, seq, role, content, tool_calls, tool_call_id, name, turn_id, tool_status, "
@@ -166,6 +166,11 @@ class Store:
     def set_session_model(self, session_id: str, model: str) -> None:
         with self._write() as c:
             c.execute("UPDATE sessions SET model = ? WHERE id = ?", (model, session_id))
+
+    def set_session_system_prompt(self, session_id: str, prompt: str | None) -> None:
+        """The session's own system prompt; None goes back to the agent's."""
+        with self._write() as c:
+            c.execute("UPDATE sessions SET system_prompt = ? WHERE id = ?", (prompt, session_id))
 
     def rename_session(self, session_id: str, name: str) -> Session:
         with self._write() as c:

@@ -67,6 +67,7 @@ class PicochatApp(App[None]):
         Binding("f1", "help", "Help", key_display="F1"),
         Binding("f2", "checkpoints", "Checkpoints", key_display="F2"),
         Binding("f3", "info", "Info", key_display="F3"),
+        Binding("alt+up", "select_messages", "Select", key_display="alt+↑"),
         Binding("ctrl+q", "quit", "Quit", key_display="ctrl+q", priority=True),
     ]
 
@@ -199,11 +200,16 @@ class PicochatApp(App[None]):
         text = event.text
         self.query_one("#hints", Static).remove_class("open")
         if slash.is_command(text):
-            await self.run_command(text)
+            self.command(text)
             return
         if text.startswith("//"):
             text = text[1:]
         self.run_turn(text)
+
+    @work(group="commands", exit_on_error=False)
+    async def command(self, text: str) -> None:
+        """Off the message loop: a command queued behind a turn must not freeze the keys."""
+        await self.run_command(text)
 
     async def run_command(self, text: str) -> None:
         chat = self.query_one(ChatView)
@@ -406,12 +412,21 @@ class PicochatApp(App[None]):
 
     async def cmd_system(self, text: str) -> None:
         chat = self.query_one(ChatView)
-        if text:
-            self.worker.system_prompt = text
-            await chat.add_notice("System prompt replaced for this run of the app")
-            self.refresh_status()
-        else:
-            await chat.add_notice(f"System prompt: {self.worker.system_prompt or '(none)'}")
+        if not text:
+            own = self.store.session(self.session.id).system_prompt is not None
+            origin = "this session's own" if own else "the agent's ([agents.default])"
+            await chat.add_notice(f"System prompt ({origin}): {self.worker.system_prompt or '(none)'}"
+                                  "\n/system TEXT replaces it for this session; "
+                                  "/system default goes back to the agent's")
+            return
+        reset = text.strip().lower() == "default"
+        if self.worker.busy:
+            await chat.add_notice("/system is queued: it applies when the current answer ends")
+        await self.worker.set_system_prompt(None if reset else text,
+                                            self.config.agent.system_prompt)
+        await chat.add_notice("System prompt back to the agent's" if reset else
+                              "System prompt replaced for this session (saved)")
+        self.refresh_status()
 
     async def cmd_search(self, query: str) -> None:
         chat = self.query_one(ChatView)
@@ -518,6 +533,11 @@ class PicochatApp(App[None]):
         if self._turn is not None:
             self._turn.cancel()
 
+    def action_select_messages(self) -> None:
+        """From the prompt to the newest message: up/down move, c copies, enter comes back."""
+        if not self.query_one(ChatView).select_last():
+            self.notify("Nothing to select yet")
+
     def action_info(self) -> None:
         self.push_screen(CardScreen("Context (/info)", self.usage().rows()))
 
@@ -530,6 +550,8 @@ class PicochatApp(App[None]):
     def action_help(self) -> None:
         rows = [(b.key_display or b.key, b.description) for b in self.BINDINGS]
         rows += [("enter", "send"), ("ctrl+j", "newline"), ("up / down", "earlier prompts"),
+                 ("alt+↑ or click", "select a message or code block; then ↑ / ↓ move, "
+                                    "c copies, enter or typing goes back to the prompt"),
                  ("ctrl+p", "command palette"), ("//text", "send text that starts with /")]
         rows += [(f"/{c.name} {c.args}".strip(), c.help) for c in slash.COMMANDS]
         self.push_screen(CardScreen("Keys and commands", rows))

@@ -4,9 +4,12 @@ active checkpoint's summary ends and the raw tail the model still reads begins."
 from __future__ import annotations
 
 from rich.text import Text
+from textual import events
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, Static
+from textual.widgets._markdown import MarkdownFence
 
 from picochat.messages import INTERRUPTED, Checkpoint, Message
 from picochat.tui.safe import clean
@@ -15,7 +18,25 @@ SHOWN_AT_OPEN = 200           # newest messages mounted when a session opens
 TOOL_PREVIEW_CHARS = 4_000
 
 
-class UserMessage(Static):
+COPY = Binding("c", "copy", "Copy", key_display="c")
+
+
+class Copyable:
+    """A transcript item the user can select (click, or alt+up then up/down) and copy with c."""
+
+    can_focus = True
+
+    def copy_text(self) -> str:
+        raise NotImplementedError
+
+    def action_copy(self) -> None:
+        text = self.copy_text()
+        self.app.copy_to_clipboard(text)  # type: ignore[attr-defined]
+        self.notify(f"Copied {len(text):,} characters")  # type: ignore[attr-defined]
+
+
+class UserMessage(Copyable, Static):
+    BINDINGS = [COPY]
     DEFAULT_CSS = """
     UserMessage {
         margin: 1 0 0 0;
@@ -25,6 +46,7 @@ class UserMessage(Static):
     }
     UserMessage.queued { color: $text-muted; border-left: thick $accent 40%; }
     UserMessage.found { border-left: thick $success; }
+    UserMessage:focus { border-left: thick $success; background: $boost 200%; }
     """
 
     def __init__(self, text: str, seq: int | None = None, queued: bool = False) -> None:
@@ -34,16 +56,35 @@ class UserMessage(Static):
         if queued:
             self.border_subtitle = "queued"
 
+    def copy_text(self) -> str:
+        return self.text
+
     def started(self, seq: int) -> None:
         self.seq = seq
         self.remove_class("queued")
         self.border_subtitle = ""
 
 
-class AssistantMessage(Markdown):
+class CodeFence(Copyable, MarkdownFence):
+    """A code block in an answer: selectable on its own, c copies just the code."""
+
+    BINDINGS = [Binding("c", "copy", "Copy code", key_display="c")]
+    DEFAULT_CSS = """
+    CodeFence { border-left: blank; }  /* room for the mark: its Label covers an outline */
+    CodeFence:focus { border-left: thick $success; }
+    """
+
+    def copy_text(self) -> str:
+        return self.code
+
+
+class AssistantMessage(Copyable, Markdown):
+    BINDINGS = [COPY]
+    BLOCKS = {**Markdown.BLOCKS, "fence": CodeFence, "code_block": CodeFence}
     DEFAULT_CSS = """
     AssistantMessage { margin: 1 0 0 0; padding: 0 1; }
     AssistantMessage.interrupted { border-left: thick $warning; }
+    AssistantMessage:focus { outline-left: thick $success; background: $boost; }
     """
 
     def __init__(self, text: str = "", seq: int | None = None,
@@ -60,6 +101,9 @@ class AssistantMessage(Markdown):
         self.parts.append(fragment)
         await self._stream.write(fragment)
 
+    def copy_text(self) -> str:
+        return self.source
+
     async def finish(self, seq: int | None = None, interrupted: bool = False) -> None:
         if self._stream is not None:
             await self._stream.stop()
@@ -71,6 +115,7 @@ class AssistantMessage(Markdown):
 
 
 class ToolBlock(Collapsible):
+    BINDINGS = [Binding("c", "copy", "Copy result", key_display="c")]
     DEFAULT_CSS = """
     ToolBlock { margin: 0 0 0 2; border: none; padding: 0; background: transparent; }
     ToolBlock.error CollapsibleTitle { color: $error; }
@@ -84,6 +129,11 @@ class ToolBlock(Collapsible):
         super().__init__(Static(Text(preview)), title=title, collapsed=True,
                          classes="error" if status == "error" else "")
         self.seq = seq
+        self.result = result
+
+    def action_copy(self) -> None:
+        self.app.copy_to_clipboard(self.result)
+        self.notify(f"Copied the tool result ({len(self.result):,} characters)")
 
 
 class Notice(Static):
@@ -122,8 +172,18 @@ def divider_text(cp: Checkpoint) -> str:
             f"below: raw tail from #{cp.first_retained_seq}")
 
 
+SELECTABLE = "UserMessage, AssistantMessage, CodeFence, ToolBlock > CollapsibleTitle"
+
+
 class ChatView(VerticalScroll):
-    """Owns every transcript write: the app calls these methods and nothing else mounts here."""
+    """Owns every transcript write: the app calls these methods and nothing else mounts here.
+    A selected item (focused) moves with up/down; enter goes back to the prompt."""
+
+    BINDINGS = [
+        Binding("up", "select(-1)", "Previous", key_display="↑", show=False),
+        Binding("down", "select(1)", "Next", key_display="↓", show=False),
+        Binding("enter", "app.focus('prompt')", "Back to prompt", key_display="enter"),
+    ]
 
     DEFAULT_CSS = """
     ChatView { padding: 0 1 1 1; scrollbar-size-vertical: 1; }
@@ -188,6 +248,35 @@ class ChatView(VerticalScroll):
             await self.mount(divider, before=after[0])
         else:
             await self.mount(divider)
+
+    def on_key(self, event: events.Key) -> None:
+        """Typing while an item is selected goes to the prompt, as if it had never left."""
+        if (event.is_printable and event.character and self.screen.focused is not self
+                and event.key not in self.screen.active_bindings):
+            event.stop()
+            prompt = self.app.query_one("#prompt")
+            prompt.focus()
+            prompt.insert(event.character)  # type: ignore[attr-defined]
+
+    def select_last(self) -> bool:
+        items = list(self.query(SELECTABLE))
+        if items:
+            items[-1].focus()
+        return bool(items)
+
+    def action_select(self, step: int) -> None:
+        items = list(self.query(SELECTABLE))
+        focused = self.screen.focused
+        if not items:
+            return
+        if focused not in items:
+            items[-1 if step < 0 else 0].focus()
+            return
+        index = items.index(focused) + step
+        if 0 <= index < len(items):
+            items[index].focus()
+        elif index < 0 and getattr(self, "_older", None):
+            self.run_worker(self.load_older(), group="older", exclusive=True)
 
     async def add(self, widget: Widget) -> Widget:
         await self.mount(widget)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from textual import events
-from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
@@ -21,8 +20,8 @@ class Prompt(TextArea):
     }
     Prompt:focus { border: round $primary; }
     """
-    BINDINGS = [Binding("ctrl+j", "newline", "Newline", key_display="ctrl+j", show=False)]
     HELP = "Enter sends. ctrl+j adds a newline. Up/down on the first/last line recall prompts."
+    NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")
 
     @dataclass
     class Submitted(Message):
@@ -35,10 +34,14 @@ class Prompt(TextArea):
         self._recall: int | None = None   # index into history while recalling
         self._draft = ""
 
-    def action_newline(self) -> None:
-        self.insert("\n")
-
     async def _on_key(self, event: events.Key) -> None:
+        # Handled here, not by a binding: a binding runs after the key bubbles, so text typed
+        # right after it (a paste-fast burst) would land before the newline.
+        if event.key in self.NEWLINE_KEYS:
+            event.stop()
+            event.prevent_default()
+            self.insert("\n")
+            return
         if event.key == "enter":
             event.stop()
             event.prevent_default()

@@ -30,7 +30,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("rename", "NAME", "rename this session"),
     Command("delete", "", "delete this session (asks first; the rows are kept)"),
     Command("model", "[NAME]", "show or switch this session's model; the budget follows"),
-    Command("system", "[TEXT]", "show or replace the system prompt for this run"),
+    Command("system", "[TEXT]", "show or set this session's system prompt (default resets)"),
     Command("search", "TEXT", "search the whole raw history and jump to the best match"),
     Command("copy", "", "copy the last answer to the clipboard"),
     Command("export", "[md|json] [PATH]", "write the whole session to a file"),

@@ -1,0 +1,66 @@
+"""The first frame never waits for litellm: `picochat` with a real model shows its screen,
+focuses the prompt and takes typing while litellm's import (made to hang here) has not ended.
+
+It runs in a fresh process, since this one may have imported litellm already.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+DRIVER = r"""
+import asyncio, json, sys, threading
+
+from picochat.providers import litellm_provider
+from picochat.tui import app as tui_app
+
+gate = threading.Event()
+real_import = litellm_provider.import_litellm
+
+def held_import():  # litellm's import, held until the first frame has been checked
+    gate.wait(60)
+    return real_import()
+
+litellm_provider.import_litellm = held_import
+
+async def drive(app):
+    figures = {}
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        figures["litellm_at_first_frame"] = "litellm" in sys.modules
+        figures["focused"] = type(app.focused).__name__
+        figures["screen_has_model"] = "gpt-4o-mini" in app.export_screenshot()
+        await pilot.press(*"typed at once")
+        figures["prompt"] = app.focused.text
+        gate.set()
+        for _ in range(600):
+            if "litellm" in sys.modules and not any(
+                    w.group == "warm-up" and not w.is_finished for w in app.workers):
+                break
+            await pilot.pause(0.05)
+        figures["litellm_after_warm_up"] = "litellm" in sys.modules
+    print(json.dumps(figures))
+
+tui_app.PicochatApp.run = lambda self: asyncio.run(drive(self))
+
+from picochat.cli.main import main
+sys.exit(main(["--model", "gpt-4o-mini"]))
+"""
+
+
+def test_first_frame_and_typing_do_not_wait_for_litellm(home, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9")  # never called
+    proc = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures == {
+        "litellm_at_first_frame": False,
+        "focused": "Prompt",
+        "screen_has_model": True,
+        "prompt": "typed at once",
+        "litellm_after_warm_up": True,
+    }
