@@ -80,6 +80,20 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class NewMessage:
+    """A message about to be appended; the store gives it its seq, time and (if unset) count."""
+    role: str
+    content: str
+    tool_calls: tuple[dict[str, Any], ...] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    turn_id: str | None = None
+    tool_status: str | None = None
+    status: str = COMPLETE
+    token_count: int | None = None
+
+
+@dataclass(frozen=True)
 class NewCheckpoint:
     """What a compaction asks storage to commit; storage assigns id, generation and time."""
 

@@ -109,3 +109,23 @@ def test_timeline_recall_finds_an_earlier_summary(store):
     found = store.search_timeline(s.id, "where is the deploy key?")
     assert found[0] == (f"context_checkpoint:{first.checkpoint.id}", first.checkpoint.summary)
     assert store.search_timeline(s.id, "???") == []
+
+
+def test_an_old_fact_is_found_in_a_long_log_where_the_other_words_are_everywhere(store):
+    from picochat.messages import NewMessage
+    from picochat.storage import store as store_module
+
+    s = store.create_session("long")
+    fact = store.append_message(s.id, "user", "the canary host listens on port 8042")
+    common = store_module.COMMON_CANDIDATES + store_module.RARE_MATCHES + 500
+    store.append_messages(s.id, [NewMessage("user", f"the canary host moved; port {9000 + i}")
+                                 for i in range(common)])
+    # every word but one is in thousands of newer rows: the rare one still finds the fact
+    hits = store.search_messages(s.id, "which port does the canary host use, 8042?", limit=3)
+    assert hits[0].seq == fact.seq and "«8042»" in hits[0].snippet
+    # a query of common words alone ranks among the newest matches and still fills the page
+    recent = store.search_messages(s.id, "canary host", limit=5)
+    assert len(recent) == 5 and all(h.seq > common - store_module.COMMON_CANDIDATES
+                                    for h in recent)
+    # and the turn doing the searching is left out
+    assert all(h.seq < 10 for h in store.search_messages(s.id, "canary", before_seq=10))

@@ -502,3 +502,22 @@ def test_commit_refuses_a_wrong_parent_a_cleared_boundary_and_a_bad_reason(store
         store.commit_context_checkpoint(sid, 2, _replace(base, first_retained_seq=5))
     assert [c.id for c in store.checkpoints(sid)] == [first.id]
     assert store.session(sid).context_generation == 2
+
+
+def test_a_batch_of_messages_is_appended_whole_or_not_at_all(store):
+    from picochat.messages import NewMessage
+
+    s = store.create_session("batch")
+    store.append_message(s.id, "user", "first")
+    rows = store.append_messages(s.id, [NewMessage("assistant", "second"),
+                                        NewMessage("user", "third", turn_id="t2")])
+    assert [r.seq for r in rows] == [2, 3]
+    assert [m.content for m in store.history(s.id)] == ["first", "second", "third"]
+    assert rows[1].tokens == store.history(s.id)[2].tokens > 0
+    try:
+        store.append_messages(s.id, [NewMessage("user", "fourth"), NewMessage("robot", "no")])
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a bad role must refuse the batch")
+    assert store.max_seq(s.id) == 3 and store.search_messages(s.id, "fourth") == []

@@ -21,7 +21,15 @@ from typing import Any, Callable, Iterable, Sequence
 
 from picochat import tokens
 from picochat.errors import SessionNotFound, StaleGeneration, StorageError
-from picochat.messages import COMPLETE, ROLES, Checkpoint, Message, NewCheckpoint, Session
+from picochat.messages import (
+    COMPLETE,
+    ROLES,
+    Checkpoint,
+    Message,
+    NewCheckpoint,
+    NewMessage,
+    Session,
+)
 from picochat.storage.db import connect, describe_error, transaction
 
 Clock = Callable[[], int]
@@ -52,10 +60,25 @@ class SearchHit:
     retracted: bool
 
 
+# bm25 costs a few microseconds a match, so a word found in most of a long log would make
+# every search scan all of it: words in more than RARE_MATCHES messages are left out of the
+# ranked query, and when every word is that common, only the newest COMMON_CANDIDATES matches
+# are ranked.
+RARE_MATCHES = 2_000
+COMMON_CANDIDATES = 2_000
+
+
+def fts_words(text: str) -> list[str]:
+    return re.findall(r"\w+", text)[:16]
+
+
 def fts_query(text: str) -> str | None:
     """A safe FTS5 query for free text: each word quoted (no operators, no syntax errors),
     any word may match, better matches rank first."""
-    words = re.findall(r"\w+", text)[:16]
+    return _any_of(fts_words(text))
+
+
+def _any_of(words: Sequence[str]) -> str | None:
     return " OR ".join(f'"{w}"' for w in words) if words else None
 
 
@@ -212,25 +235,43 @@ class Store:
         token_count: int | None = None,
     ) -> Message:
         """Append one message; its seq comes from the durable maximum inside the transaction."""
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
-        calls = [dict(c) for c in tool_calls] if tool_calls else None
-        if token_count is None:
-            token_count = tokens.count_message(role, content, calls, tool_call_id, name)
+        calls = tuple(dict(c) for c in tool_calls) if tool_calls else None
+        return self.append_messages(session_id, [NewMessage(
+            role, content, calls, tool_call_id, name, turn_id, tool_status, status,
+            token_count)])[0]
+
+    def append_messages(self, session_id: str, drafts: Iterable[NewMessage]) -> list[Message]:
+        """Append messages in one transaction (all or none), seqs following the durable
+        maximum; for imports and for building large sessions."""
+        prepared = []
+        for d in drafts:
+            if d.role not in ROLES:
+                raise ValueError(f"role must be one of {ROLES}, got {d.role!r}")
+            calls = [dict(c) for c in d.tool_calls] if d.tool_calls else None
+            count = d.token_count
+            if count is None:
+                count = tokens.count_message(d.role, d.content, calls, d.tool_call_id, d.name)
+            prepared.append((d, calls, count))
         now = self._clock()
-        calls_json = json.dumps(calls, ensure_ascii=False) if calls else None
+        out: list[Message] = []
         with self._write() as c:
             _session_row(c, session_id)
-            seq = c.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?",
+            seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                             (session_id,)).fetchone()[0]
-            rowid = c.execute(
-                f"INSERT INTO messages ({_MESSAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (session_id, seq, role, content, calls_json, tool_call_id, name, turn_id,
-                 tool_status, status, token_count, now)).lastrowid
-            c.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)", (rowid, content))
+            for d, calls, count in prepared:
+                seq += 1
+                calls_json = json.dumps(calls, ensure_ascii=False) if calls else None
+                rowid = c.execute(
+                    f"INSERT INTO messages ({_MESSAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (session_id, seq, d.role, d.content, calls_json, d.tool_call_id, d.name,
+                     d.turn_id, d.tool_status, d.status, count, now)).lastrowid
+                c.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)",
+                          (rowid, d.content))
+                out.append(Message(session_id, seq, d.role, d.content,
+                                   tuple(calls) if calls else None, d.tool_call_id, d.name,
+                                   d.turn_id, d.tool_status, d.status, count, now))
             c.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
-        return Message(session_id, seq, role, content, tuple(calls) if calls else None,
-                       tool_call_id, name, turn_id, tool_status, status, token_count, now)
+        return out
 
     def history(self, session_id: str) -> list[Message]:
         """The raw log, all of it, with undone rows marked (for `history` and `export`)."""
@@ -258,19 +299,39 @@ class Store:
         """Full-text search over the session's whole raw log, including rows a checkpoint
         summarized, cleared or undone (they are marked): best matches first. `before_seq`
         leaves out the turn doing the searching."""
-        match = fts_query(query)
-        if match is None:
+        words = fts_words(query)
+        if not words:
             return []
+        limit, before = max(1, limit), before_seq if before_seq is not None else 2**62
         with self._read() as c:
-            rows = c.execute(
-                "SELECT m.seq, m.role, snippet(messages_fts, 0, '«', '»', '…', 16), "
+            rare = [w for w in words if _matches_up_to(c, w, RARE_MATCHES + 1) <= RARE_MATCHES]
+            picked = (_ranked(c, _any_of(rare), session_id, before, limit, 0, 2**62)
+                      if rare else [])
+            if len(picked) < limit:  # fill up from the newest matches of every word
+                everything = _any_of(words)
+                # the newest candidates end at the session's last row before `before`; the
+                # index alone finds where they begin (a join here makes SQLite scan it all)
+                last = c.execute("SELECT id FROM messages WHERE session_id = ? AND seq < ? "
+                                 "ORDER BY seq DESC LIMIT 1", (session_id, before)).fetchone()
+                top = last[0] if last else 0
+                floor = c.execute(
+                    "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? AND rowid <= ? "
+                    "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                    (everything, top, COMMON_CANDIDATES - 1)).fetchone()
+                more = _ranked(c, everything, session_id, before, limit + len(picked),
+                               floor[0] if floor else 0, top)
+                picked += [i for i in more if i not in picked][: limit - len(picked)]
+            if not picked:
+                return []
+            marks = ",".join("?" * len(picked))
+            rows = c.execute(  # snippets for the chosen rows only: they cost more than bm25
+                "SELECT m.id, m.seq, m.role, snippet(messages_fts, 0, '«', '»', '…', 16), "
                 f"m.turn_id, NOT {_NOT_RETRACTED} FROM messages_fts "
                 "JOIN messages m ON m.id = messages_fts.rowid "
-                "WHERE messages_fts MATCH ? AND m.session_id = ? AND m.seq < ? "
-                "ORDER BY bm25(messages_fts), m.seq DESC LIMIT ?",
-                (match, session_id, before_seq if before_seq is not None else 2**62,
-                 max(1, limit))).fetchall()
-        return [SearchHit(r[0], r[1], r[2], r[3], bool(r[4])) for r in rows]
+                f"WHERE messages_fts MATCH ? AND messages_fts.rowid IN ({marks})",
+                (_any_of(words), *picked)).fetchall()
+        by_id = {r[0]: SearchHit(r[1], r[2], r[3], r[4], bool(r[5])) for r in rows}
+        return [by_id[i] for i in picked if i in by_id]
 
     def search_timeline(self, session_id: str, query: str, limit: int = 5
                         ) -> list[tuple[str, str]]:
@@ -562,4 +623,21 @@ def _last_turn(rows_desc: Iterable[Sequence[Any]]) -> list[int]:
             if role == "user":
                 break
     return seqs
+
+
+def _matches_up_to(c: sqlite3.Connection, word: str, cap: int) -> int:
+    """Messages (of any session) holding `word`, counted no further than `cap`."""
+    return c.execute("SELECT COUNT(*) FROM (SELECT rowid FROM messages_fts WHERE "
+                     "messages_fts MATCH ? LIMIT ?)", (_any_of([word]), cap)).fetchone()[0]
+
+
+def _ranked(c: sqlite3.Connection, match: str | None, session_id: str, before: int,
+            limit: int, floor: int, top: int) -> list[int]:
+    """Row ids of the session's best matches (bm25, then newest) among rows floor..top."""
+    rows = c.execute(
+        "SELECT m.id FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+        "WHERE messages_fts MATCH ? AND messages_fts.rowid BETWEEN ? AND ? "
+        "AND m.session_id = ? AND m.seq < ? ORDER BY bm25(messages_fts), m.seq DESC LIMIT ?",
+        (match, floor, top, session_id, before, limit)).fetchall()
+    return [r[0] for r in rows]
 
