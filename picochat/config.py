@@ -1,4 +1,5 @@
-"""The config file: read with tomllib, validated into frozen values, written only by `config init`.
+"""The config file: read with tomllib, validated into frozen values, written by `config init`
+(and edited in place, one line, by the TUI's `/theme`).
 
 Every problem is one `ConfigError` line naming the file, the key and, where it helps, the line
 and column, and listing the valid choices when there are few. A missing file is not an error.
@@ -84,12 +85,16 @@ def load_config(path: Path) -> Config:
     The `--model` flag and `PICOCHAT_MODEL` are applied by model resolution, not here, since
     they outrank a session's own model while `default_model` does not.
     """
-    text: str | None = None
-    data: dict[str, Any] = {}
+    return _parse_config(path, _read_config_text(path))[1]
+
+
+def _read_config_text(path: Path, *, exact: bool = False) -> str | None:
+    """The file's text, None if there is none; `exact` keeps its line endings as stored."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8", newline="" if exact else None) as handle:
+            return handle.read()
     except FileNotFoundError:
-        pass
+        return None
     except IsADirectoryError:
         raise ConfigError(f"{path}: is a directory, not a config file",
                           "pass a file to --config") from None
@@ -97,12 +102,17 @@ def load_config(path: Path) -> Config:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})", "save it as UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+
+
+def _parse_config(path: Path, text: str | None) -> tuple[dict[str, Any], Config]:
+    """The parsed TOML of `text` (None: no file) and the `Config` it validates into."""
+    data: dict[str, Any] = {}
     if text is not None:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {_toml_message(exc)}") from None
-    return _Validator(path, text or "", exists=text is not None).config(data)
+    return data, _Validator(path, text or "", exists=text is not None).config(data)
 
 
 def _toml_message(exc: tomllib.TOMLDecodeError) -> str:
@@ -115,6 +125,15 @@ def _toml_message(exc: tomllib.TOMLDecodeError) -> str:
     if m:
         return f"{msg[: m.start()].strip()} at end of file"
     return msg
+
+
+_TABLE_HEADER = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]\s*(#.*)?$")
+
+
+def _table_name(line: str) -> str | None:
+    """`models.x` for a `[models.x]` header line (quotes and spaces dropped), else None."""
+    m = _TABLE_HEADER.match(line)
+    return m.group(1).replace('"', "").replace("'", "").replace(" ", "") if m else None
 
 
 class _Validator:
@@ -134,12 +153,11 @@ class _Validator:
     def _line_of(self, table: str, key: str) -> int | None:
         """Best effort: the line where `key` is set inside `[table]`."""
         current = ""
-        header = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]\s*(#.*)?$")
         setting = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
         for number, raw in enumerate(self.lines, start=1):
-            m = header.match(raw)
-            if m:
-                current = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
+            name = _table_name(raw)
+            if name is not None:
+                current = name
                 if table and current == f"{table}.{key}":
                     return number
                 continue
@@ -367,16 +385,73 @@ def write_starter_config(path: Path, *, force: bool = False) -> None:
 
 
 def save_ui_theme(path: Path, theme: str) -> None:
-    """Remember the app's theme: set `[ui] theme` in the config file, keeping every other key
-    (comments are not kept: tomli-w writes plain TOML). Refuses to touch an invalid file."""
+    """Remember the app's theme: set `[ui] theme` in the config file and change nothing else
+    (comments, order and line endings are kept). A file that is invalid, or whose theme cannot
+    be set in place (an inline `ui = {...}`, a dotted `ui.theme`), raises ConfigError and is
+    left as it was."""
     import tomli_w
 
     from picochat.fsutil import atomic_write_text
 
-    data: dict[str, Any] = {}
-    if path.exists():
-        load_config(path)  # an invalid file raises ConfigError: never overwrite it blindly
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    ui = data.setdefault("ui", {})
-    ui["theme"] = theme
-    atomic_write_text(path, tomli_w.dumps(data))
+    setting = tomli_w.dumps({"theme": theme}).rstrip("\n")  # tomli-w gets the quoting right
+    old = _read_config_text(path, exact=True)
+    data, _ = _parse_config(path, old)  # an invalid file raises ConfigError: never overwrite it
+    new = _with_theme(old or "", setting)
+    wanted = {**data, "ui": {**data.get("ui", {}), "theme": theme}}
+    try:
+        in_place = new is not None and tomllib.loads(new) == wanted
+    except tomllib.TOMLDecodeError:
+        in_place = False
+    if not in_place or _parse_config(path, new)[1].ui.theme != theme:
+        raise ConfigError(f"{path}: cannot set ui.theme without rewriting the file; "
+                          "nothing written", f"set {setting} under [ui] by hand")
+    atomic_write_text(path, new)
+
+
+_THEME_SETTING = re.compile(r"""^([ \t]*(?:theme|"theme"|'theme')[ \t]*=[ \t]*)(.*)$""")
+
+
+def _with_theme(text: str, setting: str) -> str | None:
+    """`text` with its `[ui]` theme set by `setting` (a `theme = VALUE` line), all else kept:
+    the old value replaced in place, else the line put right under `[ui]`, else a `[ui]` table
+    appended. None if the old value's end cannot be found. Line by line, so a best effort
+    that `save_ui_theme` checks by parsing the result."""
+    newline = "\r\n" if "\r\n" in text else "\n"
+    lines = re.findall(r"[^\n]*\n|[^\n]+\Z", text)
+    ui_at: int | None = None
+    for i, line in enumerate(lines):
+        body = line.rstrip("\r\n")
+        name = _table_name(body)
+        if name is not None:
+            if ui_at is not None:
+                break  # the end of [ui]
+            ui_at = i if name == "ui" else None
+            continue
+        m = _THEME_SETTING.match(body) if ui_at is not None else None
+        if m:
+            end = _value_end(m.group(2))
+            if end is None:
+                return None
+            lines[i] = (m.group(1) + setting.partition(" = ")[2] + m.group(2)[end:]
+                        + line[len(body):])
+            return "".join(lines)
+    if ui_at is not None:
+        if not lines[ui_at].endswith("\n"):
+            lines[ui_at] += newline
+        lines.insert(ui_at + 1, setting + newline)
+        return "".join(lines)
+    if text and not text.endswith("\n"):
+        text += newline
+    return text + (newline if text else "") + "[ui]" + newline + setting + newline
+
+
+def _value_end(rest: str) -> int | None:
+    """Where the one-line TOML value that starts `rest` ends (a comment may follow it)."""
+    for cut in [i for i, c in enumerate(rest) if c == "#"] + [len(rest)]:
+        value = rest[:cut].rstrip(" \t")
+        try:
+            tomllib.loads(f"v = {value}")
+        except tomllib.TOMLDecodeError:
+            continue
+        return len(value)
+    return None

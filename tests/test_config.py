@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from picochat import models as models_mod
-from picochat.config import (AgentConfig, Config, ModelConfig, load_config, starter_config_text)
+from picochat.config import (AgentConfig, Config, ModelConfig, load_config, save_ui_theme,
+                             starter_config_text)
 from picochat.errors import ConfigError
 from picochat.models import auto_detect, choose_model_name, lookup_window, resolve_model
 
@@ -315,6 +316,88 @@ def test_config_init_force_replaces_an_invalid_file(run_cli, config_file):
     result = run_cli("config", "init", "--force")
     assert result.status == 0, result.stderr
     assert run_cli("config", "show").status == 0
+
+
+# --- /theme saves one line, keeping the rest of the file byte for byte ----------------------------
+
+
+def test_save_theme_keeps_the_config_init_comments(run_cli, config_file):
+    assert run_cli("config", "init").status == 0
+    before = config_file.read_text(encoding="utf-8")
+    assert before.count('theme = "picochat-dark"') == 1
+    save_ui_theme(config_file, "picochat-light")
+    after = config_file.read_text(encoding="utf-8")
+    assert after == before.replace('theme = "picochat-dark"', 'theme = "picochat-light"')
+    assert load_config(config_file).ui.theme == "picochat-light"
+    assert sorted(p.name for p in config_file.parent.iterdir()) == ["config.toml"]
+
+
+THEME_EDITS = {
+    "value_replaced_comment_kept": (
+        '# mine\n[ui]\ntheme = "a#b"  # my pick\n\n[tools]\nenabled = ["read_file"]\n',
+        '# mine\n[ui]\ntheme = "new"  # my pick\n\n[tools]\nenabled = ["read_file"]\n'),
+    "commented_out_theme_is_not_the_setting": (
+        '[ui]\n# theme = "x"\ntheme = \'old\'\n',
+        '[ui]\n# theme = "x"\ntheme = "new"\n'),
+    "ui_without_theme_gets_it_under_the_header": (
+        '[ui]  # look\n# theme = "x"\n\n[tools]\nenabled = []\n',
+        '[ui]  # look\ntheme = "new"\n# theme = "x"\n\n[tools]\nenabled = []\n'),
+    "ui_header_last_without_newline": (
+        'default_model = "offline"\n[ui]',
+        'default_model = "offline"\n[ui]\ntheme = "new"\n'),
+    "no_ui_table_appends_one": (
+        'default_model = "offline"  # keep\n[tools]\nenabled = []\n',
+        'default_model = "offline"  # keep\n[tools]\nenabled = []\n\n[ui]\ntheme = "new"\n'),
+    "no_ui_table_no_final_newline": (
+        '# one\n# two',
+        '# one\n# two\n\n[ui]\ntheme = "new"\n'),
+    "theme_line_in_another_table_is_not_ours": (
+        '[context_compaction]\ninstructions = "theme = x"\n',
+        '[context_compaction]\ninstructions = "theme = x"\n\n[ui]\ntheme = "new"\n'),
+}
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+@pytest.mark.parametrize("case", sorted(THEME_EDITS))
+def test_save_theme_changes_only_the_theme(case, newline, config_file):
+    before, after = (text.replace("\n", newline) for text in THEME_EDITS[case])
+    _write(config_file, before)
+    save_ui_theme(config_file, "new")
+    assert config_file.read_bytes() == after.encode("utf-8")
+    assert load_config(config_file).ui.theme == "new"
+
+
+def test_save_theme_creates_a_missing_file_private(config_file):
+    assert not config_file.parent.exists()
+    save_ui_theme(config_file, 'odd "name" \\ here')
+    assert config_file.read_text(encoding="utf-8") == '[ui]\ntheme = "odd \\"name\\" \\\\ here"\n'
+    assert load_config(config_file).ui.theme == 'odd "name" \\ here'
+    assert config_file.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in config_file.parent.iterdir()) == ["config.toml"]
+
+
+UNEDITABLE_THEME_FILES = {
+    "invalid_toml": ('[ui\ntheme = "x"\n', "invalid TOML"),
+    "invalid_config": ('[ui]\ntheme = "x"\ncolor = "red"\n', "ui.color"),
+    "inline_ui_table": ('# c\nui = { theme = "x" }\n', "nothing written"),
+    "dotted_ui_theme": ('# c\nui.theme = "x"\n', "nothing written"),
+    "multiline_theme_value": ('[ui]\ntheme = """\nx"""\n', "nothing written"),
+    "ui_header_inside_a_string": (
+        '[context_compaction]\ninstructions = """\n[ui]\n"""\n', "nothing written"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNEDITABLE_THEME_FILES))
+def test_save_theme_refuses_what_it_cannot_edit_and_leaves_it(case, config_file):
+    text, needle = UNEDITABLE_THEME_FILES[case]
+    before = _write(config_file, text)
+    with pytest.raises(ConfigError) as raised:
+        save_ui_theme(config_file, "new")
+    line = raised.value.user_line()
+    assert str(config_file) in line and needle in line, line
+    assert "\n" not in line
+    assert config_file.read_bytes() == before
+    assert sorted(p.name for p in config_file.parent.iterdir()) == ["config.toml"]
 
 
 # --- model windows (design §21.14) ---------------------------------------------------------------
