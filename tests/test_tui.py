@@ -46,6 +46,7 @@ def make_app(store, provider=None, config=SMALL_KEEP, name="t"):
 
 async def say(pilot, text: str) -> None:
     prompt = pilot.app.query_one(Prompt)
+    prompt.focus()
     prompt.load_text(text)
     await pilot.press("enter")
 
@@ -314,16 +315,36 @@ async def test_sessions_new_rename_switch_and_delete(store):
         assert store.history(first.id)                          # its rows are kept
 
 
-async def test_search_finds_a_message_and_marks_it(store):
+async def test_search_lists_matches_and_jumps_to_one_even_in_an_unloaded_page(store):
+    from textual.widgets import OptionList
+
+    from picochat.tui.screens import PickScreen
+
+    session = store.create_session("t")
+    store.append_message(session.id, "user", "the canary host is cn-west-12", turn_id="x0")
+    store.append_message(session.id, "assistant", "Noted.", turn_id="x0")
+    for i in range(1, 150):  # the fact is far above what the app mounts at open
+        store.append_message(session.id, "user", f"question {i}", turn_id=f"x{i}")
+        store.append_message(session.id, "assistant", f"answer {i}", turn_id=f"x{i}")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
-        await chat_once(pilot, app, store, "the canary host is cn-west-12")
-        await chat_once(pilot, app, store, "something else entirely")
-        await say(pilot, "/search canary")
-        await pilot.pause(0.2)
-        assert any("#1 user" in t and "canary" in t for t in texts(app, Notice))
+        await settle(pilot, app, app.transcript_ready.is_set)
+        assert not [w for w in app.query(UserMessage) if w.seq == 1]
+        await say(pilot, "/search which host is the canary?")
+        await settle(pilot, app, lambda: isinstance(app.screen, PickScreen))
+        options = app.screen.query_one(OptionList)
+        assert "#1 user" in str(options.get_option_at_index(0).prompt)
+        await pilot.press("enter")
+        await settle(pilot, app, lambda: bool(app.query(".found")))
         [found] = app.query(".found")
-        assert found.seq == 1
+        assert found.seq == 1 and isinstance(found, UserMessage)
+        await pilot.pause(0.2)
+        chat = app.query_one(ChatView)
+        assert chat.scroll_y <= found.virtual_region.y <= chat.scroll_y + chat.size.height
+        await say(pilot, "/search answer 149")  # a second search moves the mark
+        await settle(pilot, app, lambda: isinstance(app.screen, PickScreen))
+        await pilot.press("enter")
+        await settle(pilot, app, lambda: [w.seq for w in app.query(".found")] == [300])
 
 
 async def test_theme_switches_live_is_saved_and_a_bad_theme_file_is_only_a_notice(
@@ -431,7 +452,9 @@ async def test_a_message_typed_during_an_answer_is_queued_visibly(store):
         await say(pilot, "second")
         await settle(pilot, app, lambda: len(app.query(UserMessage)) == 2)
         second = app.query(UserMessage)[1]
-        assert second.has_class("queued") and second.border_subtitle == "queued"
+        assert second.has_class("queued") and second.border_subtitle.startswith("queued")
+        await pilot.pause(0.1)
+        assert "queued:" in app.export_screenshot()  # on screen, under the message
         assert "1 queued" in str(app.query_one(StatusBar).render())
         provider.release.set()
         await settle(pilot, app, lambda: not second.has_class("queued"))
@@ -464,13 +487,19 @@ async def test_a_long_session_opens_with_the_newest_and_loads_older_on_scroll_up
         store.append_message(session.id, "assistant", f"answer {i}", turn_id=f"x{i}")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
+        from picochat.tui.chat import SHOWN_AT_OPEN as PAGE
+
         chat = app.query_one(ChatView)
-        await settle(pilot, app, lambda: len(chat.query(UserMessage)) == 100)
-        assert "300 earlier messages" in str(chat.query_one(".older").render())
+        await settle(pilot, app, lambda: len(chat.query(UserMessage)) == PAGE // 2)
+        assert f"{500 - PAGE} earlier messages" in str(chat.query_one(".older").render())
         assert texts(app, UserMessage)[-1] == "question 249"
-        for expected in (200, 250):
+        for expected in [*range(PAGE, 250, PAGE // 2), 250]:
+            top = chat.query(UserMessage).first()
             chat.scroll_home(animate=False, immediate=True)
             await settle(pilot, app, lambda: len(chat.query(UserMessage)) == expected)
+            await pilot.pause(0.1)
+            # the page went in above: what was at the top is still where the reader looks
+            assert abs(top.virtual_region.y - chat.scroll_y) <= 2
             chat.scroll_end(animate=False, immediate=True)
             await pilot.pause(0.1)
         assert texts(app, UserMessage)[0] == "question 0"
@@ -576,6 +605,7 @@ async def test_tool_calls_show_as_collapsible_blocks_with_their_result(store, tm
         assert "".join(app.query(AssistantMessage).last().parts) == "It says cn-west-12."
     reopened = make_app(store)  # the history shows the same block when the session reopens
     async with reopened.run_test(size=SIZE) as pilot:
+        await settle(pilot, reopened, reopened.transcript_ready.is_set)
         assert len(reopened.query(ToolBlock)) == 1
         assert isinstance(reopened.query_one(ToolBlock), Collapsible)
 
@@ -617,3 +647,74 @@ async def test_compacting_shows_its_elapsed_time_until_it_ends(store):
         await settle(pilot, app, lambda: bool(app.query(CheckpointDivider)))
         await settle(pilot, app, lambda: bar.state == "")
         assert any("Context compacted" in t for t in texts(app, Notice))
+
+
+async def test_a_long_answer_streams_in_segments_that_read_and_copy_as_one(store):
+    from picochat.tui.chat import SEGMENT_CHARS
+
+    paragraph = "The canary host cn-west-12 keeps its port. " * 14
+    code = "```python\nfirst = 1\n\n\nsecond = 2\n```\n\n"
+    pieces = [paragraph + "\n\n" for _ in range(6)] + [code] + [paragraph + "\n\n"] * 6
+    answer = "".join(pieces)
+    _long_session(store)
+    app = make_app(store, provider=Slow(pieces, gap=0.001))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, app.transcript_ready.is_set)
+        chat = app.query_one(ChatView)
+        await pilot.pause(0.1)
+        chat.scroll_home(animate=False, immediate=True)  # the reader is up the page
+        chat.release_anchor()  # (as a scroll by hand does); sending brings them back
+        await chat_once(pilot, app, store, "tell me everything")
+        assert chat.scroll_y == chat.max_scroll_y  # following the bottom
+        segments = [s for s in chat.query(AssistantMessage) if s.answer is not None]
+        assert len(segments) >= len(answer) // (SEGMENT_CHARS + len(pieces[0]))
+        assert "".join("".join(s.parts) for s in segments) == answer
+        for s in segments:  # a code fence is never cut in two
+            assert "".join(s.parts).count("```") % 2 == 0
+        assert store.history(app.session.id)[-1].content == answer
+        assert {s.seq for s in segments} == {store.history(app.session.id)[-1].seq}
+        segments[1].focus()
+        await pilot.press("c")
+        assert app.clipboard == answer
+
+
+async def test_the_panel_takes_focus_undoes_with_u_and_tells_a_clear_apart(store):
+    from textual.widgets import OptionList
+
+    app = PicochatApp(store, _long_session(store), resolve_model(SMALL_KEEP, "offline"),
+                      OfflineProvider(0), SMALL_KEEP)
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "/compact")
+        await settle(pilot, app, lambda: bool(app.query(CheckpointDivider)))
+        await pilot.press("f2")
+        await pilot.pause(0.2)
+        assert isinstance(app.focused, OptionList)
+        meta = app.query_one("#cp-meta")
+        assert "Active checkpoint cp_" in str(meta.render())
+        await pilot.press("u")  # /uncompact from the panel
+        await settle(pilot, app, lambda: not app.query(CheckpointDivider))
+        assert any("Undid checkpoint" in t for t in texts(app, Notice))
+        await pilot.press("/", "c", "l")  # typing in the panel goes to the prompt
+        assert isinstance(app.focused, Prompt) and app.focused.text == "/cl"
+        app.focused.load_text("/clear")
+        await pilot.press("enter")
+        await settle(pilot, app, lambda: "/clear at #" in str(meta.render()))
+
+
+async def test_tab_completes_hints_show_arguments_and_undo_says_what_it_did(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.query_one(Prompt)
+        await pilot.press("/", "c", "o", "m")
+        await pilot.pause(0.1)
+        assert "/compact [focus]" in str(app.query_one("#hints").render())  # not eaten as markup
+        await pilot.press("tab")
+        assert prompt.text == "/compact "  # takes an argument: a space follows
+        prompt.load_text("/und")
+        await pilot.press("tab", "enter")
+        await settle(pilot, app, lambda: any("Nothing to undo" in t for t in texts(app, Notice)))
+        await chat_once(pilot, app, store, "a turn to take back")
+        await say(pilot, "/undo")
+        await settle(pilot, app, lambda: any("#1–#2" in t for t in texts(app, Notice)))
+        [user] = app.query(UserMessage)
+        assert user.has_class("retracted") and "undone" in user.border_subtitle

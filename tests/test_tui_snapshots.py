@@ -65,6 +65,8 @@ def snap(snap_compare, app: PicochatApp, before=None, press=()) -> bool:
     (a blinking cursor would make the picture depend on the moment it is taken)."""
     async def run_before(pilot) -> None:
         pilot.app.query_one(Prompt).cursor_blink = False
+        while not pilot.app.ready:
+            await pilot.pause(0.05)
         if before is not None:
             await before(pilot)
         await pilot.press(*press)

@@ -362,12 +362,7 @@ class Store:
         """Session, active checkpoint and the raw rows the projection starts from, in one read."""
         with self._read() as c:
             session = _session_row(c, session_id)
-            checkpoint, problem = None, None
-            if session.active_context_checkpoint_id:
-                checkpoint = _checkpoint_by_id(c, session.active_context_checkpoint_id)
-                problem = _checkpoint_problem(c, session, checkpoint)
-                if problem:
-                    checkpoint = None
+            checkpoint, problem = _active_checkpoint(c, session)
             start = session.context_floor_seq + 1
             if checkpoint is not None:
                 start = max(start, checkpoint.first_retained_seq)
@@ -378,6 +373,12 @@ class Store:
                                 (session_id,)).fetchone()[0]
         return ContextSnapshot(session, checkpoint, problem, tuple(_message(r) for r in rows),
                                max_seq)
+
+    def active_checkpoint(self, session_id: str) -> Checkpoint | None:
+        """The checkpoint the projection starts from (None when there is none or it is unusable),
+        without reading the raw tail."""
+        with self._read() as c:
+            return _active_checkpoint(c, _session_row(c, session_id))[0]
 
     def clear_context(self, session_id: str) -> Session:
         """`/clear`: the context restarts after the newest message; raw rows stay (§12.3)."""
@@ -586,6 +587,16 @@ def _checkpoint_by_id(c: sqlite3.Connection, checkpoint_id: str) -> Checkpoint |
     row = c.execute(f"SELECT {_CHECKPOINT_COLS} FROM context_checkpoints WHERE id = ?",
                     (checkpoint_id,)).fetchone()
     return _checkpoint(row) if row else None
+
+
+def _active_checkpoint(c: sqlite3.Connection, session: Session
+                       ) -> tuple[Checkpoint | None, str | None]:
+    """The session's active checkpoint, or None and why it cannot be used."""
+    if not session.active_context_checkpoint_id:
+        return None, None
+    checkpoint = _checkpoint_by_id(c, session.active_context_checkpoint_id)
+    problem = _checkpoint_problem(c, session, checkpoint)
+    return (None, problem) if problem else (checkpoint, None)
 
 
 def _checkpoint_problem(c: sqlite3.Connection, session: Session,

@@ -10,20 +10,22 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
+import re
 import time
 import traceback
 from pathlib import Path
 from typing import Any, Iterable
 
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, Static, TextArea
+from textual.widgets import Footer, OptionList, Static, TextArea
 from textual.worker import Worker, WorkerState
 
-from picochat import render
+from picochat import render, tokens
 from picochat.compaction import report
 from picochat.fsutil import atomic_write_text
 from picochat.config import Config, save_ui_theme
@@ -44,7 +46,7 @@ from picochat.session import (
 )
 from picochat.storage.store import Store
 from picochat.tui import slash
-from picochat.tui.chat import AssistantMessage, ChatView, ToolBlock
+from picochat.tui.chat import AnswerStream, ChatView, ToolBlock
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen, ConfirmScreen, PickScreen
@@ -53,13 +55,15 @@ from picochat.tui.status import StatusBar
 
 
 log = logging.getLogger("picochat.tui")
+HINT_ROWS = 12  # slash-command hints shown at once
 
 
 class PicochatApp(App[None]):
     TITLE = "picochat"
+    AUTO_FOCUS = "#prompt"  # straight to the prompt: focusing the chat first restyled it all
     CSS = """
     #body { height: 1fr; }
-    #hints { height: auto; max-height: 8; color: $text-muted; padding: 0 2; display: none; }
+    #hints { height: auto; max-height: 12; color: $text-muted; padding: 0 2; display: none; }
     #hints.open { display: block; }
     """
     BINDINGS = [
@@ -82,6 +86,8 @@ class PicochatApp(App[None]):
         self.state = ""
         self._state_since = 0.0
         self._turn: Any = None  # the TurnHandle streaming now
+        self._counting = True   # tiktoken still loading: the figures wait for it
+        self.transcript_ready = asyncio.Event()  # the transcript is on screen
 
     # --- layout ---------------------------------------------------------------------------------
 
@@ -95,13 +101,37 @@ class PicochatApp(App[None]):
         yield Footer()
 
     async def on_mount(self) -> None:
+        """The first frame shows the prompt at once; the transcript mounts right after it, and
+        the figures once tiktoken's encoding has loaded in a thread (0.3-0.8 s)."""
         self.load_themes()
         self.query_one(Prompt).focus()
         await self.worker.start()
         self.refresh_status()
-        await self.reload()
+        self.call_after_refresh(self.open_transcript)
         self.set_interval(0.5, self._tick)
+        self.warm_tokens()
         self.warm_up()
+
+    @work(group="open", exit_on_error=False)
+    async def open_transcript(self) -> None:
+        try:
+            await self.reload()
+        finally:
+            self.transcript_ready.set()  # turns and commands typed meanwhile go on from here
+
+    @work(group="warm-up", thread=True, exit_on_error=False)
+    def warm_tokens(self) -> None:
+        tokens.count_text("warm")
+        self.call_from_thread(self._tokens_ready)
+
+    @property
+    def ready(self) -> bool:
+        """The transcript is on screen and the figures are counted."""
+        return self.transcript_ready.is_set() and not self._counting
+
+    def _tokens_ready(self) -> None:
+        self._counting = False
+        self.refresh_status()
 
     def load_themes(self) -> None:
         folders = [bundled_dir()] + ([self.paths.user_themes_dir] if self.paths else [])
@@ -137,8 +167,12 @@ class PicochatApp(App[None]):
         queued = self.worker.queued
         if queued:
             state = (state + " · " if state else "") + f"{queued} queued"
-        bars = self.query(StatusBar)
-        if bars:  # none while the app shuts down
+        bars = self.screen_stack[0].query(StatusBar) if self.screen_stack else ()
+        if not bars:  # none while the app shuts down
+            return
+        if self._counting:
+            bars.first().counting(self.session.name, self.worker.model, state)
+        else:
             bars.first().show(self.usage(), state)
 
     def _tick(self) -> None:
@@ -150,11 +184,13 @@ class PicochatApp(App[None]):
         self._state_since = time.monotonic() if state else 0.0
         self.refresh_status()
 
+    def active_checkpoint(self):
+        return self.store.active_checkpoint(self.session.id)
+
     async def reload(self) -> None:
         """The transcript and the panel from the database, the source of truth."""
-        usage = self.usage()
         chat = self.query_one(ChatView)
-        await chat.show_history(self.store.history(self.session.id), usage.checkpoint)
+        await chat.show_history(self.store.history(self.session.id), self.active_checkpoint())
         await self.refresh_panel()
 
     async def refresh_panel(self) -> None:
@@ -163,12 +199,14 @@ class PicochatApp(App[None]):
         if not self.query_one(CheckpointPanel).has_class("open"):
             return
         checkpoints = self.store.checkpoints(self.session.id)
-        active = self.store.session(self.session.id).active_context_checkpoint_id
+        session = self.store.session(self.session.id)
         series = context_series(self.store.history(self.session.id), checkpoints)
-        await self.query_one(CheckpointPanel).show(checkpoints, active, series)
+        await self.query_one(CheckpointPanel).show(checkpoints,
+                                                   session.active_context_checkpoint_id,
+                                                   series, session.context_floor_seq)
 
     async def checkpoint_moved(self) -> None:
-        await self.query_one(ChatView).set_checkpoint(self.usage().checkpoint)
+        await self.query_one(ChatView).set_checkpoint(self.active_checkpoint())
         await self.refresh_panel()
         self.refresh_status()
 
@@ -191,7 +229,16 @@ class PicochatApp(App[None]):
         hints = self.query_one("#hints", Static)
         matches = slash.completions(event.text_area.text)
         if matches:
-            hints.update("\n".join(f"/{c.name} {c.args}".ljust(24) + c.help for c in matches))
+            shown = matches[:HINT_ROWS] if len(matches) <= HINT_ROWS else matches[:HINT_ROWS - 1]
+            text = Text()
+            for c in shown:
+                text.append(f"/{c.name} {c.args}".ljust(26), style="bold")
+                text.append(c.help + "\n")
+            if len(shown) < len(matches):
+                text.append(f"… {len(matches) - len(shown)} more: keep typing, or Tab",
+                            style="italic")
+            text.rstrip()
+            hints.update(text)
             hints.add_class("open")
         else:
             hints.remove_class("open")
@@ -209,6 +256,7 @@ class PicochatApp(App[None]):
     @work(group="commands", exit_on_error=False)
     async def command(self, text: str) -> None:
         """Off the message loop: a command queued behind a turn must not freeze the keys."""
+        await self.transcript_ready.wait()
         await self.run_command(text)
 
     async def run_command(self, text: str) -> None:
@@ -225,15 +273,18 @@ class PicochatApp(App[None]):
 
     @work(group="turns", exit_on_error=False)
     async def run_turn(self, text: str) -> None:
+        await self.transcript_ready.wait()
         chat = self.query_one(ChatView)
         queued = self.worker.busy or self.worker.queued > 0
+        chat.follow()  # sending brings the reader back to the bottom
         user = await chat.add_user(text, queued=queued)
         handle = self.worker.submit_turn(text)
         self.refresh_status()
-        answer: AssistantMessage | None = None
+        answer: AnswerStream | None = None
         async for event in handle:
             if isinstance(event, TurnStarted):
                 self._turn = handle
+                self.refresh_bindings()
                 user.started(event.user_seq)
                 self.set_state("answering…")
             elif isinstance(event, TextDelta):
@@ -262,6 +313,7 @@ class PicochatApp(App[None]):
                                       else "error")
         if self._turn is handle:
             self._turn = None
+            self.refresh_bindings()
         self.set_state("")
         await self.refresh_panel()
 
@@ -331,13 +383,21 @@ class PicochatApp(App[None]):
         self.action_stop()
 
     async def cmd_undo(self, _: str) -> None:
+        chat = self.query_one(ChatView)
         try:
-            await self.worker.undo()
+            result = await self.worker.undo()
         except PicochatError as exc:
-            await self.query_one(ChatView).add_notice(exc.user_line(), "error")
+            await chat.add_notice(exc.user_line(), "error")
+            return
+        if not result.removed:
+            await chat.add_notice("Nothing to undo: no turn is in the context")
             return
         await self.reload()
-        await self.query_one(ChatView).add_notice("Last turn taken back from the context")
+        kept = ("" if result.checkpoint_kept else
+                "; the checkpoint summarizing it is no longer active")
+        await self.query_one(ChatView).add_notice(
+            f"Last turn taken back from the context ({len(result.removed)} messages, "
+            f"#{result.removed[0]}–#{result.removed[-1]}; still in the raw history){kept}")
         self.refresh_status()
 
     async def cmd_retry(self, _: str) -> None:
@@ -433,19 +493,18 @@ class PicochatApp(App[None]):
         if not query:
             await chat.add_notice("/search needs some words: /search TEXT", "error")
             return
-        hits = self.store.search_messages(self.session.id, query, limit=5)
+        hits = self.store.search_messages(self.session.id, query, limit=20)
         if not hits:
             await chat.add_notice(f"No message matches {query!r}")
             return
-        lines = [f"#{h.seq} {h.role}{' (undone)' if h.retracted else ''}: {h.snippet}"
-                 for h in hits]
-        await chat.add_notice(f"{len(hits)} best matches for {query!r}:\n" + "\n".join(lines))
-        target = next((w for w in chat.children if getattr(w, "seq", None) == hits[0].seq),
-                      None)
-        if target is not None:
-            chat.release_anchor()
-            chat.scroll_to_widget(target, animate=False, top=True)
-            target.add_class("found")
+        choices = [(str(h.seq), f"#{h.seq} {h.role}{' (undone)' if h.retracted else ''}: "
+                                + " ".join(h.snippet.split())) for h in hits]
+
+        async def picked(seq: str | None) -> None:
+            if seq is not None and not await chat.reveal(int(seq)):
+                self.notify(f"#{seq} is not shown in this transcript", severity="warning")
+        self.push_screen(PickScreen(f"{len(hits)} best matches for {query!r} · Enter jumps",
+                                    choices), picked)
 
     async def cmd_copy(self, _: str) -> None:
         answers = [m for m in self.store.history(self.session.id)
@@ -462,7 +521,8 @@ class PicochatApp(App[None]):
         fmt = "md"
         if words and words[0].lower() in ("md", "json"):
             fmt = words.pop(0).lower()
-        target = Path(words[0] if words else f"{self.session.name}.{fmt}").expanduser()
+        default = re.sub(r"[^\w.-]+", "-", self.session.name).strip("-.") or "session"
+        target = Path(words[0] if words else f"{default}.{fmt}").expanduser()
         messages = self.store.history(self.session.id)
         checkpoints = self.store.checkpoints(self.session.id)
         session = self.store.session(self.session.id)
@@ -546,10 +606,26 @@ class PicochatApp(App[None]):
         panel.toggle_class("open")
         if panel.has_class("open"):
             await self.refresh_panel()
+            panel.query_one(OptionList).focus()  # the list of checkpoints, ready to pick
+        else:
+            self.query_one(Prompt).focus()
+
+    def action_slash(self, name: str) -> None:
+        """A key that runs a slash command (the panel's u runs /uncompact)."""
+        self.command(f"/{name}")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Esc (stop) shows in the footer only while an answer runs."""
+        if action == "stop":
+            return True if self._turn is not None else None
+        return True
 
     def action_help(self) -> None:
         rows = [(b.key_display or b.key, b.description) for b in self.BINDINGS]
-        rows += [("enter", "send"), ("ctrl+j", "newline"), ("up / down", "earlier prompts"),
+        rows += [("enter", "send"),
+                 ("ctrl+j", "newline (also shift+enter, alt+enter where the terminal sends them)"),
+                 ("up / down", "earlier prompts"), ("tab", "complete a slash command"),
+                 ("u (in the panel)", "undo the last compaction"),
                  ("alt+↑ or click", "select a message or code block; then ↑ / ↓ move, "
                                     "c copies, enter or typing goes back to the prompt"),
                  ("ctrl+p", "command palette"), ("//text", "send text that starts with /")]

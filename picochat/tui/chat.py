@@ -3,6 +3,9 @@ active checkpoint's summary ends and the raw tail the model still reads begins."
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+from markdown_it import MarkdownIt
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
@@ -12,10 +15,18 @@ from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets._markdown import MarkdownFence
 
 from picochat.messages import INTERRUPTED, Checkpoint, Message
+from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import clean
 
-SHOWN_AT_OPEN = 200           # newest messages mounted when a session opens
+SHOWN_AT_OPEN = 60            # newest messages mounted when a session opens; older in pages
 TOOL_PREVIEW_CHARS = 4_000
+SEGMENT_CHARS = 3_000         # a streamed answer starts a new widget at a paragraph past this
+
+
+@lru_cache(maxsize=1)
+def _parser() -> MarkdownIt:
+    """One parser for every message: building one per widget cost more than parsing a reply."""
+    return MarkdownIt("gfm-like")
 
 
 COPY = Binding("c", "copy", "Copy", key_display="c")
@@ -44,17 +55,30 @@ class UserMessage(Copyable, Static):
         border-left: thick $accent;
         background: $boost;
     }
-    UserMessage.queued { color: $text-muted; border-left: thick $accent 40%; }
+    UserMessage.queued {
+        color: $text-muted;
+        border-left: thick $accent 40%;
+        border-bottom: dashed $accent 40%;  /* carries the "queued" label */
+    }
+    UserMessage.retracted {
+        color: $text-disabled;
+        border-left: thick $foreground 30%;
+        border-bottom: dashed $foreground 30%;
+    }
     UserMessage.found { border-left: thick $success; }
     UserMessage:focus { border-left: thick $success; background: $boost 200%; }
     """
 
-    def __init__(self, text: str, seq: int | None = None, queued: bool = False) -> None:
-        super().__init__(Text(clean(text)), classes="queued" if queued else "")
+    def __init__(self, text: str, seq: int | None = None, queued: bool = False,
+                 retracted: bool = False) -> None:
+        classes = "queued" if queued else "retracted" if retracted else ""
+        super().__init__(Text(clean(text)), classes=classes)
         self.seq = seq
         self.text = text
         if queued:
-            self.border_subtitle = "queued"
+            self.border_subtitle = "queued: sends when the current answer ends"
+        elif retracted:
+            self.border_subtitle = "undone: not in the context"
 
     def copy_text(self) -> str:
         return self.text
@@ -83,16 +107,29 @@ class AssistantMessage(Copyable, Markdown):
     BLOCKS = {**Markdown.BLOCKS, "fence": CodeFence, "code_block": CodeFence}
     DEFAULT_CSS = """
     AssistantMessage { margin: 1 0 0 0; padding: 0 1; }
-    AssistantMessage.interrupted { border-left: thick $warning; }
+    AssistantMessage.interrupted { border-left: thick $warning; border-bottom: dashed $warning; }
+    AssistantMessage.retracted {
+        color: $text-disabled;
+        border-left: thick $foreground 30%;
+        border-bottom: dashed $foreground 30%;
+    }
     AssistantMessage:focus { outline-left: thick $success; background: $boost; }
+    AssistantMessage.found { outline-left: thick $success; }
     """
 
-    def __init__(self, text: str = "", seq: int | None = None,
-                 interrupted: bool = False) -> None:
-        super().__init__(clean(text), classes="interrupted" if interrupted else "")
+    def __init__(self, text: str = "", seq: int | None = None, interrupted: bool = False,
+                 retracted: bool = False) -> None:
+        classes = " ".join(c for c, on in (("interrupted", interrupted),
+                                           ("retracted", retracted)) if on)
+        super().__init__(clean(text), classes=classes, parser_factory=_parser)
         self.seq = seq
         self._stream = None
         self.parts: list[str] = []
+        self.answer: "AnswerStream | None" = None  # the whole answer this segment belongs to
+        if interrupted:
+            self.border_subtitle = "interrupted: the answer stopped here"
+        elif retracted:
+            self.border_subtitle = "undone: not in the context"
 
     async def add_text(self, fragment: str) -> None:
         if self._stream is None:
@@ -102,7 +139,7 @@ class AssistantMessage(Copyable, Markdown):
         await self._stream.write(fragment)
 
     def copy_text(self) -> str:
-        return self.source
+        return self.answer.text if self.answer is not None else self.source
 
     async def finish(self, seq: int | None = None, interrupted: bool = False) -> None:
         if self._stream is not None:
@@ -111,7 +148,64 @@ class AssistantMessage(Copyable, Markdown):
         self.seq = seq
         if interrupted:
             self.add_class("interrupted")
-            self.border_subtitle = "interrupted"
+            self.border_subtitle = "interrupted: the answer stopped here"
+
+
+class AnswerStream:
+    """One answer as it streams. A long answer is cut at paragraph breaks outside code
+    fences into several AssistantMessage widgets, so each frame lays out the last few
+    thousand characters instead of the whole answer (a 20k-token answer stalled the screen
+    for half a second a frame in one widget)."""
+
+    def __init__(self, chat: "ChatView") -> None:
+        self.chat = chat
+        self.text = ""
+        self.segments: list[AssistantMessage] = []
+        self._segment_text = ""
+
+    async def add_text(self, fragment: str) -> None:
+        fragment = clean(fragment)
+        self.text += fragment
+        if not self.segments:
+            await self._new_segment()
+        cut = self._cut(fragment)
+        if cut is None:
+            self._segment_text += fragment
+            await self.segments[-1].add_text(fragment)
+            return
+        head, tail = fragment[:cut], fragment[cut:]
+        if head:
+            await self.segments[-1].add_text(head)
+        await self.segments[-1].finish()
+        await self._new_segment()
+        self._segment_text = tail
+        if tail:
+            await self.segments[-1].add_text(tail)
+
+    def _cut(self, fragment: str) -> int | None:
+        """Where in `fragment` a new segment may begin: after a blank line, once the segment
+        is long, and not inside a code fence."""
+        if len(self._segment_text) < SEGMENT_CHARS:
+            return None
+        joined = self._segment_text + fragment
+        at = joined.find("\n\n", max(0, len(self._segment_text) - 1))
+        if at < 0:
+            return None
+        fences = sum(1 for line in joined[:at].splitlines()
+                     if line.lstrip().startswith(("```", "~~~")))
+        if fences % 2:
+            return None
+        return at + 2 - len(self._segment_text)
+
+    async def _new_segment(self) -> None:
+        segment = AssistantMessage()
+        segment.answer = self
+        self.segments.append(segment)
+        await self.chat.add(segment)
+
+    async def finish(self, seq: int | None = None, interrupted: bool = False) -> None:
+        for i, segment in enumerate(self.segments):
+            await segment.finish(seq, interrupted and i == len(self.segments) - 1)
 
 
 class ToolBlock(Collapsible):
@@ -218,6 +312,7 @@ class ChatView(VerticalScroll):
         marker = self.query(".older").first()
         widgets = [w for w in map(message_widget, page) if w is not None]
         first = next((w for w in self.children if w is not marker), None)
+        offset = first.virtual_region.y - self.scroll_y if first is not None else 0
         if first is not None:
             await self.mount_all(widgets, before=first)
         else:
@@ -227,6 +322,12 @@ class ChatView(VerticalScroll):
         else:
             await marker.remove()
         await self.set_checkpoint(self._checkpoint)
+
+        def stay() -> None:  # the page went in above: keep what the reader was looking at
+            if first is not None:
+                self.scroll_to(y=first.virtual_region.y - offset, animate=False,
+                               immediate=True)
+        self.call_after_refresh(stay)
         return len(page)
 
     def watch_scroll_y(self, old: float, new: float) -> None:
@@ -249,14 +350,28 @@ class ChatView(VerticalScroll):
         else:
             await self.mount(divider)
 
+    async def reveal(self, seq: int) -> bool:
+        """Scroll to message `seq` (loading older pages until it is mounted) and mark it."""
+        while True:
+            target = next((w for w in self.children if getattr(w, "seq", None) == seq), None)
+            if target is not None or not await self.load_older():
+                break
+        for old in self.query(".found"):
+            old.remove_class("found")
+        if target is None:
+            return False
+        self.release_anchor()
+        target.add_class("found")
+        self.call_after_refresh(self.scroll_to_widget, target, animate=False, top=True)
+        return True
+
+    def follow(self) -> None:
+        """Back to the bottom, following new text (sending a message does this)."""
+        self.scroll_end(animate=False, immediate=True)
+        self.anchor()
+
     def on_key(self, event: events.Key) -> None:
-        """Typing while an item is selected goes to the prompt, as if it had never left."""
-        if (event.is_printable and event.character and self.screen.focused is not self
-                and event.key not in self.screen.active_bindings):
-            event.stop()
-            prompt = self.app.query_one("#prompt")
-            prompt.focus()
-            prompt.insert(event.character)  # type: ignore[attr-defined]
+        forward_typing(self, event)
 
     def select_last(self) -> bool:
         items = list(self.query(SELECTABLE))
@@ -285,8 +400,9 @@ class ChatView(VerticalScroll):
     async def add_user(self, text: str, queued: bool) -> UserMessage:
         return await self.add(UserMessage(text, queued=queued))  # type: ignore[return-value]
 
-    async def add_assistant(self) -> AssistantMessage:
-        return await self.add(AssistantMessage())  # type: ignore[return-value]
+    async def add_assistant(self) -> AnswerStream:
+        """A streamed answer; its first widget mounts with its first text."""
+        return AnswerStream(self)
 
     async def add_notice(self, text: str, kind: str = "info") -> Notice:
         return await self.add(Notice(text, kind))  # type: ignore[return-value]
@@ -294,11 +410,12 @@ class ChatView(VerticalScroll):
 
 def message_widget(m: Message) -> Widget | None:
     if m.role == "user":
-        return UserMessage(m.content, m.seq)
+        return UserMessage(m.content, m.seq, retracted=m.retracted)
     if m.role == "assistant":
         if not m.content.strip():
             return None  # a tool-call step: its tools show below it
-        return AssistantMessage(m.content, m.seq, interrupted=m.status == INTERRUPTED)
+        return AssistantMessage(m.content, m.seq, interrupted=m.status == INTERRUPTED,
+                                retracted=m.retracted)
     if m.role == "tool":
         return ToolBlock(m.name or "tool", m.tool_status, m.content, m.seq)
     return None

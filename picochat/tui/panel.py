@@ -6,12 +6,15 @@ from __future__ import annotations
 import datetime as dt
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Label, Markdown, OptionList, Sparkline, Static
 from textual.widgets.option_list import Option
 
 from picochat.messages import Checkpoint
+from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import clean
 
 
@@ -39,7 +42,9 @@ class CheckpointPanel(VerticalScroll):
     CheckpointPanel Sparkline { height: 3; margin: 0 0 1 0; }
     CheckpointPanel OptionList { height: auto; max-height: 8; }
     """
-    HELP = "F2 or /checkpoints toggles this panel; pick an earlier checkpoint to read it."
+    HELP = ("F2 or /checkpoints toggles this panel; pick an earlier checkpoint to read it; "
+            "u undoes the last compaction.")
+    BINDINGS = [Binding("u", "app.slash('uncompact')", "Uncompact", key_display="u")]
 
     def compose(self) -> ComposeResult:
         yield Label("Context per turn", classes="title")
@@ -51,9 +56,10 @@ class CheckpointPanel(VerticalScroll):
         yield OptionList(id="cp-list")
 
     async def show(self, checkpoints: list[Checkpoint], active_id: str | None,
-             series: list[int]) -> None:
+                   series: list[int], cleared_at: int = 0) -> None:
         self.checkpoints = {c.id: c for c in checkpoints}
         self.active_id = active_id
+        self.cleared_at = cleared_at
         self.query_one("#spark", Sparkline).data = series or [0]
         options = self.query_one("#cp-list", OptionList)
         options.clear_options()
@@ -68,7 +74,10 @@ class CheckpointPanel(VerticalScroll):
         meta = self.query_one("#cp-meta", Static)
         summary = self.query_one("#cp-summary", Markdown)
         if cp is None:
-            meta.update(Text("No active checkpoint: the model reads the whole raw history."))
+            meta.update(Text(
+                f"No active checkpoint: /clear at #{self.cleared_at} started the context "
+                "afresh; the model reads only what came after it." if self.cleared_at else
+                "No active checkpoint: the model reads the whole raw history."))
             await summary.update("")
             return
         meta.update(Text(checkpoint_lines(cp, cp.id == self.active_id)))
@@ -76,3 +85,7 @@ class CheckpointPanel(VerticalScroll):
 
     async def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         await self.read(self.checkpoints.get(event.option.id or ""))
+        self.scroll_home(animate=False)  # the details sit at the top
+
+    def on_key(self, event: events.Key) -> None:
+        forward_typing(self, event)

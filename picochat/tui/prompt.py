@@ -8,6 +8,8 @@ from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
+from picochat.tui import slash
+
 
 class Prompt(TextArea):
     DEFAULT_CSS = """
@@ -20,7 +22,8 @@ class Prompt(TextArea):
     }
     Prompt:focus { border: round $primary; }
     """
-    HELP = "Enter sends. ctrl+j adds a newline. Up/down on the first/last line recall prompts."
+    HELP = ("Enter sends. ctrl+j adds a newline. Up/down on the first/last line recall "
+            "prompts. Tab completes a slash command.")
     NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")
 
     @dataclass
@@ -41,6 +44,14 @@ class Prompt(TextArea):
             event.stop()
             event.prevent_default()
             self.insert("\n")
+            return
+        if event.key == "tab" and slash.completions(self.text):
+            event.stop()
+            event.prevent_default()
+            done = slash.complete(self.text)
+            if done is not None:
+                self.load_text(done)
+                self.move_cursor(self.document.end)
             return
         if event.key == "enter":
             event.stop()
@@ -81,3 +92,16 @@ class Prompt(TextArea):
             self._recall = max(0, index)
             self.load_text(self.prompts[self._recall])
         self.move_cursor(self.document.end)
+
+
+def forward_typing(node, event: events.Key) -> None:
+    """Typing in a view that takes no text (the transcript, the panel) goes to the prompt,
+    as if focus had never left it; keys bound where focus is keep their meaning."""
+    screen = node.screen
+    if (event.is_printable and event.character and screen.focused is not None
+            and event.key not in screen.active_bindings):
+        event.stop()
+        prompt = node.app.query_one(Prompt)
+        prompt.focus()
+        prompt.insert(event.character)
+

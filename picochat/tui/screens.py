@@ -12,6 +12,7 @@ from textual.widgets import Static
 
 
 class CardScreen(ModalScreen[None]):
+    AUTO_FOCUS = "*"  # the app's own points at its prompt
     DEFAULT_CSS = """
     CardScreen { align: center middle; }
     CardScreen > VerticalScroll {
@@ -43,6 +44,7 @@ class CardScreen(ModalScreen[None]):
 
 class PickScreen(ModalScreen["str | None"]):
     """Pick one of `choices` ((id, label) pairs); dismisses with the id, or None on Esc."""
+    AUTO_FOCUS = "*"  # the app's own points at its prompt
 
     DEFAULT_CSS = """
     PickScreen { align: center middle; }
@@ -75,6 +77,7 @@ class PickScreen(ModalScreen["str | None"]):
 
 
 class ConfirmScreen(ModalScreen[bool]):
+    AUTO_FOCUS = "*"  # the app's own points at its prompt
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
     ConfirmScreen > Static {

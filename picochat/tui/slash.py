@@ -6,6 +6,7 @@ the same table."""
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass
 
 
@@ -79,3 +80,18 @@ def completions(text: str) -> list[Command]:
         return []
     typed = text[1:].lower()
     return [c for c in COMMANDS if c.name.startswith(typed)]
+
+
+def complete(text: str) -> str | None:
+    """What Tab turns `text` into: the one matching command (with a space when it takes an
+    argument), else the longest prefix the matches share; None when there is nothing to add."""
+    matches = completions(text)
+    if not matches:
+        return None
+    if len(matches) == 1:
+        c = matches[0]
+        return f"/{c.name}" + (" " if c.args else "")
+    names = [c.name for c in matches]
+    shared = os.path.commonprefix(names)
+    return f"/{shared}" if len(shared) > len(text) - 1 else None
+

@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from picochat.context_usage import ContextUsage
+from picochat.models import ResolvedModel
 
 
 def gauge_text(usage: ContextUsage) -> str:
@@ -25,19 +26,32 @@ class StatusBar(Static):
         super().__init__("picochat", id="status")
         self.state = ""
 
-    def show(self, usage: ContextUsage, state: str = "") -> None:
-        self.state = state
+    def _head(self, session_name: str, model: ResolvedModel) -> Text:
         line = Text()
         line.append("picochat ", style="bold")
-        line.append(f"· {usage.session.name} ", style="")
-        if usage.model.offline:
-            if usage.model.name != "offline":
-                line.append(f"· {usage.model.name} ")
+        line.append(f"· {session_name} ", style="")
+        if model.offline:
+            if model.name != "offline":
+                line.append(f"· {model.name} ")
             line.append("· ")
             line.append(" offline ", style="reverse")
             line.append(" ")
         else:
-            line.append(f"· {usage.model.name} ")
+            line.append(f"· {model.name} ")
+        return line
+
+    def counting(self, session_name: str, model: ResolvedModel, state: str = "") -> None:
+        """Before the tokenizer has loaded: everything but the figures."""
+        self.state = state
+        line = self._head(session_name, model)
+        line.append("· counting the context…", style="dim")
+        if state:
+            line.append(f" · {state}", style="bold")
+        self.update(line)
+
+    def show(self, usage: ContextUsage, state: str = "") -> None:
+        self.state = state
+        line = self._head(usage.session.name, usage.model)
         b, lim = usage.budget, usage.budget.limits
         ratio = b.used_tokens / lim.threshold if lim.threshold else 1
         style = "green" if ratio < 0.7 else "yellow" if ratio < 1 else "red"
