@@ -88,6 +88,7 @@ class PicochatApp(App[None]):
         self._turn: Any = None  # the TurnHandle streaming now
         self._counting = True   # tiktoken still loading: the figures wait for it
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
+        self._theme_notes = self.load_themes()
 
     # --- layout ---------------------------------------------------------------------------------
 
@@ -103,8 +104,8 @@ class PicochatApp(App[None]):
     async def on_mount(self) -> None:
         """The first frame shows the prompt at once; the transcript mounts right after it, and
         the figures once tiktoken's encoding has loaded in a thread (0.3-0.8 s)."""
-        self.load_themes()
-        self.query_one(Prompt).focus()
+        for note in self._theme_notes:
+            self.notify(note, severity="warning", timeout=10)
         await self.worker.start()
         self.refresh_status()
         self.call_after_refresh(self.open_transcript)
@@ -133,19 +134,21 @@ class PicochatApp(App[None]):
         self._counting = False
         self.refresh_status()
 
-    def load_themes(self) -> None:
+    def load_themes(self) -> list[str]:
+        """Register the bundled and the user's themes and pick the configured one; before
+        the first frame, so the screen is styled once. Returns the problems to show."""
         folders = [bundled_dir()] + ([self.paths.user_themes_dir] if self.paths else [])
         themes, problems = load_themes(*folders)
+        notes = [f"theme not loaded: {problem}" for problem in problems]
         for theme in themes:
             self.register_theme(theme)
-        for problem in problems:
-            self.notify(f"theme not loaded: {problem}", severity="warning", timeout=10)
         wanted = self.config.ui.theme
         if wanted in self.available_themes:
             self.theme = wanted
         else:
-            self.notify(f"unknown theme {wanted!r} in [ui] theme; valid: "
-                        + ", ".join(sorted(self.available_themes)), severity="warning")
+            notes.append(f"unknown theme {wanted!r} in [ui] theme; valid: "
+                         + ", ".join(sorted(self.available_themes)))
+        return notes
 
     @work(group="warm-up", exit_on_error=False)
     async def warm_up(self) -> None:
@@ -380,6 +383,9 @@ class PicochatApp(App[None]):
         await self.checkpoint_moved()
 
     async def cmd_stop(self, _: str) -> None:
+        if self._turn is None:
+            await self.query_one(ChatView).add_notice("Nothing to stop: no answer is running")
+            return
         self.action_stop()
 
     async def cmd_undo(self, _: str) -> None:

@@ -1,0 +1,1 @@
+"""picochat's benchmarks: `python -m tests.bench` (see run.py). Figures, not assertions."""

@@ -1,0 +1,3 @@
+from tests.bench.run import main
+
+raise SystemExit(main())

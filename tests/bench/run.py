@@ -1,0 +1,110 @@
+"""Run picochat's benchmarks and print their figures.
+
+    python -m tests.bench                 # every case, full sizes (several minutes)
+    python -m tests.bench --quick         # small sizes, to check that every case runs
+    python -m tests.bench --only restore budget --repeat 9 --json figures.json
+
+Each case builds its own data in a temporary folder through the real storage API, runs
+several times, and prints a row: case, size, median, min, max, unit, the target and whether
+it was met, and where a naive way exists, its median and the ratio (the figure to quote: this
+machine is noisy). The last line is one JSON object with the same figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from tests.bench.timing import Figure
+
+MODULES = ("tests.bench.process_cases", "tests.bench.engine_cases",
+           "tests.bench.tui_cases", "tests.bench.estimate_cases")
+
+
+@dataclass(frozen=True)
+class Context:
+    quick: bool
+    repeat: int
+    folder: Path
+
+
+def all_cases() -> dict[str, Callable[[Context], list[Figure]]]:
+    cases: dict[str, Callable[[Context], list[Figure]]] = {}
+    for name in MODULES:
+        cases.update(importlib.import_module(name).CASES)
+    return cases
+
+
+def fmt(value: float, unit: str) -> str:
+    if unit == "msg/s":
+        return f"{value:,.0f}"
+    if unit in ("×", "%"):
+        return f"{value:.2f}"
+    return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+
+
+def table(figures: list[Figure]) -> str:
+    head = ("case", "size", "median", "min", "max", "unit", "target", "met", "vs naive")
+    rows = [head]
+    for f in figures:
+        ratio = f"{f.ratio:,.1f}× ({f.baseline})" if f.ratio is not None else ""
+        met = {True: "yes", False: "NO", None: ""}[f.met]
+        rows.append((f.case, f.size, fmt(f.median, f.unit), fmt(min(f.samples), f.unit),
+                     fmt(max(f.samples), f.unit), f.unit, f.target, met, ratio))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    notes = [f"  {f.case}: {f.note}" for f in figures if f.note]
+    return "\n".join(lines + (["", "notes:"] + notes if notes else []))
+
+
+def main(argv: list[str] | None = None) -> int:
+    cases = all_cases()
+    parser = argparse.ArgumentParser(prog="python -m tests.bench",
+                                     description="picochat's benchmarks")
+    parser.add_argument("--quick", action="store_true", help="small sizes, fewer runs")
+    parser.add_argument("--repeat", type=int, help="timed runs per case (default 7; quick 3)")
+    parser.add_argument("--only", nargs="+", choices=sorted(cases), metavar="CASE",
+                        help=f"run only these: {', '.join(cases)}")
+    parser.add_argument("--json", type=Path, help="also write the JSON object to this file")
+    args = parser.parse_args(argv)
+    repeat = args.repeat or (3 if args.quick else 7)
+    chosen = args.only or list(cases)
+    figures: list[Figure] = []
+    ids: list[str] = []  # the case each figure came from
+    failures: dict[str, str] = {}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="picochat-bench-") as tmp:
+        os.environ["PICOCHAT_DATA_DIR"] = str(Path(tmp) / "data")
+        os.environ["PICOCHAT_CONFIG_DIR"] = str(Path(tmp) / "config")
+        for name in chosen:
+            folder = Path(tmp) / name
+            folder.mkdir()
+            print(f"… {name}", file=sys.stderr, flush=True)
+            try:
+                got = cases[name](Context(args.quick, repeat, folder))
+                figures.extend(got)
+                ids.extend([name] * len(got))
+            except Exception as exc:  # one broken case must not hide the others' figures
+                failures[name] = f"{type(exc).__name__}: {exc}"
+                print(f"  {name} failed: {failures[name]}", file=sys.stderr)
+    print(table(figures))
+    result: dict[str, Any] = {
+        "quick": args.quick, "repeat": repeat, "cases": chosen,
+        "seconds": round(time.perf_counter() - started, 1),
+        "figures": [{"id": i, **f.as_dict()} for i, f in zip(ids, figures)],
+        "failed": failures,
+    }
+    text = json.dumps(result, ensure_ascii=False)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n", encoding="utf-8")
+    return 1 if failures else 0

@@ -1,0 +1,205 @@
+"""The chat screen under load: a long session opened in a real terminal (and the memory the app
+holds once litellm has loaded), and a long answer streamed through the real app at a real
+model's pace, timing the final render and the event loop's worst stall."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any, AsyncIterator
+
+from picochat import tokens
+from picochat.config import Config, ModelConfig
+from picochat.models import resolve_model
+from picochat.providers.base import Finish, ModelInfo, Provider, ProviderRequest, TextDelta, Usage
+from picochat.storage.store import open_store
+from picochat.tui.app import PicochatApp
+from picochat.tui.chat import AssistantMessage, ChatView
+from picochat.tui.prompt import Prompt
+from tests.bench.data import session_with, text
+from tests.bench.process_cases import (Terminal, fake_model_env, litellm_ready_at,
+                                       picochat_command, rss_mb)
+from tests.bench.timing import Figure
+
+MARKER = "zulu-marker-final-answer"
+RATE = 1_000  # tokens per second, a fast model's pace
+
+
+def steady_rss(pid: int, log: Path, limit: float = 20.0) -> float:
+    """RSS once litellm's background warm-up has finished and memory stops growing (1 s flat),
+    or whatever it is after `limit` seconds."""
+    deadline, base, since, now = time.perf_counter() + limit, 0.0, time.perf_counter(), 0.0
+    while time.perf_counter() < deadline:
+        now = rss_mb(pid)
+        if abs(now - base) > 1:
+            base, since = now, time.perf_counter()
+        elif litellm_ready_at(log) is not None and time.perf_counter() - since >= 1:
+            break
+        time.sleep(0.1)
+    return now
+
+
+def tui_open(ctx: Any) -> list[Figure]:
+    """`picochat --session` on 5,000 messages: launch until the newest answer is on screen."""
+    size, tail = 5_000, 200
+    env = fake_model_env(ctx.folder)
+    data = Path(env["PICOCHAT_DATA_DIR"])
+    data.mkdir(parents=True, exist_ok=True)
+    store, sid = session_with(data, "picochat", size, tail=tail)  # data/picochat.db
+    store.rename_session(sid, "big")
+    store.append_message(sid, "user", "and the last question?", turn_id="last")
+    store.append_message(sid, "assistant", f"The last answer: {MARKER}.", turn_id="last")
+    total = store.max_seq(sid)
+    store.close()
+    log = data / "picochat.log"
+    opened, rss = [], []
+    for i in range(ctx.repeat + 1):  # the first run writes the bytecode: untimed
+        log.unlink(missing_ok=True)
+        with Terminal(picochat_command() + ["--session", "big"], env) as term:
+            term.start()
+            seconds = term.wait_for(lambda screen: MARKER in screen)
+            if i:
+                opened.append(seconds)
+                rss.append(steady_rss(term.pid(), log))
+    return [
+        Figure("TUI open a long session (tmux)", f"{total:,} msgs, {tail}-msg tail",
+               tuple(opened), "s", "≤ 0.5 s", median(opened) <= 0.5,
+               note="launch to the newest message on screen, litellm model configured"),
+        Figure("TUI RSS with litellm loaded", f"{total:,} msgs open", tuple(rss), "MB",
+               "≤ 350 MB", median(rss) <= 350),
+    ]
+
+
+def answer_pieces(n_tokens: int, seed: int = 3) -> tuple[list[str], list[int]]:
+    """A Markdown answer (headings, paragraphs, lists, code blocks) cut into `n_tokens` real
+    o200k tokens, in chunks of 1–5 tokens as a provider streams them; the chunks and their
+    token counts."""
+    rng, blocks, serial, have = random.Random(seed), [], 0, 0
+    while have < n_tokens * 1.1:  # per-block counts run high: joined, blocks share tokens
+        serial += 1
+        kind = serial % 6
+        if kind == 1:
+            block = f"## Step {serial}: {text(rng, 4, serial)}"
+        elif kind == 3:
+            block = "\n".join(f"- {text(rng, 8, serial + j)}" for j in range(4))
+        elif kind == 5:
+            body = "\n".join(f"    port_{j} = {8000 + j}  # {text(rng, 5, j)}" for j in range(6))
+            block = f"```python\ndef step_{serial}():\n{body}\n```"
+        else:
+            block = text(rng, 60, serial)
+        blocks.append(block)
+        have += tokens.count_text(block) + 1
+    encoding = tokens._encoding(tokens.ENCODING)
+    ids = encoding.encode("\n\n".join(blocks), disallowed_special=())[:n_tokens]
+    pieces, sizes, i = [], [], 0
+    while i < len(ids):
+        step = min(rng.randint(1, 5), len(ids) - i)
+        pieces.append(encoding.decode(ids[i:i + step]))
+        sizes.append(step)
+        i += step
+    return pieces, sizes
+
+
+class Paced(Provider):
+    """Streams `pieces` at RATE tokens per second on a cumulative schedule (a slow chunk is
+    caught up, not added), noting when the last text piece was handed over."""
+
+    def __init__(self, pieces: list[str], sizes: list[int]) -> None:
+        self.info = ModelInfo("bench", "paced")
+        self.pieces, self.sizes = pieces, sizes
+        self.first = self.last = 0.0
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[Any]:
+        start, sent = time.perf_counter(), 0
+        self.first = start
+        for piece, size in zip(self.pieces, self.sizes):
+            sent += size
+            await asyncio.sleep(max(0.0, start + sent / RATE - time.perf_counter()))
+            self.last = time.perf_counter()
+            yield TextDelta(piece)
+        yield Usage(100, sent)
+        yield Finish()
+
+
+async def watch_final_render(chat: ChatView, expected: str, done: asyncio.Future[float]) -> None:
+    """Resolve `done` with the time of the first screen refresh after the answer's widgets
+    hold the whole text (every Markdown.append done: blocks parsed and mounted). Polled every
+    2 ms, cheaply: the answer is found once, then only its last widget is read."""
+    answer = None
+    while answer is None:
+        found = [w for w in chat.query(AssistantMessage) if w.answer is not None]
+        answer = found[0].answer if found else None
+        await asyncio.sleep(0.01)
+    while True:
+        last = answer.segments[-1]
+        if answer.text == expected and last.source == answer._segment_text:
+            chat.app.call_after_refresh(
+                lambda: done.done() or done.set_result(time.perf_counter()))
+            return
+        await asyncio.sleep(0.002)
+
+
+async def ticker(stop: asyncio.Event, worst: list[float], period: float = 0.005) -> None:
+    """The event loop's lateness: how much longer than `period` a sleep took, at worst."""
+    while not stop.is_set():
+        start = time.perf_counter()
+        await asyncio.sleep(period)
+        worst[0] = max(worst[0], time.perf_counter() - start - period)
+
+
+async def stream_once(folder: Path, pieces: list[str], sizes: list[int]) -> dict[str, float]:
+    config = Config(models={"bench": ModelConfig("bench", "offline", token_limit=400_000)})
+    store = open_store(folder / f"stream{time.monotonic_ns()}.db")
+    provider = Paced(pieces, sizes)
+    app = PicochatApp(store, store.create_session("s"), resolve_model(config, "bench"),
+                      provider, config)
+    expected = "".join(pieces)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[float] = loop.create_future()
+        watcher = asyncio.create_task(watch_final_render(app.query_one(ChatView), expected,
+                                                         done))
+        stop, worst = asyncio.Event(), [0.0]
+        tick = asyncio.create_task(ticker(stop, worst))
+        app.query_one(Prompt).load_text("write the long answer")
+        await pilot.press("enter")
+        rendered = await asyncio.wait_for(done, timeout=60 + len(pieces) * 5 / RATE)
+        while app.worker.busy or app.state:  # the stall figure covers saving the answer too
+            await asyncio.sleep(0.01)
+        stop.set()
+        await tick
+        await watcher
+        saved = store.history(app.session.id)[-1].content
+    store.close()
+    assert saved == expected, "the saved answer differs from what was streamed"
+    return {"final_ms": (rendered - provider.last) * 1000, "stall_ms": worst[0] * 1000,
+            "rate": sum(sizes) / (provider.last - provider.first)}
+
+
+def tui_stream(ctx: Any) -> list[Figure]:
+    n = 1_000 if ctx.quick else 20_000
+    runs = max(1, ctx.repeat) if ctx.quick else min(ctx.repeat, 3)
+    pieces, sizes = answer_pieces(n)
+    asyncio.run(stream_once(ctx.folder, pieces[:40], sizes[:40]))  # untimed: lazy imports
+    results = [asyncio.run(stream_once(ctx.folder, pieces, sizes)) for _ in range(runs)]
+    size = f"{sum(sizes):,} tokens in {len(pieces):,} chunks at {RATE:,}/s"
+    rates = {"achieved_tokens_per_s": round(median(r["rate"] for r in results))}
+    final = tuple(r["final_ms"] for r in results)
+    stall = tuple(r["stall_ms"] for r in results)
+    return [
+        Figure("TUI stream: last chunk to final render", size, final, "ms", "≤ 200 ms",
+               median(final) <= 200, extra=rates),
+        Figure("TUI stream: longest event-loop stall", size, stall, "ms", "≤ 100 ms",
+               median(stall) <= 100, note="5 ms ticker in the app's loop, send to answer saved",
+               extra=rates),
+    ]
+
+
+CASES = {
+    "tui-open": tui_open,
+    "tui-stream": tui_stream,
+}
