@@ -521,3 +521,16 @@ def test_a_batch_of_messages_is_appended_whole_or_not_at_all(store):
     else:
         raise AssertionError("a bad role must refuse the batch")
     assert store.max_seq(s.id) == 3 and store.search_messages(s.id, "fourth") == []
+
+
+def test_a_history_page_is_the_newest_rows_below_a_seq_oldest_first(store):
+    s = store.create_session("pages")
+    for i in range(1, 11):
+        store.append_message(s.id, "user" if i % 2 else "assistant", f"m{i}")
+    store.undo_last_turn(s.id)
+    assert [m.seq for m in store.history_page(s.id, None, 3)] == [8, 9, 10]
+    assert [m.seq for m in store.history_page(s.id, 8, 3)] == [5, 6, 7]
+    assert [m.seq for m in store.history_page(s.id, 3, 5)] == [1, 2]
+    assert store.history_page(s.id, 1, 5) == []
+    page = store.history_page(s.id, None, 10)
+    assert page == store.history(s.id)  # the same rows, undone ones marked alike

@@ -478,6 +478,15 @@ async def test_the_command_palette_offers_every_slash_command(store):
         await pilot.pause(0.3)
         await pilot.press("enter")
         await settle(pilot, app, lambda: isinstance(app.screen, CardScreen))
+        await pilot.press("escape")
+        await pilot.press("ctrl+p")  # a command that needs a NAME waits in the prompt for it
+        await pilot.pause(0.2)
+        for ch in "/rename":
+            await pilot.press(ch)
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await settle(pilot, app, lambda: app.query_one(Prompt).text == "/rename ")
+        assert isinstance(app.focused, Prompt)
 
 
 async def test_a_long_session_opens_with_the_newest_and_loads_older_on_scroll_up(store):

@@ -281,6 +281,18 @@ class Store:
                 "WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
         return [_message(r) for r in rows]
 
+    def history_page(self, session_id: str, before_seq: int | None, limit: int
+                     ) -> list[Message]:
+        """The newest `limit` messages below `before_seq` (all: None), oldest first: a screen
+        of a long log without reading the rest of it."""
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
+                "WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+                (session_id, before_seq if before_seq is not None else 2**62,
+                 max(0, limit))).fetchall()
+        return [_message(r) for r in reversed(rows)]
+
     def message(self, session_id: str, seq: int) -> Message | None:
         """One row of the raw log (a tool result the app is about to show), or None."""
         with self._read() as c:

@@ -46,7 +46,7 @@ from picochat.session import (
 )
 from picochat.storage.store import Store
 from picochat.tui import slash
-from picochat.tui.chat import AnswerStream, ChatView, ToolBlock
+from picochat.tui.chat import SHOWN_AT_OPEN, AnswerStream, ChatView, ToolBlock
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen, ConfirmScreen, PickScreen
@@ -192,8 +192,10 @@ class PicochatApp(App[None]):
 
     async def reload(self) -> None:
         """The transcript and the panel from the database, the source of truth."""
-        chat = self.query_one(ChatView)
-        await chat.show_history(self.store.history(self.session.id), self.active_checkpoint())
+        chat, sid = self.query_one(ChatView), self.session.id
+        await chat.show_history(self.store.history_page(sid, None, SHOWN_AT_OPEN),
+                                self.active_checkpoint(),
+                                lambda before, n: self.store.history_page(sid, before, n))
         await self.refresh_panel()
 
     async def refresh_panel(self) -> None:
@@ -612,7 +614,8 @@ class PicochatApp(App[None]):
         panel.toggle_class("open")
         if panel.has_class("open"):
             await self.refresh_panel()
-            panel.query_one(OptionList).focus()  # the list of checkpoints, ready to pick
+            # the list of checkpoints, ready to pick; the details at the top stay in view
+            panel.query_one(OptionList).focus(scroll_visible=False)
         else:
             self.query_one(Prompt).focus()
 
@@ -623,7 +626,7 @@ class PicochatApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Esc (stop) shows in the footer only while an answer runs."""
         if action == "stop":
-            return True if self._turn is not None else None
+            return self._turn is not None  # False hides it
         return True
 
     def action_help(self) -> None:
@@ -641,12 +644,20 @@ class PicochatApp(App[None]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for c in slash.COMMANDS:
-            yield SystemCommand(f"/{c.name}", c.help, _runner(self, c.name))
+            yield SystemCommand(f"/{c.name}", c.help, _runner(self, c))
 
 
-def _runner(app: PicochatApp, name: str):
+def _runner(app: PicochatApp, command: slash.Command):
+    """From the palette: a command that needs its argument (NAME, TEXT) is put in the prompt
+    to finish typing; the others run at once."""
     async def run() -> None:
-        await app.run_command(f"/{name}")
+        if command.args and not command.args.startswith("["):
+            prompt = app.query_one(Prompt)
+            prompt.load_text(f"/{command.name} ")
+            prompt.move_cursor(prompt.document.end)
+            prompt.focus()
+            return
+        await app.run_command(f"/{command.name}")
     return run
 
 

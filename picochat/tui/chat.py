@@ -4,6 +4,7 @@ active checkpoint's summary ends and the raw tail the model still reads begins."
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Callable
 
 from markdown_it import MarkdownIt
 from rich.text import Text
@@ -287,28 +288,37 @@ class ChatView(VerticalScroll):
     def on_mount(self) -> None:
         self.anchor()
 
-    async def show_history(self, messages: list[Message], checkpoint: Checkpoint | None) -> None:
-        """Mount the newest messages; older ones load in pages as the user scrolls to the top
-        (the database stays the source of truth, the screen holds what was looked at)."""
+    async def show_history(self, newest: list[Message], checkpoint: Checkpoint | None,
+                           older: Callable[[int, int], list[Message]] | None = None) -> None:
+        """Mount the newest messages; older ones are read from the database in pages as the
+        user scrolls to the top (`older(before_seq, n)`): the database is the source of truth,
+        the screen holds what was looked at."""
         await self.remove_children()
-        self._older = list(messages[:-SHOWN_AT_OPEN]) if len(messages) > SHOWN_AT_OPEN else []
+        self._fetch = older
+        self._first_seq = newest[0].seq if newest else 1
         self._checkpoint = checkpoint
-        widgets = [w for w in map(message_widget, messages[-SHOWN_AT_OPEN:]) if w is not None]
-        if self._older:
+        widgets = [w for w in map(message_widget, newest) if w is not None]
+        if self.has_older:
             widgets.insert(0, Static(self._older_text(), classes="older"))
         await self.mount_all(widgets)
         await self.set_checkpoint(checkpoint)
         self.scroll_end(animate=False, immediate=True)
         self.anchor()
 
+    @property
+    def has_older(self) -> bool:
+        """Seqs run 1, 2, 3…: anything below the first one shown is still in the database."""
+        return getattr(self, "_fetch", None) is not None and self._first_seq > 1
+
     def _older_text(self) -> str:
-        return f"… {len(self._older):,} earlier messages: scroll up to load them"
+        return f"… {self._first_seq - 1:,} earlier messages: scroll up to load them"
 
     async def load_older(self) -> int:
         """Mount the next page of older messages above the ones shown; how many were added."""
-        if not getattr(self, "_older", None):
+        if not self.has_older:
             return 0
-        page, self._older = self._older[-SHOWN_AT_OPEN:], self._older[:-SHOWN_AT_OPEN]
+        page = self._fetch(self._first_seq, SHOWN_AT_OPEN)  # type: ignore[misc]
+        self._first_seq = page[0].seq if page else 1
         marker = self.query(".older").first()
         widgets = [w for w in map(message_widget, page) if w is not None]
         first = next((w for w in self.children if w is not marker), None)
@@ -317,7 +327,7 @@ class ChatView(VerticalScroll):
             await self.mount_all(widgets, before=first)
         else:
             await self.mount_all(widgets)
-        if self._older:
+        if self.has_older:
             marker.update(self._older_text())
         else:
             await marker.remove()
@@ -332,7 +342,7 @@ class ChatView(VerticalScroll):
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
-        if new <= 0 and old > 0 and getattr(self, "_older", None):
+        if new <= 0 and old > 0 and self.has_older:
             self.run_worker(self.load_older(), group="older", exclusive=True)
 
     async def set_checkpoint(self, checkpoint: Checkpoint | None) -> None:
@@ -390,7 +400,7 @@ class ChatView(VerticalScroll):
         index = items.index(focused) + step
         if 0 <= index < len(items):
             items[index].focus()
-        elif index < 0 and getattr(self, "_older", None):
+        elif index < 0 and self.has_older:
             self.run_worker(self.load_older(), group="older", exclusive=True)
 
     async def add(self, widget: Widget) -> Widget:
