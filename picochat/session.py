@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar, Union
 
+from picochat import crashpoints
 from picochat.budget import (
     BudgetLimits,
     Calibration,
@@ -372,6 +373,7 @@ class SessionWorker:
                         exc.kind)
             handle._emit(TurnFailed(turn_id, exc, None, None))
             return
+        crashpoints.reached("user_written")
         handle._emit(TurnStarted(turn_id, user.seq))
         parts: list[str] = []
         usage: Usage | None = None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from picochat.budget import BudgetLimits, RequestDraft, check_fixed, estimate
+from picochat import crashpoints
 from picochat.compaction.candidate import CompactionCandidate, SummaryRejected
 from picochat.compaction.compactor import ContextCompactor
 from picochat.compaction.degraded import trim_candidate
@@ -122,6 +123,7 @@ async def compact_context(store: Store, provider: Provider,
         else:
             summary_called = True
             try:
+                crashpoints.reached("summary_in_flight")
                 summary = await compactor.summarize(plan, request.focus)
                 transcript = summary.transcript
                 candidate = compactor.candidate(plan, projection, summary.text, reason, before,
@@ -144,6 +146,7 @@ async def compact_context(store: Store, provider: Provider,
         return _failed(sid, reason, restore(store, sid), summary_error, transcript=transcript,
                        tokens_before=before, summary_called=summary_called)
 
+    crashpoints.reached("before_commit")
     try:
         checkpoint = store.commit_context_checkpoint(
             sid, candidate.base_generation,

@@ -89,7 +89,10 @@ def serialize(previous_summary: str | None, span: Sequence[Message],
         cap = min(remaining, tool_cap if m.role == "tool" else record_cap) - header_tokens
         if cap < MIN_RECORD_TOKENS // 2:
             break
-        fitted, cut, used = _fit(body, cap)
+        # a plain message's stored count (taken once, at append) bounds its body's tokens:
+        # no need to tokenize 200k tokens of history again to know they fit
+        known = m.tokens if not was_binary and not m.tool_calls and body == m.content else None
+        fitted, cut, used = _fit(body, cap, known)
         if fitted is None:
             break
         chosen.append(header + "\n" + fitted if fitted else header)
@@ -108,8 +111,9 @@ def serialize(previous_summary: str | None, span: Sequence[Message],
     parts += chosen
     parts.append(sc.TRANSCRIPT_END)
     text = "\n".join(parts)
-    return Transcript(text, tokens.count_text(text), len(span), len(chosen), omitted, truncated,
-                      binary, prev_state)
+    # what was counted against the budget: an upper bound of the text's own tokens
+    return Transcript(text, budget_tokens - remaining, len(span), len(chosen), omitted,
+                      truncated, binary, prev_state)
 
 
 # --- one record ----------------------------------------------------------------------------------
@@ -160,13 +164,15 @@ def describe_binary(text: str) -> tuple[str, bool]:
     return out, found
 
 
-def _fit(text: str, cap: int) -> tuple[str | None, bool, int]:
+def _fit(text: str, cap: int, known: int | None = None) -> tuple[str | None, bool, int]:
     """(`text` within `cap` tokens, whether it was cut, its tokens): whole, or head and tail
-    around a marker; None when not even that fits."""
+    around a marker; None when not even that fits. `known`: an upper bound of its tokens."""
     if not text:
         return "", False, 0
     if cap <= 0:
         return None, False, 0
+    if known is not None and known <= cap:
+        return text, False, known
     n = tokens.count_text(text)
     if n <= cap:
         return text, False, n

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from picochat import tokens
+from picochat import crashpoints, tokens
 from picochat.errors import SessionNotFound, StaleGeneration, StorageError
 from picochat.messages import (
     COMPLETE,
@@ -480,6 +480,7 @@ class Store:
                  new.summary, new.first_retained_seq, new.source_max_seq, new.trigger_reason,
                  new.provider_kind, new.model, new.tokens_before, new.tokens_after,
                  int(new.degraded), now))
+            crashpoints.reached("in_commit")  # both writes done, the transaction still open
             return _checkpoint_by_id(c, cp_id)  # type: ignore[return-value]
 
     def uncompact(self, session_id: str) -> UncompactResult:
