@@ -68,9 +68,10 @@ class PicochatApp(App[None]):
     """
     BINDINGS = [
         Binding("escape", "stop", "Stop", key_display="esc", show=True),
-        Binding("f1", "help", "Help", key_display="F1"),
-        Binding("f2", "checkpoints", "Checkpoints", key_display="F2"),
-        Binding("f3", "info", "Info", key_display="F3"),
+        # priority: acted on before the keys typed after them are handed to the focused widget
+        Binding("f1", "help", "Help", key_display="F1", priority=True),
+        Binding("f2", "checkpoints", "Checkpoints", key_display="F2", priority=True),
+        Binding("f3", "info", "Info", key_display="F3", priority=True),
         Binding("alt+up", "select_messages", "Select", key_display="alt+↑"),
         Binding("ctrl+q", "quit", "Quit", key_display="ctrl+q", priority=True),
     ]

@@ -96,12 +96,18 @@ class Prompt(TextArea):
 
 def forward_typing(node, event: events.Key) -> None:
     """Typing in a view that takes no text (the transcript, the panel) goes to the prompt,
-    as if focus had never left it; keys bound where focus is keep their meaning."""
+    as if focus had never left it; keys bound where focus is keep their meaning. Keys that
+    were on their way here when focus moved to the prompt (F2 then typing, fast) follow it
+    there in order, Enter included."""
     screen = node.screen
+    prompt = screen.query_one(Prompt)
+    if screen.focused is prompt:
+        event.stop()
+        event.prevent_default()
+        prompt.post_message(events.Key(event.key, event.character))
+        return
     if (event.is_printable and event.character and screen.focused is not None
             and event.key not in screen.active_bindings):
         event.stop()
-        prompt = node.app.query_one(Prompt)
         prompt.focus()
         prompt.insert(event.character)
-
