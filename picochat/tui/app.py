@@ -88,13 +88,15 @@ class PicochatApp(App[None]):
         self._state_since = 0.0
         self._turn: Any = None  # the TurnHandle streaming now
         self._counting = True   # tiktoken still loading: the figures wait for it
+        self._bar: StatusBar | None = None
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
         self._theme_notes = self.load_themes()
 
     # --- layout ---------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield StatusBar()
+        self._bar = StatusBar()  # held: the 0.5 s tick must not walk the DOM to find it
+        yield self._bar
         with Horizontal(id="body"):
             yield ChatView(id="chat")
             yield CheckpointPanel(id="panel")
@@ -171,13 +173,13 @@ class PicochatApp(App[None]):
         queued = self.worker.queued
         if queued:
             state = (state + " · " if state else "") + f"{queued} queued"
-        bars = self.screen_stack[0].query(StatusBar) if self.screen_stack else ()
-        if not bars:  # none while the app shuts down
+        bar = self._bar
+        if bar is None or not bar.is_attached:  # not yet mounted, or the app shuts down
             return
         if self._counting:
-            bars.first().counting(self.session.name, self.worker.model, state)
+            bar.counting(self.session.name, self.worker.model, state)
         else:
-            bars.first().show(self.usage(), state)
+            bar.show(self.usage(), state)
 
     def _tick(self) -> None:
         if self.state:
