@@ -15,6 +15,17 @@ COMPLETE = "complete"
 INTERRUPTED = "interrupted"  # the stream stopped (cancel, error) after some text arrived
 
 
+def valid_text(text: str) -> str:
+    """`text` with every lone surrogate (undecodable argv bytes under surrogateescape, a JSON
+    \\udXXX escape from a provider) replaced by U+FFFD, one per bad byte: SQLite, tiktoken
+    and the terminal all need valid UTF-8, and a message must never fail to save over it."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 @dataclass(frozen=True)
 class Session:
     id: str

@@ -122,6 +122,14 @@ TurnEvent = Union[TurnStarted, TextDelta, CompactionStarted, Compacted, ToolRan,
 TurnOutcome = Union[TurnFinished, TurnFailed]
 
 
+def _internal(exc: Exception, session_id: str, turn_id: str) -> PicochatError:
+    """A bug inside a turn, logged with its traceback (code locations, no text) and turned
+    into the one line the user sees, so the turn still ends in an outcome."""
+    log.error("turn_crashed session=%s turn=%s kind=%s\n%s", session_id, turn_id,
+              type(exc).__name__, "".join(traceback.format_tb(exc.__traceback__)))
+    return PicochatError(f"internal error ({type(exc).__name__}); see the log")
+
+
 class TurnHandle:
     """A submitted turn: iterate it for events, await `result()`, or `cancel()` it."""
 
@@ -368,7 +376,9 @@ class SessionWorker:
         sid, turn_id = self.session_id, handle.turn_id
         try:
             user = self.store.append_message(sid, "user", handle.text, turn_id=turn_id)
-        except PicochatError as exc:
+        except Exception as exc:  # a turn always ends in an outcome, even on a bug
+            if not isinstance(exc, PicochatError):
+                exc = _internal(exc, sid, turn_id)
             log.warning("turn_failed session=%s turn=%s kind=%s stage=user_message", sid, turn_id,
                         exc.kind)
             handle._emit(TurnFailed(turn_id, exc, None, None))
@@ -428,11 +438,7 @@ class SessionWorker:
             self._fail(handle, user.seq, parts, exc, compactions)
             return
         except Exception as exc:  # a bug, not a provider problem: still keep the user's data
-            log.error("turn_crashed session=%s turn=%s kind=%s\n%s", sid, turn_id,
-                      type(exc).__name__, "".join(traceback.format_tb(exc.__traceback__)))
-            self._fail(handle, user.seq, parts,
-                       PicochatError(f"internal error ({type(exc).__name__}); see the log"),
-                       compactions)
+            self._fail(handle, user.seq, parts, _internal(exc, sid, turn_id), compactions)
             return
         self.last_usage = usage
         if usage is not None and usage.prompt_tokens > 0 and steps == 0:

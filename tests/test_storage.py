@@ -534,3 +534,19 @@ def test_a_history_page_is_the_newest_rows_below_a_seq_oldest_first(store):
     assert store.history_page(s.id, 1, 5) == []
     page = store.history_page(s.id, None, 10)
     assert page == store.history(s.id)  # the same rows, undone ones marked alike
+
+
+def test_lone_surrogates_are_saved_as_replacement_characters(store) -> None:
+    """Undecodable argv bytes arrive as lone surrogates (surrogateescape), and a provider's
+    JSON may carry a \\udXXX escape: the message is saved, one U+FFFD per bad byte."""
+    s = store.create_session()
+    argv_text = b"caf\xc3\xa9 \xff\xfe end".decode("utf-8", "surrogateescape")
+    m = store.append_message(s.id, "user", argv_text)
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "read_file", "arguments": '{"path": "x\ud800"}'}}
+    t = store.append_message(s.id, "assistant", "", tool_calls=[call])
+    [stored, stored_call] = store.history(s.id)
+    assert stored.content == m.content == "café \ufffd\ufffd end"
+    assert stored.tokens > 0
+    assert stored_call.tool_calls[0]["function"]["arguments"] == '{"path": "x\ufffd"}'
+    assert t.seq == m.seq + 1

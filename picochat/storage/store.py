@@ -15,6 +15,7 @@ import sqlite3
 import threading
 import time
 import uuid
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -29,6 +30,7 @@ from picochat.messages import (
     NewCheckpoint,
     NewMessage,
     Session,
+    valid_text,
 )
 from picochat.storage.db import connect, describe_error, transaction
 
@@ -247,7 +249,11 @@ class Store:
         for d in drafts:
             if d.role not in ROLES:
                 raise ValueError(f"role must be one of {ROLES}, got {d.role!r}")
-            calls = [dict(c) for c in d.tool_calls] if d.tool_calls else None
+            if d.tool_calls:  # a lone surrogate in arguments: replaced there too
+                calls = json.loads(valid_text(json.dumps(d.tool_calls, ensure_ascii=False)))
+            else:
+                calls = None
+            d = dataclasses.replace(d, content=valid_text(d.content))
             count = d.token_count
             if count is None:
                 count = tokens.count_message(d.role, d.content, calls, d.tool_call_id, d.name)
