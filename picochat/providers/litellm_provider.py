@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 from typing import Any, AsyncIterator
 
@@ -136,7 +137,7 @@ class LiteLLMProvider(Provider):
     def translate(self, exc: Exception) -> pe.ProviderError:
         """One clear line per failure kind; the raw message is kept short."""
         litellm = import_litellm()
-        text = _short(_strip_prefixes(str(exc)))
+        text = _short(self._redact(_strip_prefixes(str(exc))))
         where = self.api_base or self.info.provider_kind
         if _is_connection_failure(exc, litellm):
             return pe.ProviderUnavailable(f"cannot connect to {where}",
@@ -169,6 +170,18 @@ class LiteLLMProvider(Provider):
         if isinstance(exc, litellm.BadRequestError):
             return pe.BadProviderRequest(f"{where} rejected the request: {text}")
         return pe.ProviderError(f"{where}: {type(exc).__name__}: {text}")
+
+
+    def _redact(self, text: str) -> str:
+        """Servers quote what they were sent: the key never reaches the user's terminal,
+        an error line or the JSON output through their words."""
+        keys = {self.api_key, os.environ.get(self.api_key_env or "")}
+        for key in sorted((k for k in keys if k and len(k) >= 8), key=len, reverse=True):
+            text = text.replace(key, "[key]")
+        return _KEY_LIKE.sub("[key]", text)
+
+
+_KEY_LIKE = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-]{12,}")  # OpenAI/Anthropic style
 
 
 def _short(text: str, limit: int = 200) -> str:
