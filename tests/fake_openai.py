@@ -13,7 +13,8 @@ answers with `default_text`. A script item is one of:
     ("status", code)                          an error with a generic OpenAI-style body
     ("status", code, body)                    an error with this JSON body
     ("status", code, body, {"Header": "v"})   ... and these extra headers
-    ("tool_calls", [(id, name, arguments)])   stream these tool calls (arguments in two pieces)
+    ("tool_calls", [(id, name, arguments)])   stream these tool calls (arguments in two pieces;
+                                              any string, invalid JSON too, is sent as given)
     ("delay", seconds, "reply")               wait `seconds`, then answer "reply"
     ("delay", seconds, item)                  wait, then answer with any other item
     ("delay", seconds)                        wait, then answer as if unscripted
@@ -22,6 +23,24 @@ answers with `default_text`. A script item is one of:
     ("hold", "before", event, "after")        stream "before", then hold the stream open until
                                               the event is set, then stream "after"; a client
                                               that goes away meanwhile sets `fake.disconnected`
+
+Faults, for the reliability tests (each is one response; none keeps a teardown waiting):
+
+    ("cut", "before")                         stream "before", then close the connection in the
+                                              middle of the body: no finish chunk, no [DONE],
+                                              no last (zero-length) HTTP chunk
+    ("cut", item, n)                          stream a "text" or "tool_calls" item, but cut it
+                                              like that after its first n `data:` events
+    ("garbage", "before", "after")            stream "before", then a `data:` line that is not
+                                              JSON, then "after" and a normal end
+    ("no_usage", "reply")                     a streamed answer with no usage chunk, even when
+                                              the request asks for `include_usage`
+    ("empty",)                                a stream whose one delta is role assistant with
+                                              content "", then finish_reason "stop" and usage
+    ("hang", "headers")                       send 200 and the SSE headers, then nothing until
+                                              the client goes away (sets `fake.disconnected`),
+                                              the server stops, or HOLD_LIMIT_S pass
+    ("hang", "silence")                       the same, but send nothing at all, not even headers
 With `fake.window` set, a request whose prompt is larger than that many tokens (`prompt_tokens`:
 about four characters a token, tool schemas included) gets OpenAI's context_length_exceeded
 error naming the window, and consumes no script item: an overflow that begins at a given
@@ -42,6 +61,7 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import socket
 import threading
 import time
@@ -156,6 +176,10 @@ def _words(text: str) -> list[str]:
     return [p for p in pieces if p]
 
 
+class _Cut(Exception):
+    """A ("cut", ...) item reached its cut: the handler stops writing mid-body."""
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     fake: "FakeOpenAI"
@@ -203,6 +227,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(body, "", item[1])
         elif kind == "hold":
             self._stream(body, item[1], hold=item[2], after=item[3])
+        elif kind == "cut":
+            inner = ("text", item[1]) if isinstance(item[1], str) else tuple(item[1])
+            text, calls = (inner[1], None) if inner[0] == "text" else ("", inner[1])
+            cut = item[2] if len(item) > 2 else len(_words(text))
+            self._stream(body, text, calls, cut_after=cut)
+        elif kind == "garbage":
+            self._stream(body, item[1], garbage=True, after=item[2])
+        elif kind == "no_usage":
+            self._stream(body, item[1], usage=False)
+        elif kind == "empty":
+            self._stream(body, "", empty=True)
+        elif kind == "hang":
+            if item[1] == "headers":
+                self._sse_headers()
+            self._hang()
         elif kind == "status":
             code = item[1]
             payload = item[2] if len(item) > 2 else {
@@ -234,29 +273,53 @@ class _Handler(BaseHTTPRequestHandler):
                          "finish_reason": "stop"}],
             "usage": self._usage(body, text)})
 
-    def _stream(self, body: dict[str, Any], text: str,
-                calls: list[tuple[str, str, str]] | None = None,
-                hold: threading.Event | None = None, after: str = "") -> None:
+    def _sse_headers(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")  # keep-alive, as real servers do
         self.end_headers()
+        self.wfile.flush()
+
+    def _stream(self, body: dict[str, Any], text: str,
+                calls: list[tuple[str, str, str]] | None = None,
+                hold: threading.Event | None = None, after: str = "", *,
+                cut_after: int | None = None, garbage: bool = False, usage: bool = True,
+                empty: bool = False) -> None:
+        self._sse_headers()
+        try:
+            self._events(body, text, calls, hold, after, cut_after, garbage, usage, empty)
+        except _Cut:
+            self.close_connection = True  # the body ends here, unfinished
+
+    def _events(self, body: dict[str, Any], text: str,
+                calls: list[tuple[str, str, str]] | None, hold: threading.Event | None,
+                after: str, cut_after: int | None, garbage: bool, usage: bool,
+                empty: bool) -> None:
         base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": body.get("model", "fake-model")}
+        sent = 0
 
         def send(obj: Any) -> None:
+            nonlocal sent
+            if cut_after is not None and sent >= cut_after:
+                raise _Cut
             self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+            sent += 1
 
         first = True
+        if empty:
+            send({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                       "finish_reason": None}]})
         for piece in _words(text):
             delta = {"role": "assistant", "content": piece} if first else {"content": piece}
             first = False
             send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
-        if hold is not None:
-            if not self._hold(hold):
-                self.close_connection = True
-                return
+        if garbage:
+            self._chunk(b"data: {\"choices\": [{\"delta\": <not json>\n\n")
+        if hold is not None and not self._hold(hold):
+            raise _Cut
+        if hold is not None or garbage:
             for piece in _words(after):
                 send({**base, "choices": [{"index": 0, "delta": {"content": piece},
                                            "finish_reason": None}]})
@@ -272,7 +335,7 @@ class _Handler(BaseHTTPRequestHandler):
                 send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
         finish = "tool_calls" if calls else "stop"
         send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if usage and (body.get("stream_options") or {}).get("include_usage"):
             send({**base, "choices": [], "usage": self._usage(body, text)})
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")  # the last chunk: the connection stays open for the next request
@@ -281,6 +344,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
+    def _hang(self) -> None:
+        """Send nothing more until the client goes away, the server stops, or HOLD_LIMIT_S."""
+        fake = self.server.fake
+        deadline = time.monotonic() + HOLD_LIMIT_S
+        self.close_connection = True
+        while not fake._stopping.is_set() and time.monotonic() < deadline:
+            readable, _, _ = select.select([self.connection], [], [], 0.05)
+            if readable:
+                try:
+                    gone = not self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    gone = True
+                if gone:
+                    fake.disconnected.set()
+                    return
 
     def _hold(self, event: threading.Event) -> bool:
         """Keep the stream open (SSE comments, which clients ignore) until `event`; False when
