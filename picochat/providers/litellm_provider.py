@@ -171,7 +171,6 @@ class LiteLLMProvider(Provider):
             return pe.BadProviderRequest(f"{where} rejected the request: {text}")
         return pe.ProviderError(f"{where}: {type(exc).__name__}: {text}")
 
-
     def _redact(self, text: str) -> str:
         """Servers quote what they were sent: the key never reaches the user's terminal,
         an error line or the JSON output through their words."""

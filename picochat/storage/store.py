@@ -9,13 +9,13 @@ in the same transaction, so a checkpoint candidate built before them fails its c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sqlite3
 import threading
 import time
 import uuid
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -249,24 +249,25 @@ class Store:
         for d in drafts:
             if d.role not in ROLES:
                 raise ValueError(f"role must be one of {ROLES}, got {d.role!r}")
-            if d.tool_calls:  # a lone surrogate in arguments: replaced there too
-                calls = json.loads(valid_text(json.dumps(d.tool_calls, ensure_ascii=False)))
-            else:
-                calls = None
+            calls, calls_json = None, None
+            if d.tool_calls:  # serialized once; a lone surrogate in arguments is replaced too
+                raw = json.dumps(d.tool_calls, ensure_ascii=False)
+                calls_json = valid_text(raw)
+                calls = json.loads(calls_json) if calls_json != raw else \
+                    [dict(c) for c in d.tool_calls]
             d = dataclasses.replace(d, content=valid_text(d.content))
             count = d.token_count
             if count is None:
                 count = tokens.count_message(d.role, d.content, calls, d.tool_call_id, d.name)
-            prepared.append((d, calls, count))
+            prepared.append((d, calls, calls_json, count))
         now = self._clock()
         out: list[Message] = []
         with self._write() as c:
             _session_row(c, session_id)
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                             (session_id,)).fetchone()[0]
-            for d, calls, count in prepared:
+            for d, calls, calls_json, count in prepared:
                 seq += 1
-                calls_json = json.dumps(calls, ensure_ascii=False) if calls else None
                 rowid = c.execute(
                     f"INSERT INTO messages ({_MESSAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     (session_id, seq, d.role, d.content, calls_json, d.tool_call_id, d.name,
