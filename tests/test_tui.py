@@ -539,7 +539,7 @@ async def test_auto_compaction_announces_itself_and_moves_the_divider(store):
 
 
 async def test_a_selected_message_or_code_block_is_copied_with_c(store):
-    from picochat.tui.chat import CodeFence
+    from picochat.tui.answer import CodeFence
 
     answer = "Run this:\n\n```python\nprint('hi')\n```\n\nThen check the log."
     app = make_app(store, provider=Recorder(turns=[answer]))
@@ -660,8 +660,8 @@ async def test_compacting_shows_its_elapsed_time_until_it_ends(store):
         assert any("Context compacted" in t for t in texts(app, Notice))
 
 
-async def test_a_long_answer_streams_in_segments_that_read_and_copy_as_one(store):
-    from picochat.tui.chat import SEGMENT_CHARS
+async def test_a_long_answer_streams_into_a_few_widgets_and_copies_as_one(store):
+    from picochat.tui.answer import SEGMENT_CHARS, CodeFence, ProseBlock
 
     paragraph = "The canary host cn-west-12 keeps its port. " * 14
     code = "```python\nfirst = 1\n\n\nsecond = 2\n```\n\n"
@@ -676,17 +676,25 @@ async def test_a_long_answer_streams_in_segments_that_read_and_copy_as_one(store
         chat.scroll_home(animate=False, immediate=True)  # the reader is up the page
         chat.release_anchor()  # (as a scroll by hand does); sending brings them back
         await chat_once(pilot, app, store, "tell me everything")
+        await pilot.pause()
         assert chat.scroll_y == chat.max_scroll_y  # following the bottom
-        segments = [s for s in chat.query(AssistantMessage) if s.answer is not None]
-        assert len(segments) >= len(answer) // (SEGMENT_CHARS + len(pieces[0]))
-        assert "".join("".join(s.parts) for s in segments) == answer
-        for s in segments:  # a code fence is never cut in two
-            assert "".join(s.parts).count("```") % 2 == 0
+        message = chat.query(AssistantMessage).last()
+        assert message.text == answer and message.rendered
+        prose = list(message.query(ProseBlock))
+        fences = list(message.query(CodeFence))
+        # prose is cut into runs of a few thousand characters; the fence is never cut
+        assert len(prose) >= len(answer) // (SEGMENT_CHARS + len(pieces[0]))
+        assert len(prose) + len(fences) < 13  # not a widget per paragraph
+        assert [f.code for f in fences] == ["first = 1\n\n\nsecond = 2\n"]
+        assert "".join(p.source for p in prose).count("cn-west-12") == 12 * 14
         assert store.history(app.session.id)[-1].content == answer
-        assert {s.seq for s in segments} == {store.history(app.session.id)[-1].seq}
-        segments[1].focus()
+        assert message.seq == store.history(app.session.id)[-1].seq
+        message.focus()
         await pilot.press("c")
         assert app.clipboard == answer
+        fences[0].focus()
+        await pilot.press("c")
+        assert app.clipboard == "first = 1\n\n\nsecond = 2\n"
 
 
 async def test_the_panel_takes_focus_undoes_with_u_and_tells_a_clear_apart(store):

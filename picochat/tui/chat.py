@@ -3,48 +3,23 @@ active checkpoint's summary ends and the raw tail the model still reads begins."
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Callable
 
-from markdown_it import MarkdownIt
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Collapsible, Markdown, Static
-from textual.widgets._markdown import MarkdownFence
+from textual.widgets import Collapsible, Static
 
 from picochat.messages import INTERRUPTED, Checkpoint, Message
+from picochat.tui.answer import AnswerStream, AssistantMessage
+from picochat.tui.copyable import COPY, Copyable
 from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import clean
 
 SHOWN_AT_OPEN = 60            # newest messages mounted when a session opens; older in pages
 TOOL_PREVIEW_CHARS = 4_000
-SEGMENT_CHARS = 3_000         # a streamed answer starts a new widget at a paragraph past this
-
-
-@lru_cache(maxsize=1)
-def _parser() -> MarkdownIt:
-    """One parser for every message: building one per widget cost more than parsing a reply."""
-    return MarkdownIt("gfm-like")
-
-
-COPY = Binding("c", "copy", "Copy", key_display="c")
-
-
-class Copyable:
-    """A transcript item the user can select (click, or alt+up then up/down) and copy with c."""
-
-    can_focus = True
-
-    def copy_text(self) -> str:
-        raise NotImplementedError
-
-    def action_copy(self) -> None:
-        text = self.copy_text()
-        self.app.copy_to_clipboard(text)  # type: ignore[attr-defined]
-        self.notify(f"Copied {len(text):,} characters")  # type: ignore[attr-defined]
 
 
 class UserMessage(Copyable, Static):
@@ -88,125 +63,6 @@ class UserMessage(Copyable, Static):
         self.seq = seq
         self.remove_class("queued")
         self.border_subtitle = ""
-
-
-class CodeFence(Copyable, MarkdownFence):
-    """A code block in an answer: selectable on its own, c copies just the code."""
-
-    BINDINGS = [Binding("c", "copy", "Copy code", key_display="c")]
-    DEFAULT_CSS = """
-    CodeFence { border-left: blank; }  /* room for the mark: its Label covers an outline */
-    CodeFence:focus { border-left: thick $success; }
-    """
-
-    def copy_text(self) -> str:
-        return self.code
-
-
-class AssistantMessage(Copyable, Markdown):
-    BINDINGS = [COPY]
-    BLOCKS = {**Markdown.BLOCKS, "fence": CodeFence, "code_block": CodeFence}
-    DEFAULT_CSS = """
-    AssistantMessage { margin: 1 0 0 0; padding: 0 1; }
-    AssistantMessage.interrupted { border-left: thick $warning; border-bottom: dashed $warning; }
-    AssistantMessage.retracted {
-        color: $text-disabled;
-        border-left: thick $foreground 30%;
-        border-bottom: dashed $foreground 30%;
-    }
-    AssistantMessage:focus { outline-left: thick $success; background: $boost; }
-    AssistantMessage.found { outline-left: thick $success; }
-    """
-
-    def __init__(self, text: str = "", seq: int | None = None, interrupted: bool = False,
-                 retracted: bool = False) -> None:
-        classes = " ".join(c for c, on in (("interrupted", interrupted),
-                                           ("retracted", retracted)) if on)
-        super().__init__(clean(text), classes=classes, parser_factory=_parser)
-        self.seq = seq
-        self._stream = None
-        self.parts: list[str] = []
-        self.answer: "AnswerStream | None" = None  # the whole answer this segment belongs to
-        if interrupted:
-            self.border_subtitle = "interrupted: the answer stopped here"
-        elif retracted:
-            self.border_subtitle = "undone: not in the context"
-
-    async def add_text(self, fragment: str) -> None:
-        if self._stream is None:
-            self._stream = Markdown.get_stream(self)
-        fragment = clean(fragment)
-        self.parts.append(fragment)
-        await self._stream.write(fragment)
-
-    def copy_text(self) -> str:
-        return self.answer.text if self.answer is not None else self.source
-
-    async def finish(self, seq: int | None = None, interrupted: bool = False) -> None:
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
-        self.seq = seq
-        if interrupted:
-            self.add_class("interrupted")
-            self.border_subtitle = "interrupted: the answer stopped here"
-
-
-class AnswerStream:
-    """One answer as it streams. A long answer is cut at paragraph breaks outside code
-    fences into several AssistantMessage widgets, so each frame lays out the last few
-    thousand characters instead of the whole answer (a 20k-token answer stalled the screen
-    for half a second a frame in one widget)."""
-
-    def __init__(self, chat: "ChatView") -> None:
-        self.chat = chat
-        self.text = ""
-        self.segments: list[AssistantMessage] = []
-        self._segment_text = ""
-
-    async def add_text(self, fragment: str) -> None:
-        fragment = clean(fragment)
-        self.text += fragment
-        if not self.segments:
-            await self._new_segment()
-        cut = self._cut(fragment)
-        if cut is None:
-            self._segment_text += fragment
-            await self.segments[-1].add_text(fragment)
-            return
-        head, tail = fragment[:cut], fragment[cut:]
-        if head:
-            await self.segments[-1].add_text(head)
-        await self.segments[-1].finish()
-        await self._new_segment()
-        self._segment_text = tail
-        if tail:
-            await self.segments[-1].add_text(tail)
-
-    def _cut(self, fragment: str) -> int | None:
-        """Where in `fragment` a new segment may begin: after a blank line, once the segment
-        is long, and not inside a code fence."""
-        if len(self._segment_text) < SEGMENT_CHARS:
-            return None
-        joined = self._segment_text + fragment
-        at = joined.find("\n\n", max(0, len(self._segment_text) - 1))
-        if at < 0:
-            return None
-        fences = sum(1 for line in joined[:at].splitlines()
-                     if line.lstrip().startswith(("```", "~~~")))
-        if fences % 2:
-            return None
-        return at + 2 - len(self._segment_text)
-
-    async def _new_segment(self) -> None:
-        segment = AssistantMessage()
-        segment.answer = self
-        self.segments.append(segment)
-        await self.chat.add(segment)
-
-    async def finish(self, seq: int | None = None, interrupted: bool = False) -> None:
-        for i, segment in enumerate(self.segments):
-            await segment.finish(seq, interrupted and i == len(self.segments) - 1)
 
 
 class ToolBlock(Collapsible):

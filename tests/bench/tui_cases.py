@@ -126,16 +126,14 @@ class Paced(Provider):
 
 async def watch_final_render(chat: ChatView, expected: str, done: asyncio.Future[float]) -> None:
     """Resolve `done` with the time of the first screen refresh after the answer's widgets
-    hold the whole text (every Markdown.append done: blocks parsed and mounted). Polled every
-    2 ms, cheaply: the answer is found once, then only its last widget is read."""
+    show the whole text. Polled every 2 ms, cheaply: the answer is found once."""
     answer = None
     while answer is None:
-        found = [w for w in chat.query(AssistantMessage) if w.answer is not None]
-        answer = found[0].answer if found else None
+        found = list(chat.query(AssistantMessage))
+        answer = found[-1] if found and found[-1].parts else None
         await asyncio.sleep(0.01)
     while True:
-        last = answer.segments[-1]
-        if answer.text == expected and last.source == answer._segment_text:
+        if answer.rendered and sum(map(len, answer.parts)) == len(expected):
             chat.app.call_after_refresh(
                 lambda: done.done() or done.set_result(time.perf_counter()))
             return

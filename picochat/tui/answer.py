@@ -1,0 +1,255 @@
+"""An assistant answer on screen: prose runs and code fences, a few widgets however long.
+
+While an answer streams, fragments are kept at once (`parts`) but the screen catches up at
+most every FLUSH_S: only the still-open tail (the last prose run or fence, a few thousand
+characters) is parsed and re-rendered, and finished blocks are never touched again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.theme import Theme
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.timer import Timer
+from textual.widget import Widget
+from textual.widgets import Label
+from textual.widgets._markdown import MarkdownFence
+
+from picochat.tui.copyable import COPY, Copyable
+from picochat.tui.markdown import Block, Prose, markdown_theme, split_blocks
+from picochat.tui.safe import clean
+
+if TYPE_CHECKING:
+    from picochat.tui.chat import ChatView
+
+SEGMENT_CHARS = 3_000   # a streaming prose run is closed at the next block past this size
+FLUSH_S = 0.05          # the screen follows a stream at most 20 times a second
+
+_THEMES: dict[str, Theme] = {}
+
+
+def _prose_theme(widget: Widget) -> Theme:
+    name = widget.app.theme
+    theme = _THEMES.get(name)
+    if theme is None:
+        theme = _THEMES[name] = markdown_theme(widget.app.theme_variables)
+    return theme
+
+
+class ProseBlock(Widget):
+    """A run of Markdown prose: one widget, rendered by Rich, re-rendered only on change."""
+
+    DEFAULT_CSS = """
+    ProseBlock { height: auto; }
+    """
+    kind = "text"
+
+    def __init__(self, block: Block) -> None:
+        super().__init__()
+        self.source = block.source
+        self._key: tuple[str, str] | None = None
+        self._prose: Prose | None = None
+
+    def show(self, block: Block) -> None:
+        if block.source != self.source:
+            self.source = block.source
+            self.refresh(layout=True)
+
+    def render(self) -> Prose:
+        key = (self.source, self.app.theme)
+        if self._prose is None or key != self._key:
+            self._key = key
+            self._prose = Prose(self.source, _prose_theme(self), self.app.current_theme.dark)
+        return self._prose
+
+
+class CodeFence(Copyable, Widget):
+    """A top-level code block: highlighted as Textual highlights code, scrolled sideways
+    rather than wrapped, and selectable on its own: c copies just the code."""
+
+    BINDINGS = [Binding("c", "copy", "Copy code", key_display="c")]
+    DEFAULT_CSS = """
+    CodeFence {
+        height: auto;
+        overflow: scroll hidden;
+        scrollbar-size-horizontal: 0;
+        scrollbar-size-vertical: 0;
+        color: rgb(210,210,210);
+        background: black 10%;
+        border-left: blank;  /* room for the focus mark */
+        &:light { background: white 30%; }
+        & > Label { padding: 1 1; }
+    }
+    CodeFence:focus { border-left: thick $success; }
+    """
+    kind = "code"
+
+    def __init__(self, block: Block) -> None:
+        super().__init__()
+        self.code, self.lang = block.code, block.lang
+        self._look = self._current_look()
+        self._label = Label(self._highlighted(), expand=True)
+
+    def _current_look(self) -> tuple[bool, bool]:
+        return self.app.native_ansi_color, self.app.current_theme.dark
+
+    def _highlighted(self):  # type: ignore[no-untyped-def]
+        ansi, dark = self._look
+        return MarkdownFence.highlight(self.code, self.lang, ansi=ansi, dark=dark)
+
+    @property
+    def allow_horizontal_scroll(self) -> bool:
+        return True
+
+    def compose(self) -> ComposeResult:
+        yield self._label
+
+    def show(self, block: Block) -> None:
+        if (block.code, block.lang) != (self.code, self.lang):
+            self.code, self.lang = block.code, block.lang
+            self._label.update(self._highlighted())
+
+    def notify_style_update(self) -> None:
+        """A switch between dark and light themes re-highlights; nothing else does."""
+        super().notify_style_update()
+        if self.is_mounted and self._current_look() != self._look:
+            self._look = self._current_look()
+            self._label.update(self._highlighted())
+
+    def copy_text(self) -> str:
+        return self.code
+
+
+def part_widget(block: Block, after: bool) -> ProseBlock | CodeFence:
+    """The widget for `block`; `after` when a part comes before it (a blank line between)."""
+    widget = CodeFence(block) if block.kind == "code" else ProseBlock(block)
+    if after:
+        widget.add_class("after")
+    return widget
+
+
+class AssistantMessage(Copyable, Widget):
+    """One answer. Selecting it and pressing c copies the whole answer."""
+
+    BINDINGS = [COPY]
+    DEFAULT_CSS = """
+    AssistantMessage { height: auto; layout: vertical; margin: 1 0 0 0; padding: 0 1; }
+    AssistantMessage > .after { margin-top: 1; }  /* a class, not :first-child, which
+        would restyle every part (and re-highlight every fence) on each mount */
+    AssistantMessage.interrupted { border-left: thick $warning; border-bottom: dashed $warning; }
+    AssistantMessage.retracted {
+        color: $text-disabled;
+        border-left: thick $foreground 30%;
+        border-bottom: dashed $foreground 30%;
+    }
+    AssistantMessage:focus { outline-left: thick $success; background: $boost; }
+    AssistantMessage.found { outline-left: thick $success; }
+    """
+
+    def __init__(self, text: str = "", seq: int | None = None, interrupted: bool = False,
+                 retracted: bool = False) -> None:
+        classes = " ".join(c for c, on in (("interrupted", interrupted),
+                                           ("retracted", retracted)) if on)
+        super().__init__(classes=classes)
+        self.seq = seq
+        self.parts: list[str] = []        # the fragments as they streamed in
+        self._settled: list[str] = []     # sources of blocks whose widgets are final
+        self._tail = clean(text)          # text not yet in a final widget
+        self._live: ProseBlock | CodeFence | None = None
+        self._timer: Timer | None = None
+        self._drawn = 0                   # characters of the tail the live widget shows
+        if interrupted:
+            self.border_subtitle = "interrupted: the answer stopped here"
+        elif retracted:
+            self.border_subtitle = "undone: not in the context"
+
+    @property
+    def text(self) -> str:
+        return "".join(self._settled) + self._tail
+
+    source = text
+
+    @property
+    def rendered(self) -> bool:
+        """Whether the widgets show every character received so far."""
+        return self._drawn == len(self._tail)
+
+    def compose(self) -> ComposeResult:
+        blocks = split_blocks(self._tail)
+        self._settled, self._tail, self._drawn = [b.source for b in blocks], "", 0
+        for i, block in enumerate(blocks):
+            yield part_widget(block, after=i > 0)
+
+    def copy_text(self) -> str:
+        return self.text
+
+    def add_text(self, fragment: str) -> None:
+        """Keep `fragment` now; the screen catches up within FLUSH_S."""
+        fragment = clean(fragment)
+        if not fragment:
+            return
+        self.parts.append(fragment)
+        self._tail += fragment
+        if self._timer is None:
+            self._timer = self.set_timer(FLUSH_S, self._flush)
+
+    def _flush(self) -> None:
+        self._timer = None
+        self._draw(final=False)
+
+    def _draw(self, final: bool) -> None:
+        """Re-parse the open tail: blocks followed by another are final and leave the tail;
+        the last one stays live (unless `final`)."""
+        blocks = split_blocks(self._tail, SEGMENT_CHARS)
+        settled = blocks if final else blocks[:-1]
+        for block in settled:
+            self._place(block)
+            self._live = None
+            self._settled.append(block.source)
+        self._tail = self._tail[sum(len(b.source) for b in settled):]
+        if not final and blocks:
+            self._place(blocks[-1])
+        self._drawn = len(self._tail)
+
+    def _place(self, block: Block) -> None:
+        if self._live is not None and self._live.kind == block.kind:
+            self._live.show(block)
+            return
+        if self._live is not None:  # a prose run that turned out to open a fence, or back
+            self._live.remove()
+        self._live = part_widget(block, after=bool(self._settled))
+        self.mount(self._live)
+
+    async def finish(self, seq: int | None = None, interrupted: bool = False) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        self._draw(final=True)
+        self.seq = seq
+        if interrupted:
+            self.add_class("interrupted")
+            self.border_subtitle = "interrupted: the answer stopped here"
+
+
+class AnswerStream:
+    """The answer being streamed: its widget mounts with the first text."""
+
+    def __init__(self, chat: "ChatView") -> None:
+        self.chat = chat
+        self.message: AssistantMessage | None = None
+
+    @property
+    def text(self) -> str:
+        return self.message.text if self.message is not None else ""
+
+    async def add_text(self, fragment: str) -> None:
+        if self.message is None:
+            self.message = AssistantMessage()
+            await self.chat.add(self.message)
+        self.message.add_text(fragment)
+
+    async def finish(self, seq: int | None = None, interrupted: bool = False) -> None:
+        if self.message is not None:
+            await self.message.finish(seq, interrupted)
