@@ -85,3 +85,45 @@ def waiter(event: asyncio.Event, then: Callable[[], Any] | None = None
             then()
         await event.wait()
     return step
+
+
+class Hold:
+    """A turn step for `Streaming`: stream the words of `before`, set `reached`, wait for
+    `release`, then stream the words of `after`: an answer caught mid-stream. With `burst`,
+    the words of each part arrive in one go (as a network read of many chunks does), with no
+    yield to the event loop between them."""
+
+    def __init__(self, before: str, after: str = "", burst: bool = False) -> None:
+        self.before, self.after, self.burst = before, after, burst
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+
+
+class Streaming(Recorder):
+    """A Recorder whose turn replies stream word by word (one delta each, with a yield
+    between), and whose turn steps may also be a `Hold`. Summaries behave as in Recorder."""
+
+    async def stream(self, request: ProviderRequest):
+        step = self.turns[0] if self.turns and request.purpose != "summary" else None
+        if not isinstance(step, (str, Hold)):
+            async for event in super().stream(request):
+                yield event
+            return
+        self.turns.pop(0)
+        self.requests.append(request)
+        before, after = (step, "") if isinstance(step, str) else (step.before, step.after)
+        burst = isinstance(step, Hold) and step.burst
+        for word in before.split(" "):
+            if not burst:
+                await asyncio.sleep(0)
+            yield TextDelta(word + " ")
+        if isinstance(step, Hold):
+            step.reached.set()
+            await step.release.wait()
+            for word in after.split(" ") if after else ():
+                if not burst:
+                    await asyncio.sleep(0)
+                yield TextDelta(word + " ")
+        text = before + " " + after if after else before
+        yield Usage(tokens.count_provider_messages(request.messages), tokens.count_text(text))
+        yield Finish("stop")

@@ -42,11 +42,12 @@ from picochat.session import (
     ToolRan,
     TurnFailed,
     TurnFinished,
+    TurnHandle,
     TurnStarted,
 )
 from picochat.storage.store import Store
 from picochat.tui import slash
-from picochat.tui.chat import SHOWN_AT_OPEN, AnswerStream, ChatView, ToolBlock
+from picochat.tui.chat import SHOWN_AT_OPEN, AnswerStream, ChatView, ToolBlock, UserMessage
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen, ConfirmScreen, PickScreen
@@ -87,6 +88,8 @@ class PicochatApp(App[None]):
         self.state = ""
         self._state_since = 0.0
         self._turn: Any = None  # the TurnHandle streaming now
+        self._turn_shown = asyncio.Event()  # the newest turn sent is on screen in full
+        self._turn_shown.set()
         self._counting = True   # tiktoken still loading: the figures wait for it
         self._bar: StatusBar | None = None
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
@@ -284,15 +287,31 @@ class PicochatApp(App[None]):
         await self.transcript_ready.wait()
         chat = self.query_one(ChatView)
         queued = self.worker.busy or self.worker.queued > 0
-        chat.follow()  # sending brings the reader back to the bottom
-        user = await chat.add_user(text, queued=queued)
         handle = self.worker.submit_turn(text)
-        self.refresh_status()
+        # turns are shown one after another, in the order sent: this one's events wait until
+        # the one before it is on screen in full (its last text, its "Stopped" line)
+        previous, shown = self._turn_shown, asyncio.Event()
+        self._turn_shown = shown
+        try:
+            chat.follow()  # sending brings the reader back to the bottom
+            user = await chat.add_user(text, queued=queued)
+            self.refresh_status()
+            await previous.wait()
+            await self._show_turn(chat, user, handle)
+        finally:
+            shown.set()
+
+    async def _show_turn(self, chat: ChatView, user: UserMessage, handle: TurnHandle
+                         ) -> None:
         answer: AnswerStream | None = None
         async for event in handle:
             if isinstance(event, TurnStarted):
                 self._turn = handle
                 self.refresh_bindings()
+                if user.has_class("queued") and user.parent is chat:
+                    # it waited at the bottom while the turns before it added their answers
+                    # and notices below it: it goes below them, where its answer will follow
+                    chat.move_child(user, after=chat.children[-1])
                 user.started(event.user_seq)
                 self.set_state("answering…")
             elif isinstance(event, TextDelta):
