@@ -48,6 +48,7 @@ from picochat.session import (
 from picochat.storage.store import Store
 from picochat.tui import slash
 from picochat.tui.chat import SHOWN_AT_OPEN, AnswerStream, ChatView, ToolBlock, UserMessage
+from picochat.tui.idle_gc import IdleCollector
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen, ConfirmScreen, PickScreen
@@ -93,6 +94,7 @@ class PicochatApp(App[None]):
         self._counting = True   # tiktoken still loading: the figures wait for it
         self._bar: StatusBar | None = None
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
+        self._gc = IdleCollector()
         self._theme_notes = self.load_themes()
 
     # --- layout ---------------------------------------------------------------------------------
@@ -113,6 +115,7 @@ class PicochatApp(App[None]):
         for note in self._theme_notes:
             self.notify(note, severity="warning", timeout=10)
         await self.worker.start()
+        self._gc.start()
         self.refresh_status()
         self.call_after_refresh(self.open_transcript)
         self.set_interval(0.5, self._tick)
@@ -160,8 +163,10 @@ class PicochatApp(App[None]):
     async def warm_up(self) -> None:
         """Import litellm in the background: the first frame never waits for it."""
         await self.worker.provider.warm_up()
+        self._gc.freeze_when_idle()  # litellm's modules and the first screen: never garbage
 
     async def on_unmount(self) -> None:
+        self._gc.stop()
         await self.worker.close()
 
     # --- what is shown --------------------------------------------------------------------------
@@ -187,6 +192,7 @@ class PicochatApp(App[None]):
     def _tick(self) -> None:
         if self.state:
             self.refresh_status()
+        self._gc.tick(busy=self.worker.busy or bool(self.state))
 
     def set_state(self, state: str) -> None:
         self.state = state

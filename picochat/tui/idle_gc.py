@@ -1,0 +1,60 @@
+"""Python's full garbage collections, moved from the middle of a stream to idle moments.
+
+A full collection walks every object the collector tracks. A screen showing a long answer
+holds a lot of them (every rendered line is a Strip with seven small caches), and CPython's
+automatic full collections stalled the event loop 60-175 ms at a time while a 20k-token
+answer streamed, longer as it grew. So the app keeps the young generations automatic (they
+are cheap), freezes what start-up built (modules, litellm: never garbage), and runs the full
+collection itself once nothing has run for a moment, when CPython would have wanted one.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+
+NEVER = 1_000_000_000   # a threshold CPython never reaches: no automatic full collection
+WANTED = 10             # young collections since the last full one before one is due
+IDLE_S = 1.0            # nothing running for this long counts as idle
+
+
+class IdleCollector:
+    def __init__(self) -> None:
+        self._saved: tuple[int, int, int] | None = None
+        self._busy_until = 0.0
+        self._freeze = False
+
+    def start(self) -> None:
+        if self._saved is None:
+            self._saved = gc.get_threshold()
+            gc.set_threshold(self._saved[0], self._saved[1], NEVER)
+
+    def freeze_when_idle(self) -> None:
+        """Start-up is over (litellm imported): at the next idle tick, collect once and leave
+        what exists then out of every later full collection."""
+        self._freeze = True
+
+    def tick(self, busy: bool) -> bool:
+        """Called every half second; True when it collected."""
+        now = time.monotonic()
+        if busy:
+            self._busy_until = now
+            return False
+        if self._saved is None or now - self._busy_until < IDLE_S:
+            return False
+        if self._freeze:
+            self._freeze = False
+            gc.collect()
+            gc.freeze()
+            return True
+        if gc.get_count()[2] < WANTED:
+            return False
+        gc.collect()
+        return True
+
+    def stop(self) -> None:
+        """Back to CPython's own policy (tests run many apps in one process)."""
+        if self._saved is not None:
+            gc.set_threshold(*self._saved)
+            self._saved = None
+            gc.unfreeze()

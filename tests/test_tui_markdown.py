@@ -1,0 +1,187 @@
+"""An answer on screen: prose runs and code fences cut from the Markdown, streamed in any
+chunking to the same text, themed, and the garbage collector kept out of the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import random
+import weakref
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from picochat.tui import idle_gc
+from picochat.tui.markdown import Prose, markdown_theme, split_blocks
+
+ANSWER = """# Plan
+
+Intro with `code` and **bold**.
+
+- one
+- two
+
+```python
+x = 1
+
+
+y = 2
+```
+
+| a | b |
+|---|---|
+| 1 | 2 |
+
+~~~
+tilde fence
+~~~
+Last words.
+"""
+
+
+def test_blocks_join_back_to_the_text_and_fences_stand_alone():
+    blocks = split_blocks(ANSWER)
+    assert "".join(b.source for b in blocks) == ANSWER
+    assert [b.kind for b in blocks] == ["text", "code", "text", "code", "text"]
+    assert blocks[1].code == "x = 1\n\n\ny = 2\n" and blocks[1].lang == "python"
+    assert blocks[3].code == "tilde fence\n" and blocks[3].lang == ""
+    assert blocks[4].source == "Last words.\n"
+
+
+def test_a_long_prose_run_is_cut_between_blocks_only():
+    paragraph = "word " * 200 + "\n\n"
+    text = paragraph * 10
+    blocks = split_blocks(text, max_chars=2_500)
+    assert "".join(b.source for b in blocks) == text
+    assert len(blocks) == 4 and all(b.kind == "text" for b in blocks)
+    assert all(b.source.endswith("\n\n") for b in blocks)  # never inside a paragraph
+    assert len(split_blocks(text)) == 1
+
+
+def test_an_unclosed_fence_runs_to_the_end():
+    blocks = split_blocks("Look:\n\n```sh\nls -l\n")
+    assert [b.kind for b in blocks] == ["text", "code"]
+    assert blocks[1].code == "ls -l\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["# h\n", "para text\n", "\n", "- item\n", "```py\n",
+                                 "```\n", "> quote\n", "| a |\n|---|\n", "    indented\n",
+                                 "~~~\n", "x = [1, 2]\n", "\t\n", "text without newline"]),
+                max_size=30),
+       st.one_of(st.none(), st.integers(1, 40)))
+def test_any_markdown_splits_into_blocks_that_join_back(lines, max_chars):
+    text = "".join(lines)
+    blocks = split_blocks(text, max_chars)
+    assert "".join(b.source for b in blocks) == text
+    assert all(b.source for b in blocks)
+    for a, b in zip(blocks, blocks[1:]):  # prose runs merge unless cut by size
+        assert not (a.kind == b.kind == "text" and max_chars is None)
+
+
+def test_prose_renders_literally_with_the_theme_colours():
+    theme = markdown_theme({"markdown-h1-color": "#123456", "markdown-h1-text-style": "bold",
+                            "accent": "#ff0000"})
+    console = Console(width=40, color_system="truecolor", force_terminal=True)
+    with console.capture() as captured:
+        console.print(Prose("# Title\n\n[red]not markup[/red] and `x`\n", theme, True))
+    out = captured.get()
+    assert "[red]not markup[/red]" in out           # Rich markup in model text stays text
+    assert "38;2;18;52;86" in out                   # the heading in the theme's h1 colour
+    assert not out.startswith("\n")
+
+
+def test_a_table_first_does_not_open_with_a_blank_line():
+    console = Console(width=40, color_system=None)
+    with console.capture() as captured:
+        console.print(Prose("| a | b |\n|---|---|\n| 1 | 2 |\n", markdown_theme({}), True))
+    assert captured.get().splitlines()[0].split() == ["a", "b"]
+
+
+def test_full_collections_wait_for_an_idle_moment(monkeypatch):
+    saved = gc.get_threshold()
+    now = [1000.0]
+    monkeypatch.setattr(idle_gc.time, "monotonic", lambda: now[0])
+    collector = idle_gc.IdleCollector()
+    collector.start()
+    try:
+        assert gc.get_threshold()[2] == idle_gc.NEVER  # none in the middle of a frame
+        freed = []
+
+        class Node:
+            pass
+
+        def garbage() -> None:
+            a, b = Node(), Node()
+            a.other, b.other = b, a
+            weakref.finalize(a, freed.append, 1)
+            for _ in range(3):
+                gc.collect(1)  # both survive into the old generation, still cyclic
+            # (they are referenced from this frame until it returns)
+
+        garbage()
+        for _ in range(idle_gc.WANTED):
+            gc.collect(1)
+        assert collector.tick(busy=True) is False      # a turn is running
+        now[0] += idle_gc.IDLE_S / 2
+        assert collector.tick(busy=False) is False     # not idle long enough yet
+        now[0] += idle_gc.IDLE_S
+        assert collector.tick(busy=False) is True and freed == [1]
+        assert collector.tick(busy=False) is False     # nothing more is due
+    finally:
+        collector.stop()
+    assert gc.get_threshold() == saved
+
+
+async def test_a_streamed_answer_ends_as_the_same_text_in_any_chunking(store):
+    from picochat.tui.answer import AssistantMessage, CodeFence, ProseBlock
+    from tests.test_tui import SIZE, make_app
+
+    rng = random.Random(7)
+    text = ANSWER * 4
+    expected_code = [b.code for b in split_blocks(text) if b.kind == "code"]
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.transcript_ready.wait()
+        for _ in range(3):
+            message = AssistantMessage()
+            await app.query_one("ChatView").mount(message)
+            i = 0
+            while i < len(text):
+                step = rng.randint(1, 40)
+                message.add_text(text[i:i + step])
+                i += step
+                if rng.random() < 0.3:
+                    await asyncio.sleep(0.06)  # let the screen catch up now and then
+            await message.finish(seq=None)
+            await pilot.pause()
+            parts = list(message.children)
+            assert message.text == text and message.rendered
+            assert [p.code for p in parts if isinstance(p, CodeFence)] == expected_code
+            prose = "".join(p.source for p in parts if isinstance(p, ProseBlock))
+            assert prose.count("Intro with") == 4 and "x = 1" not in prose
+            assert all(isinstance(p, (CodeFence, ProseBlock)) for p in parts)
+            assert len(parts) <= 2 * len(expected_code) + 1  # a few widgets, not one a block
+
+
+async def test_a_live_block_that_turns_into_a_fence_is_replaced_not_kept(store):
+    from picochat.tui.answer import FLUSH_S, AssistantMessage, CodeFence, ProseBlock
+    from tests.test_tui import SIZE, make_app
+
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.transcript_ready.wait()
+        message = AssistantMessage()
+        await app.query_one("ChatView").mount(message)
+        # the tail after the first fence starts as prose ("`", "``") and becomes a fence
+        for piece in ("```py\nprint(1)\n```\n\n`", "`", "`sh\nls\n", "```\n\nAfter.\n"):
+            message.add_text(piece)
+            await asyncio.sleep(FLUSH_S * 3)  # each piece reaches the screen on its own
+            await pilot.pause()
+        await message.finish(seq=None)
+        await pilot.pause()
+        kinds = [type(p).__name__ for p in message.children]
+        assert kinds == ["CodeFence", "CodeFence", "ProseBlock"]
+        assert [f.code for f in message.query(CodeFence)] == ["print(1)\n", "ls\n"]
+        assert [p.source for p in message.query(ProseBlock)] == ["After.\n"]
