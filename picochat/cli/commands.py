@@ -19,6 +19,7 @@ from picochat.logs import setup_logging
 from picochat.messages import Session
 from picochat.paths import Paths, resolve_paths
 from picochat.storage.store import Store, open_store
+from picochat.textsafe import StreamCleaner, clean, json_for_terminal
 
 
 @dataclass
@@ -84,7 +85,20 @@ def out(text: str = "") -> None:
 
 
 def dump_json(value: Any) -> None:
-    out(json.dumps(value, ensure_ascii=False, indent=2, sort_keys=False))
+    out(for_terminal_json(json.dumps(value, ensure_ascii=False, indent=2, sort_keys=False)))
+
+
+# Stored text (model output above all) is untrusted: on a terminal it is shown cleaned (no
+# escapes, no control characters, bidi controls as `<U+202E>`); a pipe or a file gets it as stored.
+
+
+def for_terminal(text: str) -> str:
+    return clean(text) if sys.stdout.isatty() else text
+
+
+def for_terminal_json(text: str) -> str:
+    """JSON on a terminal: controls it would obey as \\u escapes, the same data once parsed."""
+    return json_for_terminal(text) if sys.stdout.isatty() else text
 
 
 # --- the app -------------------------------------------------------------------------------------
@@ -150,14 +164,17 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
 
     as_json = app.opt("json")
     streamed_newline = True
+    screen = StreamCleaner() if sys.stdout.isatty() else None  # an escape may span two deltas
     async with _worker(app, session, resolved, provider) as worker:
         handle = worker.submit_turn(text)
         try:
             async for event in handle:
                 if isinstance(event, TextDelta) and not as_json:
-                    sys.stdout.write(event.text)
-                    sys.stdout.flush()
-                    streamed_newline = event.text.endswith("\n")
+                    piece = screen.feed(event.text) if screen else event.text
+                    if piece:
+                        sys.stdout.write(piece)
+                        sys.stdout.flush()
+                        streamed_newline = piece.endswith("\n")
                 elif isinstance(event, ToolRan) and not as_json:
                     sys.stderr.write(f"picochat: ran {event.name} ({event.status}), "
                                      f"result saved as message #{event.seq}\n")
@@ -171,6 +188,10 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
             handle.cancel()
         outcome = await handle.result()
     compaction = outcome.compactions[-1].as_dict() if outcome.compactions else None
+    rest = screen.flush() if screen and not as_json else ""
+    if rest:
+        sys.stdout.write(rest)
+        streamed_newline = rest.endswith("\n")
     if not as_json and not streamed_newline:
         sys.stdout.write("\n")
     if isinstance(outcome, TurnFailed):
@@ -208,7 +229,7 @@ def cmd_sessions(app: App) -> int:
     if app.opt("json"):
         dump_json([render.session_json(s) for s in sessions])
     else:
-        out(render.sessions_table(sessions))
+        out(for_terminal(render.sessions_table(sessions)))
     return 0
 
 
@@ -225,7 +246,7 @@ def cmd_history(app: App) -> int:
         dump_json({"session": render.session_json(session),
                    "messages": [render.message_json(m, session, active) for m in messages]})
     else:
-        out(render.history_text(session, messages, active))
+        out(for_terminal(render.history_text(session, messages, active)))
     return 0
 
 
@@ -236,7 +257,7 @@ def cmd_checkpoints(app: App) -> int:
     if app.opt("json"):
         dump_json([render.checkpoint_json(c, active) for c in checkpoints])
     else:
-        out(render.checkpoints_table(checkpoints, active))
+        out(for_terminal(render.checkpoints_table(checkpoints, active)))
     return 0
 
 
@@ -263,8 +284,10 @@ def cmd_export(app: App) -> int:
         except OSError as exc:
             raise PicochatError(f"{target}: cannot write the export: {exc.strerror}") from None
         sys.stderr.write(f"Exported {len(messages)} messages of {session.name} to {target}\n")
+    elif app.args.format == "md":  # cleaned on a terminal, as stored in a pipe or a file
+        sys.stdout.write(for_terminal(text))
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(for_terminal_json(text))
     return 0
 
 

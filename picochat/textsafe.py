@@ -1,0 +1,73 @@
+"""Model output is untrusted: it may carry terminal escapes or control bytes meant to repaint,
+retitle or write the clipboard of the user's terminal, and bidi controls that reorder a line.
+Both front ends show it only through this module (pure, standard library only).
+
+- `clean(text)`: the text as it may be shown on a terminal.
+- `StreamCleaner`: `clean` for text that arrives in pieces, where an escape sequence may be split
+  between two pieces: the joined output equals `clean` of the joined input.
+- `json_for_terminal(text)`: JSON text with the characters a terminal would obey written as
+  `\\uXXXX` escapes, so it parses to the same data.
+"""
+
+from __future__ import annotations
+
+import re
+
+# CSI, OSC (up to BEL or ST), other two-byte escapes, then any C0/C1 control but tab and newline.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?"
+                      r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+# Bidi controls reorder what the terminal shows (the "Trojan Source" trick): shown, not obeyed.
+_BIDI_CHARS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_BIDI = re.compile(f"[{_BIDI_CHARS}]")
+
+# The end of a piece that `_ESCAPES` would read differently once more text arrives: a lone ESC,
+# a CSI without its final byte, an OSC without its terminator (perhaps with the ESC of an ST).
+# The leftmost start that reaches the end wins, so an open OSC is held from its ESC on.
+_OPEN_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?)?\Z")
+
+# What json.dumps(ensure_ascii=False) leaves raw that a terminal may obey: DEL, C1, bidi.
+_JSON_UNSAFE = re.compile(f"[\x7f-\x9f{_BIDI_CHARS}]")
+
+
+def clean(text: str) -> str:
+    """`text` without escape sequences or control characters (tabs and newlines stay), and
+    with bidi controls named as visible text (`<U+202E>`) instead of reordering the line."""
+    text = _ESCAPES.sub("", text.replace("\r\n", "\n"))
+    return _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+
+
+class StreamCleaner:
+    """`clean` for a stream: `feed` each piece and write what it returns, then write `flush()`.
+
+    A trailing escape sequence that is not complete yet is held back until the next piece or the
+    end, so a sequence split between two pieces is removed whole rather than leaving half of it
+    on the screen. An open OSC (a title, a clipboard write) is held as its first two characters
+    only: its body is dropped whatever follows, so a long one costs no memory."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        text = self._held + piece
+        open_escape = _OPEN_ESCAPE.search(text)
+        if open_escape is None:
+            self._held = ""
+            return clean(text)
+        held = open_escape.group()
+        if held.startswith("\x1b]"):  # an open OSC is dropped whatever its body: keep no body
+            held = "\x1b]\x1b" if len(held) > 2 and held.endswith("\x1b") else "\x1b]"
+        self._held = held
+        return clean(text[:open_escape.start()])
+
+    def flush(self) -> str:
+        """The end of the stream: what is still held, cleaned as `clean` would at the end."""
+        text, self._held = self._held, ""
+        return clean(text)
+
+
+def json_for_terminal(text: str) -> str:
+    """JSON text (from json.dumps) with DEL, C1 controls and bidi controls as `\\uXXXX`
+    escapes; json.dumps already escapes C0. Outside strings JSON text is ASCII, so the result
+    parses to the same data."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
