@@ -208,7 +208,7 @@ async def test_escape_stops_the_answer_and_keeps_what_arrived(store):
 
 async def test_model_output_cannot_inject_markup_or_escapes(store):
     hostile = ["[red]x[/red] ", "[@click=app.quit]quit[/] ", "\x1b[2J\x1b]0;pwned\x07",
-               "abc\u202edcba\u2066 done"]
+               "abc\u202edcba\u2066 done", " \x1b]0;split ti", "tle\x07 af", "ter \x1b[3", "1m"]
     app = make_app(store, provider=Slow(hostile, gap=0))
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "[bold]me[/bold] \x1b[31m")
@@ -219,6 +219,8 @@ async def test_model_output_cannot_inject_markup_or_escapes(store):
         assert "[red]x[/red]" in shown and "[@click=app.quit]" in shown
         assert "\x1b" not in shown and "\x07" not in shown
         assert "\u202e" not in shown and "abc<U+202E>dcba<U+2066> done" in shown
+        assert "title" not in shown and "after" in shown  # an escape split across pieces
+        assert not shown.endswith("1m") and answer.text == shown
         [user] = app.query(UserMessage)
         assert str(user.render()) == "[bold]me[/bold] "
         assert app.is_running                             # nothing quit the app

@@ -19,7 +19,7 @@ from textual.widgets._markdown import MarkdownFence
 
 from picochat.tui.copyable import COPY, Copyable
 from picochat.tui.markdown import Block, Prose, markdown_theme, split_blocks
-from picochat.tui.safe import clean
+from picochat.textsafe import StreamCleaner, clean
 
 if TYPE_CHECKING:
     from picochat.tui.chat import ChatView
@@ -160,6 +160,7 @@ class AssistantMessage(Copyable, Widget):
         self._live: ProseBlock | CodeFence | None = None
         self._timer: Timer | None = None
         self._drawn = 0                   # characters of the tail the live widget shows
+        self._cleaner = StreamCleaner()   # an escape sequence may be split between fragments
         if interrupted:
             self.border_subtitle = "interrupted: the answer stopped here"
         elif retracted:
@@ -187,7 +188,7 @@ class AssistantMessage(Copyable, Widget):
 
     def add_text(self, fragment: str) -> None:
         """Keep `fragment` now; the screen catches up within FLUSH_S."""
-        fragment = clean(fragment)
+        fragment = self._cleaner.feed(fragment)
         if not fragment:
             return
         self.parts.append(fragment)
@@ -226,6 +227,10 @@ class AssistantMessage(Copyable, Widget):
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
+        rest = self._cleaner.flush()
+        if rest:
+            self.parts.append(rest)
+            self._tail += rest
         self._draw(final=True)
         self.seq = seq
         if interrupted:
