@@ -38,7 +38,7 @@ from picochat.compaction.compact import CompactOutcome, CompactRequest, compact_
 from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextUsage, limits_for
 from picochat.errors import PicochatError
-from picochat.messages import INTERRUPTED
+from picochat.messages import INTERRUPTED, Message
 from picochat.models import ResolvedModel
 from picochat.projection import ContextProjection, project, restore
 from picochat.agent_loop import (
@@ -128,6 +128,21 @@ def _internal(exc: Exception, session_id: str, turn_id: str) -> PicochatError:
     log.error("turn_crashed session=%s turn=%s kind=%s\n%s", session_id, turn_id,
               type(exc).__name__, "".join(traceback.format_tb(exc.__traceback__)))
     return PicochatError(f"internal error ({type(exc).__name__}); see the log")
+
+
+def own_view(projection: ContextProjection, user: Message) -> ContextProjection:
+    """The history one turn sends: everything before its message, its message, and its own
+    later rows. Another process may append to the session meanwhile (design §12.2): a turn
+    begun there after this one (a later seq, another turn id) is left out, so this turn's
+    request ends with its own question, not with someone else's. And if a `clear` or
+    compaction of another process took this turn's own message out of the context after it
+    was written, it is put back: a request must carry the question it answers."""
+    raw = [m for m in projection.raw if m.seq <= user.seq or m.turn_id == user.turn_id]
+    if not any(m.seq == user.seq for m in raw):
+        raw = sorted([*raw, user], key=lambda m: m.seq)
+    if len(raw) == len(projection.raw) and all(a is b for a, b in zip(raw, projection.raw)):
+        return projection
+    return dataclasses.replace(projection, raw=tuple(raw), first_raw_seq=raw[0].seq)
 
 
 class TurnHandle:
@@ -394,7 +409,8 @@ class SessionWorker:
             local_retried = False   # the one request-local retry (after a tool batch ran)
             steps = 0
             while True:
-                view = self._request_view(projection, user.seq, steps > 0, local_retried)
+                view = self._request_view(own_view(projection, user), user.seq, steps > 0,
+                                          local_retried)
                 draft = self._draft(view)
                 if steps >= MAX_TOOL_STEPS:  # enough tools: ask for the answer
                     draft = dataclasses.replace(draft, tools=())

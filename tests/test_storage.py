@@ -550,3 +550,13 @@ def test_lone_surrogates_are_saved_as_replacement_characters(store) -> None:
     assert stored.tokens > 0
     assert stored_call.tool_calls[0]["function"]["arguments"] == '{"path": "x\ufffd"}'
     assert t.seq == m.seq + 1
+
+
+def test_find_or_create_session_finds_by_id_or_name_and_creates_once(store):
+    first = store.find_or_create_session("work")
+    assert first.name == "work"
+    assert store.find_or_create_session("work").id == first.id
+    assert store.find_or_create_session(first.id).id == first.id
+    other = store.find_or_create_session(None)
+    assert other.id != first.id and other.name != "work"
+    assert len(store.list_sessions()) == 2

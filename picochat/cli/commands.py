@@ -115,7 +115,7 @@ def cmd_tui(app: App) -> int:
     resolved = _model(app, session)
     provider = create_provider(resolved)  # a missing key fails here, before the screen changes
     if session is None:
-        session = app.store.create_session(name=ref)
+        session = app.store.find_or_create_session(ref)
     if app.opt("model") and session.model != app.opt("model"):
         app.store.set_session_model(session.id, app.opt("model"))
     PicochatApp(app.store, session, resolved, provider, app.config, app.paths).run()
@@ -139,9 +139,8 @@ def cmd_ask(app: App) -> int:
         session = app.store.find_session(ref) if ref else app.store.latest_session()
     resolved = _model(app, session)
     provider = create_provider(resolved)  # fails before anything is written
-    store = app.store
     if session is None:
-        session = store.create_session(name=ref)
+        session = app.store.find_or_create_session(ref)  # another ask may be creating it too
     return asyncio.run(_ask(app, session, resolved, provider, text))
 
 

@@ -43,6 +43,9 @@ def compaction_note(outcome: Any) -> str | None:
     if outcome.error is not None:
         if outcome.reason == "overflow":
             return None  # the turn fails, and its error says why
+        if outcome.error.kind == "stale_generation":  # design §17: re-evaluated next turn
+            return (f"{outcome.reason} compaction refused: {outcome.error.message}; "
+                    "the next turn checks again")
         return (f"{outcome.reason} compaction failed ({outcome.error.user_line()}); "
                 "continuing with the context as it was")
     return None

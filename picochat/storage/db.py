@@ -6,6 +6,7 @@ picochat never replaces or "repairs" a user's database behind their back.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +15,13 @@ from typing import Iterator
 from picochat.errors import StorageError
 from picochat.storage.schema import MIGRATIONS, SCHEMA_VERSION
 
-BUSY_TIMEOUT_MS = 10_000
+BUSY_TIMEOUT_MS = 10_000  # how long a write waits for another picochat's write to finish
+
+
+def busy_timeout_ms() -> int:
+    """`BUSY_TIMEOUT_MS`, or the test-only PICOCHAT_BUSY_TIMEOUT_MS (a positive integer)."""
+    raw = os.environ.get("PICOCHAT_BUSY_TIMEOUT_MS", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else BUSY_TIMEOUT_MS
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -26,11 +33,13 @@ def connect(path: Path) -> sqlite3.Connection:
                            "set PICOCHAT_DATA_DIR or --data-dir to a writable folder") from None
     conn: sqlite3.Connection | None = None
     try:
-        conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000,
+        timeout_ms = busy_timeout_ms()
+        conn = sqlite3.connect(str(path), timeout=timeout_ms / 1000,
                                isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA busy_timeout = {timeout_ms}")
         conn.execute("PRAGMA foreign_keys = ON")
         _refuse_newer_schema(conn, path)  # before WAL: switching modes would change the file
+        _refuse_foreign(conn, path)
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise StorageError(f"{path}: cannot switch the database to WAL mode (got {mode})")
@@ -40,7 +49,7 @@ def connect(path: Path) -> sqlite3.Connection:
         if conn is not None:
             conn.close()
         if isinstance(exc, sqlite3.DatabaseError):
-            raise describe_error(path, exc) from None
+            raise describe_error(path, exc, opening=True) from None
         raise
     return conn
 
@@ -53,20 +62,56 @@ def _refuse_newer_schema(conn: sqlite3.Connection, path: Path) -> None:
             f"understands ({SCHEMA_VERSION}); left untouched", "upgrade picochat")
 
 
-def describe_error(path: Path, exc: sqlite3.Error) -> StorageError:
+def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
+    """An SQLite file with tables but no schema version is another program's: picochat's own
+    first migration sets the version in the same transaction as its tables."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version == 0 and conn.execute("SELECT 1 FROM sqlite_schema LIMIT 1").fetchone():
+        raise StorageError(f"{path}: not a picochat database (an SQLite file with other "
+                           "tables); left untouched", "move it aside or point --data-dir elsewhere")
+
+
+def describe_error(path: Path, exc: sqlite3.Error, opening: bool = False) -> StorageError:
+    """One line for a sqlite error: what, where (`path`), what to do. `opening`: raised while
+    `connect` opened the file, before anything was written to it."""
     text = str(exc)
     if "not a database" in text or "malformed" in text:
-        return StorageError(f"{path}: not a picochat database or damaged ({text}); left untouched",
-                            "move it aside or point --data-dir elsewhere")
+        if opening:
+            return StorageError(f"{path}: not a picochat database, or damaged ({text}); left "
+                                "untouched", "move it aside or point --data-dir elsewhere")
+        return StorageError(f"{path}: the database is damaged ({text})",
+                            "keep a copy, then move it aside or point --data-dir elsewhere")
     if "readonly" in text or "unable to open" in text:
-        return StorageError(f"{path}: cannot write the database ({text})",
-                            "check the folder's permissions or use --data-dir")
+        what = _read_only(path)
+        if what is not None:
+            return StorageError(f"{path}: {what} ({text})",
+                                "make it writable, or point --data-dir elsewhere")
+        return StorageError(f"{path}: cannot open or write the database ({text})",
+                            "check the folder and its permissions, or use --data-dir")
     if "full" in text:
-        return StorageError(f"{path}: the disk is full; nothing was written", "free some space")
+        return StorageError(f"{path}: the disk is full; that write was not saved",
+                            "free some space and try again")
     if "locked" in text or "busy" in text:
         return StorageError(f"{path}: the database stayed locked by another picochat",
                             "try again in a moment")
     return StorageError(f"{path}: database error: {text}")
+
+
+def _read_only(path: Path) -> str | None:
+    """Which of the database file and its folder cannot be written, if either (SQLite needs
+    both: the folder for its -wal and -shm files, or for a new database)."""
+    try:
+        folder = not os.access(path.parent, os.W_OK)
+        if not path.exists():
+            return "cannot create the database: its folder is read-only" if folder else None
+        file = not os.access(path, os.W_OK)
+    except OSError:
+        return None
+    if file and folder:
+        return "the database and its folder are read-only"
+    if file:
+        return "the database file is read-only"
+    return "the database's folder is read-only" if folder else None
 
 
 def migrate(conn: sqlite3.Connection, path: Path) -> int:

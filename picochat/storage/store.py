@@ -144,7 +144,6 @@ class Store:
     # --- sessions ------------------------------------------------------------------------------
 
     def create_session(self, name: str | None = None, model: str | None = None) -> Session:
-        now = self._clock()
         with self._write() as c:
             if name is None:
                 name = _free_name(c)
@@ -152,10 +151,28 @@ class Store:
                            (name,)).fetchone():
                 raise StorageError(f"a session named {name!r} already exists",
                                    "pick another name")
-            sid = "s_" + uuid.uuid4().hex[:12]
-            c.execute("INSERT INTO sessions (id, name, created_at, updated_at, model) "
-                      "VALUES (?, ?, ?, ?, ?)", (sid, name, now, now, model))
+            sid = self._insert_session(c, name, model)
         return self.session(sid)
+
+    def find_or_create_session(self, ref: str | None) -> Session:
+        """The live session `ref` names (an id or a name), or a new one so named, looked up and
+        created in one write transaction: two first `ask`s on a new name share one session.
+        `None` picks a free name."""
+        with self._write() as c:
+            row = None
+            if ref is not None:
+                row = c.execute("SELECT id FROM sessions WHERE deleted_at IS NULL AND "
+                                "(id = ? OR name = ?) ORDER BY (id = ?) DESC LIMIT 1",
+                                (ref, ref, ref)).fetchone()
+            sid = row[0] if row else self._insert_session(c, ref or _free_name(c), None)
+        return self.session(sid)
+
+    def _insert_session(self, c: sqlite3.Connection, name: str, model: str | None) -> str:
+        now = self._clock()
+        sid = "s_" + uuid.uuid4().hex[:12]
+        c.execute("INSERT INTO sessions (id, name, created_at, updated_at, model) "
+                  "VALUES (?, ?, ?, ?, ?)", (sid, name, now, now, model))
+        return sid
 
     def session(self, session_id: str) -> Session:
         with self._read() as c:
@@ -461,8 +478,8 @@ class Store:
             if updated != 1:
                 _session_row(c, session_id)
                 raise StaleGeneration(
-                    f"the context of session {session_id} changed while compacting "
-                    f"(expected generation {expected_generation}); nothing was committed",
+                    f"the context of session {session_id} changed while compacting (a clear, "
+                    "an undo or another compaction came first); nothing was committed",
                     "run the compaction again")
             active = before.active_context_checkpoint_id
             if active and new.parent_checkpoint_id is None and _checkpoint_problem(
