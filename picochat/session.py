@@ -301,11 +301,13 @@ class SessionWorker:
         handle = TurnHandle(text)
 
         async def run() -> TurnOutcome:
-            if handle._cancel_requested or self._closing:
+            if handle._cancel_requested:
                 failed = TurnFailed(handle.turn_id, TurnCancelled("cancelled before it started"),
                                     None, None)
                 handle._emit(failed)
                 return failed
+            if self._closing:
+                return self._keep_unsent(handle)
             task = asyncio.create_task(self._turn(handle))
             handle._task = task
             self._current = handle
@@ -317,6 +319,23 @@ class SessionWorker:
 
         self.submit(run, _answers_itself=True)
         return handle
+
+    def _keep_unsent(self, handle: TurnHandle) -> TurnFailed:
+        """The app is quitting with this message still queued: it is saved, as a turn stopped
+        before any answer is (the user typed it and pressed Enter), and not sent."""
+        user_seq = None
+        try:
+            user_seq = self.store.append_message(self.session_id, "user", handle.text,
+                                                 turn_id=handle.turn_id).seq
+        except Exception as exc:  # noqa: BLE001 - closing: report, never raise
+            log.warning("turn_failed session=%s turn=%s kind=%s stage=unsent_message",
+                        self.session_id, handle.turn_id, type(exc).__name__)
+        log.info("turn_unsent session=%s turn=%s seq=%s", self.session_id, handle.turn_id,
+                 user_seq)
+        failed = TurnFailed(handle.turn_id, TurnCancelled("stopped before it was sent"),
+                            user_seq, None)
+        handle._emit(failed)
+        return failed
 
     def projection(self) -> ContextProjection:
         return restore(self.store, self.session_id)

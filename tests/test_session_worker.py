@@ -139,7 +139,7 @@ async def test_system_prompt_first_and_alone(store, system):
     assert list(sent) == expected
 
 
-async def test_closing_runs_nothing_that_was_still_queued(store):
+async def test_closing_runs_nothing_that_was_still_queued_but_keeps_its_messages(store):
     s = store.create_session("w")
     provider = Scripted(["slow ", "reply"], gap=0.05)
     worker = await SessionWorker(store, s.id, OFFLINE, provider, "sys").start()
@@ -149,8 +149,11 @@ async def test_closing_runs_nothing_that_was_still_queued(store):
     await asyncio.sleep(0.07)
     await worker.close()
     assert (await running.result()).cancelled
-    assert (await queued.result()).cancelled
+    unsent = await queued.result()
+    assert unsent.cancelled and unsent.user_seq == 3
     assert command.cancelled()
-    assert len(provider.requests) == 1
-    assert [m.content for m in store.history(s.id)] == ["one", "slow "]
+    assert len(provider.requests) == 1  # the queued message is saved (typed and sent by the
+    rows = [(m.content, m.status) for m in store.history(s.id)]  # user), never sent
+    assert rows == [("one", "complete"), ("slow ", INTERRUPTED), ("two", "complete")]
     assert store.session(s.id).context_generation == 0  # the queued clear never ran
+

@@ -268,6 +268,8 @@ async def test_quitting_mid_stream_keeps_the_partial_answer_marked_interrupted(s
         sid = app.session.id
         await say(pilot, "a question left running")
         await settle(pilot, app, lambda: turn.reached.is_set() and app.query(AssistantMessage))
+        await say(pilot, "and one more thing")  # queued behind the held answer
+        await settle(pilot, app, lambda: app.worker.queued == 1)
         if how == "ctrl+q":
             await pilot.press("ctrl+q")
         else:
@@ -277,7 +279,7 @@ async def test_quitting_mid_stream_keeps_the_partial_answer_marked_interrupted(s
     assert app.return_code == 0
     assert not turn.release.is_set()
     await _assert_partial_kept(store, sid, "a question left running",
-                               "half of the answer names delta-4")
+                               "half of the answer names delta-4", unsent="and one more thing")
 
 
 async def test_quitting_while_the_fake_server_holds_the_stream(
@@ -312,22 +314,26 @@ async def test_quitting_while_the_fake_server_holds_the_stream(
                                "half of the answer names epsilon-5")
 
 
-async def _assert_partial_kept(store, sid: str, question: str, partial: str) -> None:
+async def _assert_partial_kept(store, sid: str, question: str, partial: str,
+                               unsent: str | None = None) -> None:
     """After the app has exited: the database holds the question and the partial answer,
-    marked interrupted; a reopened app shows the partial answer marked so."""
+    marked interrupted (and a message still queued at the quit, saved but never sent); a
+    reopened app shows the partial answer marked so."""
     fresh = open_store(store.path)
     try:
-        user, answer = fresh.history(sid)
+        user, answer, *rest = fresh.history(sid)
         assert (user.role, user.content, user.status) == ("user", question, COMPLETE)
         assert answer.role == "assistant" and answer.status == INTERRUPTED
         assert answer.content.strip() == partial
+        assert [(m.role, m.content) for m in rest] == ([("user", unsent)] if unsent else [])
     finally:
         fresh.close()
     reopened = make_app(store, provider=Recorder())
     async with reopened.run_test(size=SIZE) as pilot:
         await settle(pilot, reopened, reopened.transcript_ready.is_set)
         assert reopened.session.id == sid
-        assert conversation(reopened) == [("user", question), ("assistant", partial)]
+        assert conversation(reopened) == [("user", question), ("assistant", partial)] + (
+            [("user", unsent)] if unsent else [])
         [shown] = reopened.query(AssistantMessage)
         assert shown.has_class("interrupted") and shown.seq == answer.seq
         assert shown.border_subtitle.startswith("interrupted")
