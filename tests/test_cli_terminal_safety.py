@@ -292,3 +292,15 @@ def test_checkpoints_and_sessions_on_a_terminal(run_cli, home, hostile_session):
     piped = run_cli("sessions")
     assert "w\x1b]0;renamed\x07\u202e" in piped.stdout
     assert stored_replies(home)[-2] == HOSTILE
+
+
+def test_a_provider_error_that_quotes_escapes_is_one_clean_line(fake, home, run_cli):
+    body = {"error": {"message": "bad request \x1b]0;pwned\x07 near \x1b[2Jhere \u202eevil",
+                      "type": "invalid_request_error", "code": None}}
+    fake.script(("status", 400, body))
+    result = run_cli("ask", "hello", env=ENV)
+    assert result.status == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("picochat: ")
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+    assert "\u202e" not in result.stderr

@@ -101,6 +101,12 @@ def for_terminal_json(text: str) -> str:
     return json_for_terminal(text) if sys.stdout.isatty() else text
 
 
+def err(line: str) -> None:
+    """One `picochat:` line on stderr, cleaned: provider error text and names are quoted in it."""
+    sys.stderr.write(f"picochat: {clean(line)}\n")
+    sys.stderr.flush()
+
+
 # --- the app -------------------------------------------------------------------------------------
 
 
@@ -118,8 +124,11 @@ def cmd_tui(app: App) -> int:
         session = app.store.find_or_create_session(ref)
     if app.opt("model") and session.model != app.opt("model"):
         app.store.set_session_model(session.id, app.opt("model"))
-    PicochatApp(app.store, session, resolved, provider, app.config, app.paths).run()
-    return 0
+    tui = PicochatApp(app.store, session, resolved, provider, app.config, app.paths)
+    tui.run()
+    # An error that escaped the app (a damaged database found while building the screen) was
+    # printed by Textual as its one `picochat:` line (PicochatError.__rich__): exit 1, not 0.
+    return tui.return_code or 0
 
 
 # --- ask -----------------------------------------------------------------------------------------
@@ -175,14 +184,11 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
                         sys.stdout.flush()
                         streamed_newline = piece.endswith("\n")
                 elif isinstance(event, ToolRan) and not as_json:
-                    sys.stderr.write(f"picochat: ran {event.name} ({event.status}), "
-                                     f"result saved as message #{event.seq}\n")
-                    sys.stderr.flush()
+                    err(f"ran {event.name} ({event.status}), result saved as message #{event.seq}")
                 elif isinstance(event, Compacted) and not as_json:
                     note = report.compaction_note(event.outcome)
                     if note:
-                        sys.stderr.write(f"picochat: {note}\n")
-                        sys.stderr.flush()
+                        err(note)
         except asyncio.CancelledError:  # Ctrl-C: keep what arrived, then report
             handle.cancel()
         outcome = await handle.result()
@@ -202,7 +208,7 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
         if outcome.user_seq is not None:
             saved = ("; your message and the partial answer are saved" if outcome.partial_seq
                      else "; your message is saved")
-        sys.stderr.write(f"picochat: {outcome.error.user_line()}{saved}\n")
+        err(f"{outcome.error.user_line()}{saved}")
         return 130 if outcome.cancelled else outcome.error.exit_status
     if app.opt("model") and session.model != app.opt("model"):
         app.store.set_session_model(session.id, app.opt("model"))  # remembered once it worked
@@ -324,9 +330,9 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
         out(report.compacted_lines(outcome))
     elif outcome.status == NOTHING_TO_COMPACT:
         out("Nothing to compact")
-        sys.stderr.write(f"picochat: {report.nothing_reason(outcome, limits)}\n")
+        err(report.nothing_reason(outcome, limits))
     if outcome.error is not None:
-        sys.stderr.write(f"picochat: compaction failed: {outcome.error.user_line()}\n")
+        err(f"compaction failed: {outcome.error.user_line()}")
         return outcome.error.exit_status
     return 0
 
@@ -364,7 +370,7 @@ def cmd_info(app: App) -> int:
     if app.opt("json"):
         dump_json(usage.as_dict())
     else:
-        out(usage.text())
+        out(for_terminal(usage.text()))  # the session's name is the user's, and may be anything
     return 0
 
 

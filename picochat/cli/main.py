@@ -86,7 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from picochat.errors import PicochatError
 
         if isinstance(exc, PicochatError):
-            sys.stderr.write(f"picochat: {exc.user_line()}\n")
+            from picochat.textsafe import clean  # error text may quote a server or a file
+
+            sys.stderr.write(f"picochat: {clean(exc.user_line())}\n")
             return exc.exit_status
         import logging
 
