@@ -1,7 +1,8 @@
 """Opening the database: pragmas, migrations, and errors a user can read.
 
-A file that is not SQLite, or a schema newer than this code, is reported and left untouched:
-picochat never replaces or "repairs" a user's database behind their back.
+A file that is not SQLite, another program's SQLite file, or a schema newer than this code is
+reported and left untouched: picochat never replaces or "repairs" a user's database behind
+their back.
 """
 
 from __future__ import annotations
