@@ -19,6 +19,7 @@ from textual.widgets._markdown import MarkdownFence
 
 from picochat.tui.copyable import COPY, Copyable
 from picochat.tui.markdown import Block, Prose, markdown_theme, split_blocks
+from picochat.tui.preview import preview
 from picochat.textsafe import StreamCleaner, clean
 
 if TYPE_CHECKING:
@@ -156,7 +157,10 @@ class AssistantMessage(Copyable, Widget):
         self.seq = seq
         self.parts: list[str] = []        # the fragments as they streamed in
         self._settled: list[str] = []     # sources of blocks whose widgets are final
-        self._tail = clean(text)          # text not yet in a final widget
+        whole = clean(text)
+        shown = preview(whole)            # a huge answer shows its head and tail
+        self._whole = whole if shown is not whole else None
+        self._tail = shown                # text not yet in a final widget
         self._live: ProseBlock | CodeFence | None = None
         self._timer: Timer | None = None
         self._drawn = 0                   # characters of the tail the live widget shows
@@ -168,6 +172,8 @@ class AssistantMessage(Copyable, Widget):
 
     @property
     def text(self) -> str:
+        if self._whole is not None:
+            return self._whole
         return "".join(self._settled) + self._tail
 
     source = text

@@ -15,6 +15,7 @@ from textual.widgets import Collapsible, Static
 from picochat.messages import INTERRUPTED, Checkpoint, Message
 from picochat.tui.answer import AnswerStream, AssistantMessage
 from picochat.tui.copyable import COPY, Copyable
+from picochat.tui.preview import preview
 from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import clean
 
@@ -48,7 +49,7 @@ class UserMessage(Copyable, Static):
     def __init__(self, text: str, seq: int | None = None, queued: bool = False,
                  retracted: bool = False) -> None:
         classes = "queued" if queued else "retracted" if retracted else ""
-        super().__init__(Text(clean(text)), classes=classes)
+        super().__init__(Text(clean(preview(text))), classes=classes)
         self.seq = seq
         self.text = text
         if queued:
@@ -73,11 +74,9 @@ class ToolBlock(Collapsible):
     """
 
     def __init__(self, name: str, status: str | None, result: str, seq: int | None) -> None:
-        preview = clean(result)
-        if len(preview) > TOOL_PREVIEW_CHARS:
-            preview = preview[:TOOL_PREVIEW_CHARS] + f"\n… {len(result):,} characters in all"
+        shown = clean(preview(result, head=TOOL_PREVIEW_CHARS, tail=0))
         title = f"⚙ {name or 'tool'} ({status or 'done'})"
-        super().__init__(Static(Text(preview)), title=title, collapsed=True,
+        super().__init__(Static(Text(shown)), title=title, collapsed=True,
                          classes="error" if status == "error" else "")
         self.seq = seq
         self.result = result
