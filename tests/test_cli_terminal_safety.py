@@ -11,7 +11,6 @@ import pty
 import select
 import subprocess
 import sys
-import textwrap
 import time
 import tty
 from pathlib import Path
@@ -24,6 +23,7 @@ from picochat.messages import NewCheckpoint
 from picochat.storage import open_store
 from picochat.textsafe import StreamCleaner, clean, json_for_terminal
 from tests.fake_openai import FakeOpenAI, _words, fake_openai  # noqa: F401  (fixture)
+from tests.test_cli_litellm import write_config
 
 ENV = {"FAKE_API_KEY": "test-key"}
 
@@ -155,15 +155,7 @@ def assert_terminal_safe(shown: bytes) -> None:
 
 @pytest.fixture
 def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
-    config_file.parent.mkdir(parents=True, exist_ok=True)
-    config_file.write_text(textwrap.dedent(f'''\
-        default_model = "fake"
-        [models.fake]
-        model = "openai/fake-model"
-        api_base = "{fake_openai.base_url}"
-        api_key_env = "FAKE_API_KEY"
-        token_limit = 8192
-    '''), encoding="utf-8")
+    write_config(config_file, fake_openai.base_url)
     return fake_openai
 
 
