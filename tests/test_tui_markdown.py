@@ -185,3 +185,34 @@ async def test_a_live_block_that_turns_into_a_fence_is_replaced_not_kept(store):
         assert kinds == ["CodeFence", "CodeFence", "ProseBlock"]
         assert [f.code for f in message.query(CodeFence)] == ["print(1)\n", "ls\n"]
         assert [p.source for p in message.query(ProseBlock)] == ["After.\n"]
+
+
+async def test_a_half_received_line_never_settles_a_block_boundary(store):
+    """"```" at the end of a stream looks like a fence until "foo` inline" arrives; "#" like a
+    heading until "include". Drawn after every character, the answer still ends as the same
+    widgets as when it is opened whole."""
+    from picochat.tui.answer import AssistantMessage
+    from tests.test_tui import SIZE, make_app
+
+    text = ("Use\n```foo` inline code, then\n#include <stdio.h> as written.\n\n"
+            "***Note*** and\n<port> stays text\n\n```py\nx = 1\n```\nAfter.\n")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.transcript_ready.wait()
+        chat = app.query_one("ChatView")
+        streamed = AssistantMessage()
+        await chat.mount(streamed)
+        for ch in text:
+            streamed.add_text(ch)
+            streamed._draw(final=False)  # as if the screen caught up after each character
+        await streamed.finish(seq=None)
+        whole = AssistantMessage(text)
+        await chat.mount(whole)
+        await pilot.pause()
+
+        def parts(message):
+            return [(type(p).__name__, getattr(p, "source", None) or p.code)
+                    for p in message.children]
+        assert parts(streamed) == parts(whole)
+        assert [kind for kind, _ in parts(whole)] == ["ProseBlock", "CodeFence", "ProseBlock"]
+        assert "<port> stays text" in parts(whole)[0][1]

@@ -161,7 +161,7 @@ class AssistantMessage(Copyable, Widget):
         shown = preview(whole)            # a huge answer shows its head and tail
         self._whole = whole if shown is not whole else None
         self._tail = shown                # text not yet in a final widget
-        self._live: ProseBlock | CodeFence | None = None
+        self._live: list[ProseBlock | CodeFence] = []  # the tail's widgets, still changing
         self._timer: Timer | None = None
         self._drawn = 0                   # characters of the tail the live widget shows
         self._cleaner = StreamCleaner()   # an escape sequence may be split between fragments
@@ -207,27 +207,46 @@ class AssistantMessage(Copyable, Widget):
         self._draw(final=False)
 
     def _draw(self, final: bool) -> None:
-        """Re-parse the open tail: blocks followed by another are final and leave the tail;
-        the last one stays live (unless `final`)."""
+        """Re-parse the open tail and show each of its blocks; those that can no longer change
+        leave the tail (all of them when `final`)."""
         blocks = split_blocks(self._tail, SEGMENT_CHARS)
-        settled = blocks if final else blocks[:-1]
-        for block in settled:
-            self._place(block)
-            self._live = None
-            self._settled.append(block.source)
-        self._tail = self._tail[sum(len(b.source) for b in settled):]
-        if not final and blocks:
-            self._place(blocks[-1])
+        settled = len(blocks) if final else self._final_blocks(blocks)
+        self._show(blocks)
+        self._settled.extend(b.source for b in blocks[:settled])
+        del self._live[:settled]
+        self._tail = self._tail[sum(len(b.source) for b in blocks[:settled]):]
         self._drawn = len(self._tail)
 
-    def _place(self, block: Block) -> None:
-        if self._live is not None and self._live.kind == block.kind:
-            self._live.show(block)
-            return
-        if self._live is not None:  # a prose run that turned out to open a fence, or back
-            self._live.remove()
-        self._live = part_widget(block, after=bool(self._settled))
-        self.mount(self._live)
+    def _final_blocks(self, blocks: list[Block]) -> int:
+        """How many leading blocks are final: a block is, once the block after it starts on a
+        finished line. A half-received line can look like a new block ("#" of "#include",
+        "```" of "```foo` inline") and stop being one when it completes."""
+        finished = self._tail.rfind("\n")  # the text after it is a line still arriving
+        count, start = 0, 0
+        for block in blocks[:-1]:
+            start += len(block.source)
+            if start > finished:
+                break
+            count += 1
+        return count
+
+    def _show(self, blocks: list[Block]) -> None:
+        """The live widgets show `blocks`, reused in place where the kind still matches (a
+        prose run that turned out to open a fence is replaced)."""
+        live = self._live
+        for i, block in enumerate(blocks):
+            if i < len(live) and live[i].kind == block.kind:
+                live[i].show(block)
+                continue
+            for old in live[i:]:
+                old.remove()
+            del live[i:]
+            widget = part_widget(block, after=bool(self._settled) or i > 0)
+            self.mount(widget)
+            live.append(widget)
+        for old in live[len(blocks):]:
+            old.remove()
+        del live[len(blocks):]
 
     async def finish(self, seq: int | None = None, interrupted: bool = False) -> None:
         if self._timer is not None:

@@ -8,6 +8,7 @@ code fence is one selectable widget, so an answer costs a handful of widgets how
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
@@ -23,7 +24,19 @@ from rich.theme import Theme
 
 @lru_cache(maxsize=1)
 def _parser() -> MarkdownIt:
-    return MarkdownIt("gfm-like")
+    """Rich's own Markdown dialect, so blocks split where Rich draws them, but with HTML off:
+    Rich draws an HTML block as nothing, and a model's `<port>` line must not vanish."""
+    return (MarkdownIt("commonmark").enable(["strikethrough", "table"])
+            .disable(["html_block", "html_inline"]))
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as markdown-it counts them (`\n` only: str.splitlines would also break at
+    U+2028, U+2029 and the like, and shift every block after them)."""
+    return _LINE.findall(text)
+
+
+_LINE = re.compile(r"[^\n]*\n|[^\n]+$")
 
 
 @dataclass(frozen=True)
@@ -43,7 +56,7 @@ def split_blocks(text: str, max_chars: int | None = None) -> list[Block]:
     answer re-renders only its last few thousand characters)."""
     if not text:
         return []
-    lines = text.splitlines(keepends=True)
+    lines = _lines(text)
     starts: list[tuple[int, Any]] = []  # (first line, fence token or None) per top-level block
     for token in _parser().parse(text):
         if token.level == 0 and token.map is not None and token.nesting >= 0:
@@ -65,7 +78,7 @@ def split_blocks(text: str, max_chars: int | None = None) -> list[Block]:
         if run:
             blocks.append(Block("text", run))
             run = ""
-        blocks.append(Block("code", source, fence.content, fence.info.strip().split(" ")[0]))
+        blocks.append(Block("code", source, fence.content, (fence.info.split() or [""])[0]))
     if run:
         blocks.append(Block("text", run))
     return blocks
@@ -100,14 +113,18 @@ class _Table(TableElement):
 class _Prose(Markdown):
     elements = {**Markdown.elements, "heading_open": _LeftHeading, "table_open": _Table}
 
+    def __init__(self, markup: str, code_theme: str) -> None:
+        super().__init__("", code_theme=code_theme, hyperlinks=False)
+        self.markup = markup
+        self.parsed = _parser().parse(markup)  # HTML shown as text (see _parser)
+
 
 class Prose:
     """A run of Markdown prose, rendered by Rich under styles taken from the app's theme.
     Links show their address instead of being clickable: model output is untrusted."""
 
     def __init__(self, source: str, theme: Theme, dark: bool) -> None:
-        self.markdown = _Prose(source, hyperlinks=False,
-                               code_theme="ansi_dark" if dark else "ansi_light")
+        self.markdown = _Prose(source, code_theme="ansi_dark" if dark else "ansi_light")
         self.theme = theme
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
