@@ -130,19 +130,28 @@ def _internal(exc: Exception, session_id: str, turn_id: str) -> PicochatError:
     return PicochatError(f"internal error ({type(exc).__name__}); see the log")
 
 
-def own_view(projection: ContextProjection, user: Message) -> ContextProjection:
+def own_view(store: Store, projection: ContextProjection, user: Message) -> ContextProjection:
     """The history one turn sends: everything before its message, its message, and its own
     later rows. Another process may append to the session meanwhile (design §12.2): a turn
     begun there after this one (a later seq, another turn id) is left out, so this turn's
     request ends with its own question, not with someone else's. And if a `clear` or
     compaction of another process took this turn's own message out of the context after it
-    was written, it is put back: a request must carry the question it answers."""
-    raw = [m for m in projection.raw if m.seq <= user.seq or m.turn_id == user.turn_id]
-    if not any(m.seq == user.seq for m in raw):
-        raw = sorted([*raw, user], key=lambda m: m.seq)
-    if len(raw) == len(projection.raw) and all(a is b for a, b in zip(raw, projection.raw)):
-        return projection
-    return dataclasses.replace(projection, raw=tuple(raw), first_raw_seq=raw[0].seq)
+    was written, it is put back: a request must carry the question it answers.
+
+    The rows are filtered before the tool-chain repair, not after: a foreign row between this
+    turn's tool call and its result would have the repair drop both, and the model would ask
+    for the same tool again."""
+    def mine(m: Message) -> bool:
+        return m.seq <= user.seq or m.turn_id == user.turn_id
+
+    if (not projection.repairs and all(map(mine, projection.raw))
+            and any(m.seq == user.seq for m in projection.raw)):
+        return projection  # nobody else wrote: the usual case, and no second read
+    snapshot = store.context_snapshot(projection.session_id)
+    rows = [m for m in snapshot.messages if mine(m)]
+    if not any(m.seq == user.seq for m in rows):
+        rows = sorted([*rows, user], key=lambda m: m.seq)
+    return project(dataclasses.replace(snapshot, messages=tuple(rows)))
 
 
 class TurnHandle:
@@ -428,8 +437,8 @@ class SessionWorker:
             local_retried = False   # the one request-local retry (after a tool batch ran)
             steps = 0
             while True:
-                view = self._request_view(own_view(projection, user), user.seq, steps > 0,
-                                          local_retried)
+                view = self._request_view(own_view(self.store, projection, user), user.seq,
+                                          steps > 0, local_retried)
                 draft = self._draft(view)
                 if steps >= MAX_TOOL_STEPS:  # enough tools: ask for the answer
                     draft = dataclasses.replace(draft, tools=())

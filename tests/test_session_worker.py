@@ -157,3 +157,32 @@ async def test_closing_runs_nothing_that_was_still_queued_but_keeps_its_messages
     assert rows == [("one", "complete"), ("slow ", INTERRUPTED), ("two", "complete")]
     assert store.session(s.id).context_generation == 0  # the queued clear never ran
 
+
+
+async def test_another_processes_row_inside_a_tool_chain_keeps_the_chain_and_stays_out(
+        store, monkeypatch):
+    """Another terminal's question lands between this turn's tool call and its result: the
+    next request still carries the call and its result (not the other question), so the model
+    does not ask for the same tool again."""
+    from tests.scripted import Recorder
+
+    s = store.create_session("w")
+    provider = Recorder(turns=[{"calls": [("call_1", "history_search", '{"query": "port"}')]},
+                               "The port is in the log."])
+    real_append = store.append_message
+
+    def append(session_id, role, content, **kw):
+        row = real_append(session_id, role, content, **kw)
+        if role == "assistant" and kw.get("tool_calls"):
+            real_append(session_id, "user", "another terminal's question", turn_id="t_other")
+        return row
+
+    monkeypatch.setattr(store, "append_message", append)
+    async with SessionWorker.from_config(store, s.id, OFFLINE, provider, Config()) as worker:
+        outcome = await worker.submit_turn("find the port").result()
+    assert isinstance(outcome, TurnFinished), outcome
+    second = provider.turn_requests[1].messages
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool"]
+    assert second[2]["tool_calls"][0]["id"] == "call_1" == second[3]["tool_call_id"]
+    assert all("another terminal" not in str(m.get("content")) for m in second)
+    assert len(provider.turn_requests) == 2
