@@ -50,3 +50,18 @@ async def test_a_session_with_huge_messages_opens_and_copies_them_whole(store):
         assert app.clipboard == PASTE
         await pilot.press("enter", "h", "i")  # the prompt still answers at once
         assert app.query_one("#prompt").text == "hi"
+
+
+def test_a_cut_inside_a_code_fence_closes_and_reopens_it():
+    from picochat.tui.markdown import split_blocks
+
+    code = "".join(f"value_{i} = {i}  # a line of the generated module\n" for i in range(3_000))
+    answer = "Here it is:\n\n```python\n" + code + "```\n\nClosing remarks.\n"
+    shown = preview(answer, markdown=True)
+    blocks = split_blocks(shown)
+    assert [b.kind for b in blocks] == ["text", "code", "text", "code", "text"]
+    assert "characters not shown" in blocks[2].source  # the note is prose, not code
+    assert blocks[1].lang == blocks[3].lang == "python"
+    assert code.startswith(blocks[1].code) and code.endswith(blocks[3].code)
+    assert blocks[4].source == "Closing remarks.\n"       # prose again, not a new fence
+    assert preview(answer).count("```") == 2  # plain text is left as it is

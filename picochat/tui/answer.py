@@ -158,7 +158,7 @@ class AssistantMessage(Copyable, Widget):
         self.parts: list[str] = []        # the fragments as they streamed in
         self._settled: list[str] = []     # sources of blocks whose widgets are final
         whole = clean(text)
-        shown = preview(whole)            # a huge answer shows its head and tail
+        shown = preview(whole, markdown=True)  # a huge answer: its head and tail
         self._whole = whole if shown is not whole else None
         self._tail = shown                # text not yet in a final widget
         self._live: list[ProseBlock | CodeFence] = []  # the tail's widgets, still changing

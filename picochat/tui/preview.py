@@ -7,12 +7,18 @@ breaks, and says how much is left out; copying it (c) still takes the whole text
 
 from __future__ import annotations
 
+import re
+
 HEAD_CHARS = 16_000
 TAIL_CHARS = 4_000
 SLACK = 2_000   # how far a cut may move to land on a line break
 
 
-def preview(text: str, head: int = HEAD_CHARS, tail: int = TAIL_CHARS) -> str:
+def preview(text: str, head: int = HEAD_CHARS, tail: int = TAIL_CHARS,
+            markdown: bool = False) -> str:
+    """`text` whole, or its head and tail around a note. With `markdown`, a code fence the
+    cut falls in is closed before the note and opened again before the tail, so the note is
+    never shown as code and the rest of the code never as prose."""
     if len(text) <= head + tail + SLACK:
         return text
     start = text.rfind("\n", head - SLACK, head)
@@ -23,4 +29,28 @@ def preview(text: str, head: int = HEAD_CHARS, tail: int = TAIL_CHARS) -> str:
         end = end if line < 0 else line + 1
     left_out = end - start
     note = f"… {left_out:,} characters not shown ({len(text):,} in all): c copies all of it"
-    return text[:start] + f"\n\n{note}\n\n" + text[end:]
+    before, after = text[:start], text[end:]
+    if markdown:
+        inside = _open_fence(text, start)
+        if inside is not None:
+            before += ("" if before.endswith("\n") else "\n") + inside[0] + "\n"
+        inside = _open_fence(text, end)
+        if inside is not None:
+            after = inside[1] + "\n" + after
+    return before + f"\n\n{note}\n\n" + after
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})([^\n]*)$", re.M)
+
+
+def _open_fence(text: str, upto: int) -> tuple[str, str] | None:
+    """The fence open at `upto` as (its marker, its opening line), or None."""
+    opened: tuple[str, str] | None = None
+    for m in _FENCE.finditer(text, 0, upto):
+        marker, rest = m.group(1), m.group(2)
+        if opened is None:
+            if not (marker[0] == "`" and "`" in rest):  # a backtick run in text is no fence
+                opened = (marker, m.group(0))
+        elif marker[0] == opened[0][0] and len(marker) >= len(opened[0]) and not rest.strip():
+            opened = None
+    return opened
