@@ -26,6 +26,8 @@ _BIDI = re.compile(f"[{_BIDI_CHARS}]")
 # The leftmost start that reaches the end wins, so an open OSC is held from its ESC on.
 _OPEN_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?)?\Z")
 
+_CSI_KEEP = 128  # of an open CSI's head and of its tail: what is held while it stays open
+
 # What json.dumps(ensure_ascii=False) leaves raw that a terminal may obey: DEL, C1, bidi.
 _JSON_UNSAFE = re.compile(f"[\x7f-\x9f{_BIDI_CHARS}]")
 
@@ -57,6 +59,8 @@ class StreamCleaner:
         held = open_escape.group()
         if held.startswith("\x1b]"):  # an open OSC is dropped whatever its body: keep no body
             held = "\x1b]\x1b" if len(held) > 2 and held.endswith("\x1b") else "\x1b]"
+        elif len(held) > 2 * _CSI_KEEP:  # a CSI that never ends: only its ends are kept, so
+            held = held[:_CSI_KEEP] + held[-_CSI_KEEP:]  # each piece rescans a bounded text
         self._held = held
         return clean(text[:open_escape.start()])
 

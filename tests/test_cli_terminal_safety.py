@@ -296,3 +296,10 @@ def test_a_provider_error_that_quotes_escapes_is_one_clean_line(fake, home, run_
     assert len(lines) == 1 and lines[0].startswith("picochat: ")
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr
     assert "\u202e" not in result.stderr
+
+
+def test_a_csi_that_never_ends_holds_a_bounded_text():
+    cleaner = StreamCleaner()
+    shown = [cleaner.feed("a\x1b[")] + [cleaner.feed("1;2;3;") for _ in range(5_000)]
+    assert len(cleaner._held) <= 300  # each new piece rescans only this much
+    assert "".join(shown + [cleaner.feed("mZ"), cleaner.flush()]) == "aZ"
