@@ -216,3 +216,16 @@ async def test_a_half_received_line_never_settles_a_block_boundary(store):
         assert parts(streamed) == parts(whole)
         assert [kind for kind, _ in parts(whole)] == ["ProseBlock", "CodeFence", "ProseBlock"]
         assert "<port> stays text" in parts(whole)[0][1]
+
+
+def test_a_very_long_busy_spell_still_collects_once_in_a_while(monkeypatch):
+    collector = idle_gc.IdleCollector()
+    collector.start()
+    try:
+        assert collector.tick(busy=True) is False
+        for _ in range(idle_gc.BACKSTOP):
+            gc.collect(1)
+        assert collector.tick(busy=True) is True
+        assert gc.get_count()[2] == 0
+    finally:
+        collector.stop()

@@ -16,6 +16,7 @@ import time
 NEVER = 1_000_000_000   # a threshold CPython never reaches: no automatic full collection
 WANTED = 10             # young collections since the last full one before one is due
 IDLE_S = 1.0            # nothing running for this long counts as idle
+BACKSTOP = 100 * WANTED  # young collections after which a full one runs even while busy
 
 
 class IdleCollector:
@@ -26,8 +27,9 @@ class IdleCollector:
 
     def start(self) -> None:
         if self._saved is None:
-            self._saved = gc.get_threshold()
-            gc.set_threshold(self._saved[0], self._saved[1], NEVER)
+            young, middle, old = gc.get_threshold()
+            self._saved = (young, middle, WANTED if old == NEVER else old)  # another app's
+            gc.set_threshold(young, middle, NEVER)
 
     def freeze_when_idle(self) -> None:
         """Start-up is over (litellm imported): at the next idle tick, collect once and leave
@@ -39,6 +41,9 @@ class IdleCollector:
         now = time.monotonic()
         if busy:
             self._busy_until = now
+            if self._saved is not None and gc.get_count()[2] >= BACKSTOP:
+                gc.collect()  # an answer streaming for minutes: one stall beats growing
+                return True
             return False
         if self._saved is None or now - self._busy_until < IDLE_S:
             return False
