@@ -15,7 +15,6 @@ from textual.binding import Binding
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Label
-from textual.widgets._markdown import MarkdownFence
 
 from picochat.tui.copyable import COPY, Copyable
 from picochat.tui.markdown import Block, Prose, markdown_theme, split_blocks
@@ -47,8 +46,8 @@ class ProseBlock(Widget):
     """
     kind = "text"
 
-    def __init__(self, block: Block) -> None:
-        super().__init__()
+    def __init__(self, block: Block, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.source = block.source
         self._key: tuple[str, str] | None = None
         self._prose: Prose | None = None
@@ -97,8 +96,14 @@ class CodeFence(Copyable, Widget):
         return self.app.native_ansi_color, self.app.current_theme.dark
 
     def _highlighted(self):  # type: ignore[no-untyped-def]
+        """As Textual's own Markdown highlights a fence (imported on first use: pygments is
+        not needed for the first frame)."""
+        from textual import highlight
+
         ansi, dark = self._look
-        return MarkdownFence.highlight(self.code, self.lang, ansi=ansi, dark=dark)
+        theme = (highlight.HighlightTheme if not ansi else highlight.ANSIDarkHighlightTheme
+                 if dark else highlight.ANSILightHighlightTheme)
+        return highlight.highlight(self.code, language=self.lang or None, theme=theme)
 
     @property
     def allow_horizontal_scroll(self) -> bool:

@@ -4,6 +4,8 @@ Textual's Markdown widget mounts a widget per block (a four-item list is a dozen
 frame lays out every widget on the screen: a 20k-token answer stalled the event loop for
 half a second. Here a run of prose is one widget that renders with Rich, and each top-level
 code fence is one selectable widget, so an answer costs a handful of widgets however long.
+
+markdown-it and rich.markdown load on first use: the first frame never waits for them.
 """
 
 from __future__ import annotations
@@ -11,21 +13,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from markdown_it import MarkdownIt
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
-from rich import box
-from rich.markdown import Heading, Markdown, TableElement
-from rich.table import Table
 from rich.theme import Theme
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from rich.markdown import Markdown
 
 
 @lru_cache(maxsize=1)
-def _parser() -> MarkdownIt:
+def _parser() -> "MarkdownIt":
     """Rich's own Markdown dialect, so blocks split where Rich draws them, but with HTML off:
     Rich draws an HTML block as nothing, and a model's `<port>` line must not vanish."""
+    from markdown_it import MarkdownIt
+
     return (MarkdownIt("commonmark").enable(["strikethrough", "table"])
             .disable(["html_block", "html_inline"]))
 
@@ -84,39 +88,46 @@ def split_blocks(text: str, max_chars: int | None = None) -> list[Block]:
     return blocks
 
 
-class _LeftHeading(Heading):
-    """Headings flush left, as the rest of the transcript reads (Rich centres h1)."""
+@lru_cache(maxsize=1)
+def _prose_class() -> "type[Markdown]":
+    """Rich's Markdown as the transcript wants it, built on first use."""
+    from rich import box
+    from rich.markdown import Heading, Markdown, TableElement
+    from rich.table import Table
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        text = self.text.copy()
-        text.justify = "left"
-        yield text
+    class _LeftHeading(Heading):
+        """Headings flush left, as the rest of the transcript reads (Rich centres h1)."""
 
+        def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+            text = self.text.copy()
+            text.justify = "left"
+            yield text
 
-class _Table(TableElement):
-    """Rich's table without its blank top and bottom edges, which doubled the gaps."""
+    class _Table(TableElement):
+        """Rich's table without its blank top and bottom edges, which doubled the gaps."""
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        table = Table(box=box.SIMPLE, pad_edge=False, style="markdown.table.border",
-                      show_edge=False, collapse_padding=True)
-        if self.header is not None and self.header.row is not None:
-            for column in self.header.row.cells:
-                heading = column.content.copy()
-                heading.stylize("markdown.table.header")
-                table.add_column(heading)
-        if self.body is not None:
-            for row in self.body.rows:
-                table.add_row(*(cell.content for cell in row.cells))
-        yield table
+        def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+            table = Table(box=box.SIMPLE, pad_edge=False, style="markdown.table.border",
+                          show_edge=False, collapse_padding=True)
+            if self.header is not None and self.header.row is not None:
+                for column in self.header.row.cells:
+                    heading = column.content.copy()
+                    heading.stylize("markdown.table.header")
+                    table.add_column(heading)
+            if self.body is not None:
+                for row in self.body.rows:
+                    table.add_row(*(cell.content for cell in row.cells))
+            yield table
 
+    class _Prose(Markdown):
+        elements = {**Markdown.elements, "heading_open": _LeftHeading, "table_open": _Table}
 
-class _Prose(Markdown):
-    elements = {**Markdown.elements, "heading_open": _LeftHeading, "table_open": _Table}
+        def __init__(self, markup: str, code_theme: str) -> None:
+            super().__init__("", code_theme=code_theme, hyperlinks=False)
+            self.markup = markup
+            self.parsed = _parser().parse(markup)  # HTML shown as text (see _parser)
 
-    def __init__(self, markup: str, code_theme: str) -> None:
-        super().__init__("", code_theme=code_theme, hyperlinks=False)
-        self.markup = markup
-        self.parsed = _parser().parse(markup)  # HTML shown as text (see _parser)
+    return _Prose
 
 
 class Prose:
@@ -124,7 +135,7 @@ class Prose:
     Links show their address instead of being clickable: model output is untrusted."""
 
     def __init__(self, source: str, theme: Theme, dark: bool) -> None:
-        self.markdown = _Prose(source, code_theme="ansi_dark" if dark else "ansi_light")
+        self.markdown = _prose_class()(source, code_theme="ansi_dark" if dark else "ansi_light")
         self.theme = theme
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:

@@ -10,10 +10,12 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Label, Markdown, OptionList, Sparkline, Static
+from textual.widgets import Label, OptionList, Sparkline, Static
 from textual.widgets.option_list import Option
 
 from picochat.messages import Checkpoint
+from picochat.tui.answer import ProseBlock
+from picochat.tui.markdown import Block
 from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import clean
 
@@ -41,6 +43,7 @@ class CheckpointPanel(VerticalScroll):
     CheckpointPanel Label.title { text-style: bold; color: $secondary; margin: 1 0 0 0; }
     CheckpointPanel Sparkline { height: 3; margin: 0 0 1 0; }
     CheckpointPanel OptionList { height: auto; max-height: 8; }
+    CheckpointPanel #cp-summary { margin: 1 0 0 0; }
     """
     HELP = ("F2 or /checkpoints toggles this panel; pick an earlier checkpoint to read it; "
             "u undoes the last compaction.")
@@ -51,7 +54,7 @@ class CheckpointPanel(VerticalScroll):
         yield Sparkline([], id="spark")
         yield Static("", id="cp-meta")
         yield Label("Summary", classes="title")
-        yield Markdown("", id="cp-summary")
+        yield ProseBlock(Block("text", ""), id="cp-summary")
         yield Label("All checkpoints", classes="title")
         yield OptionList(id="cp-list")
 
@@ -72,16 +75,16 @@ class CheckpointPanel(VerticalScroll):
 
     async def read(self, cp: Checkpoint | None) -> None:
         meta = self.query_one("#cp-meta", Static)
-        summary = self.query_one("#cp-summary", Markdown)
+        summary = self.query_one("#cp-summary", ProseBlock)
         if cp is None:
             meta.update(Text(
                 f"No active checkpoint: /clear at #{self.cleared_at} started the context "
                 "afresh; the model reads only what came after it." if self.cleared_at else
                 "No active checkpoint: the model reads the whole raw history."))
-            await summary.update("")
+            summary.show(Block("text", ""))
             return
         meta.update(Text(checkpoint_lines(cp, cp.id == self.active_id)))
-        await summary.update(clean(cp.summary))
+        summary.show(Block("text", clean(cp.summary)))
 
     async def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         await self.read(self.checkpoints.get(event.option.id or ""))
