@@ -192,7 +192,9 @@ class PicochatApp(App[None]):
     def _tick(self) -> None:
         if self.state:
             self.refresh_status()
-        self._gc.tick(busy=self.worker.busy or bool(self.state))
+        # not while the transcript is still being mounted either: that is start-up work too
+        self._gc.tick(busy=self.worker.busy or bool(self.state)
+                      or not self.transcript_ready.is_set())
 
     def set_state(self, state: str) -> None:
         self.state = state
