@@ -19,7 +19,7 @@ from picochat.tui.preview import preview
 from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import clean
 
-SHOWN_AT_OPEN = 60            # newest messages mounted when a session opens; older in pages
+SHOWN_AT_OPEN = 40            # newest messages mounted when a session opens; older in pages
 TOOL_PREVIEW_CHARS = 4_000
 
 

@@ -50,6 +50,9 @@ class CheckpointPanel(VerticalScroll):
     BINDINGS = [Binding("u", "app.slash('uncompact')", "Uncompact", key_display="u")]
 
     def compose(self) -> ComposeResult:
+        return iter(())  # built when first opened: the first frame does not wait for it
+
+    def _parts(self) -> ComposeResult:
         yield Label("Context per turn", classes="title")
         yield Sparkline([], id="spark")
         yield Static("", id="cp-meta")
@@ -60,6 +63,8 @@ class CheckpointPanel(VerticalScroll):
 
     async def show(self, checkpoints: list[Checkpoint], active_id: str | None,
                    series: list[int], cleared_at: int = 0) -> None:
+        if not self.children:
+            await self.mount_all(list(self._parts()))
         self.checkpoints = {c.id: c for c in checkpoints}
         self.active_id = active_id
         self.cleared_at = cleared_at
