@@ -111,7 +111,7 @@ class PicochatApp(App[None]):
 
     async def on_mount(self) -> None:
         """The first frame shows the prompt at once; the transcript mounts right after it, and
-        the figures once tiktoken's encoding has loaded in a thread (0.3-0.8 s)."""
+        the figures once tiktoken's encoding has loaded in a thread (0.3-0.8 s) after that."""
         for note in self._theme_notes:
             self.notify(note, severity="warning", timeout=10)
         await self.worker.start()
@@ -119,8 +119,6 @@ class PicochatApp(App[None]):
         self.refresh_status()
         self.call_after_refresh(self.open_transcript)
         self.set_interval(0.5, self._tick)
-        self.warm_tokens()
-        self.warm_up()
 
     @work(group="open", exit_on_error=False)
     async def open_transcript(self) -> None:
@@ -128,6 +126,10 @@ class PicochatApp(App[None]):
             await self.reload()
         finally:
             self.transcript_ready.set()  # turns and commands typed meanwhile go on from here
+            # then tiktoken and litellm, in threads: started earlier, their imports held the
+            # GIL while the transcript mounted (a turn sent meanwhile waits for them anyway)
+            self.warm_tokens()
+            self.warm_up()
 
     @work(group="warm-up", thread=True, exit_on_error=False)
     def warm_tokens(self) -> None:
