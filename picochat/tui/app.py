@@ -643,13 +643,16 @@ class PicochatApp(App[None]):
 
     async def action_checkpoints(self) -> None:
         panel = self.query_one(CheckpointPanel)
-        panel.toggle_class("open")
-        if panel.has_class("open"):
+        if not panel.has_class("open"):
+            panel.add_class("open")
             await self.refresh_panel()
             # the list of checkpoints, ready to pick; the details at the top stay in view
             panel.query_one(OptionList).focus(scroll_visible=False)
-        else:
-            self.query_one(Prompt).focus()
+            return
+        # the prompt takes focus now, before the list is hidden: a hidden focused widget
+        # hands focus on to its neighbour (the chat), which took the Enter typed next
+        self.screen.set_focus(self.query_one(Prompt))
+        panel.remove_class("open")
 
     def action_slash(self, name: str) -> None:
         """A key that runs a slash command (the panel's u runs /uncompact)."""
