@@ -22,13 +22,6 @@ class PicochatError(Exception):
     def user_line(self) -> str:
         return f"{self.message} ({self.hint})" if self.hint else self.message
 
-    def __rich__(self) -> object:
-        """How Rich, and so Textual, shows this error when it escapes the app: the CLI's one
-        line (`picochat: …`), never a traceback with locals. Plain text, not markup."""
-        from rich.text import Text
-
-        return Text(f"picochat: {self.user_line()}")
-
 
 class UsageError(PicochatError):
     """The command line was wrong: exit status 2."""

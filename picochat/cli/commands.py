@@ -127,7 +127,7 @@ def cmd_tui(app: App) -> int:
     tui = PicochatApp(app.store, session, resolved, provider, app.config, app.paths)
     tui.run()
     # An error that escaped the app (a damaged database found while building the screen) was
-    # printed by Textual as its one `picochat:` line (PicochatError.__rich__): exit 1, not 0.
+    # printed by Textual as its one `picochat:` line (tui.app.OneLine): exit 1, not 0.
     return tui.return_code or 0
 
 

@@ -39,8 +39,7 @@ def connect(path: Path) -> sqlite3.Connection:
                                isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {timeout_ms}")
         conn.execute("PRAGMA foreign_keys = ON")
-        _refuse_newer_schema(conn, path)  # before WAL: switching modes would change the file
-        _refuse_foreign(conn, path)
+        _refuse_unknown(conn, path)  # before WAL: switching modes would change the file
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise StorageError(f"{path}: cannot switch the database to WAL mode (got {mode})")
@@ -55,18 +54,14 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _refuse_newer_schema(conn: sqlite3.Connection, path: Path) -> None:
+def _refuse_unknown(conn: sqlite3.Connection, path: Path) -> None:
+    """A schema newer than this code, or another program's SQLite file (tables but no schema
+    version: picochat's own first migration sets the version with its tables)."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
         raise StorageError(
             f"{path}: database schema version {version} is newer than this picochat "
             f"understands ({SCHEMA_VERSION}); left untouched", "upgrade picochat")
-
-
-def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
-    """An SQLite file with tables but no schema version is another program's: picochat's own
-    first migration sets the version in the same transaction as its tables."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version == 0 and conn.execute("SELECT 1 FROM sqlite_schema LIMIT 1").fetchone():
         raise StorageError(f"{path}: not a picochat database (an SQLite file with other "
                            "tables); left untouched", "move it aside or point --data-dir elsewhere")

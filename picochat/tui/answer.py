@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 SEGMENT_CHARS = 3_000   # a streaming prose run is closed at the next block past this size
 FLUSH_S = 0.05          # the screen follows a stream at most 20 times a second
+INTERRUPTED_NOTE = "interrupted: the answer stopped here"
 
 _THEMES: dict[str, Theme] = {}
 
@@ -168,10 +169,9 @@ class AssistantMessage(Copyable, Widget):
         self._tail = shown                # text not yet in a final widget
         self._live: list[ProseBlock | CodeFence] = []  # the tail's widgets, still changing
         self._timer: Timer | None = None
-        self._drawn = 0                   # characters of the tail the live widget shows
         self._cleaner = StreamCleaner()   # an escape sequence may be split between fragments
         if interrupted:
-            self.border_subtitle = "interrupted: the answer stopped here"
+            self.border_subtitle = INTERRUPTED_NOTE
         elif retracted:
             self.border_subtitle = "undone: not in the context"
 
@@ -185,12 +185,12 @@ class AssistantMessage(Copyable, Widget):
 
     @property
     def rendered(self) -> bool:
-        """Whether the widgets show every character received so far."""
-        return self._drawn == len(self._tail)
+        """Whether the widgets show every character received so far (no redraw is due)."""
+        return self._timer is None
 
     def compose(self) -> ComposeResult:
         blocks = split_blocks(self._tail)
-        self._settled, self._tail, self._drawn = [b.source for b in blocks], "", 0
+        self._settled, self._tail = [b.source for b in blocks], ""
         for i, block in enumerate(blocks):
             yield part_widget(block, after=i > 0)
 
@@ -220,7 +220,6 @@ class AssistantMessage(Copyable, Widget):
         self._settled.extend(b.source for b in blocks[:settled])
         del self._live[:settled]
         self._tail = self._tail[sum(len(b.source) for b in blocks[:settled]):]
-        self._drawn = len(self._tail)
 
     def _final_blocks(self, blocks: list[Block]) -> int:
         """How many leading blocks are final: a block is, once the block after it starts on a
@@ -265,7 +264,7 @@ class AssistantMessage(Copyable, Widget):
         self.seq = seq
         if interrupted:
             self.add_class("interrupted")
-            self.border_subtitle = "interrupted: the answer stopped here"
+            self.border_subtitle = INTERRUPTED_NOTE
 
 
 class AnswerStream:
@@ -274,10 +273,6 @@ class AnswerStream:
     def __init__(self, chat: "ChatView") -> None:
         self.chat = chat
         self.message: AssistantMessage | None = None
-
-    @property
-    def text(self) -> str:
-        return self.message.text if self.message is not None else ""
 
     async def add_text(self, fragment: str) -> None:
         if self.message is None:

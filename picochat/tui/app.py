@@ -51,6 +51,7 @@ from picochat.tui.chat import SHOWN_AT_OPEN, AnswerStream, ChatView, ToolBlock, 
 from picochat.tui.idle_gc import IdleCollector
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
+from picochat.tui.safe import clean
 from picochat.tui.screens import CardScreen, ConfirmScreen, PickScreen
 from picochat.tui.themes import bundled_dir, load_themes
 from picochat.tui.status import StatusBar
@@ -58,6 +59,18 @@ from picochat.tui.status import StatusBar
 
 log = logging.getLogger("picochat.tui")
 HINT_ROWS = 12  # slash-command hints shown at once
+
+
+class OneLine(Exception):
+    """A PicochatError as Textual prints an error that ended the app: Textual renders
+    anything with `__rich__` that way, instead of a traceback. Plain text, not markup."""
+
+    def __init__(self, error: PicochatError) -> None:
+        super().__init__(error.user_line())
+        self.error = error
+
+    def __rich__(self) -> Text:
+        return Text(f"picochat: {clean(self.error.user_line())}")
 
 
 class PicochatApp(App[None]):
@@ -166,6 +179,11 @@ class PicochatApp(App[None]):
         """Import litellm in the background: the first frame never waits for it."""
         await self.worker.provider.warm_up()
         self._gc.freeze_when_idle()  # litellm's modules and the first screen: never garbage
+
+    def _handle_exception(self, error: Exception) -> None:
+        """A PicochatError that escapes the app (a damaged database found while building the
+        screen) ends it with the CLI's one line, never Textual's traceback with locals."""
+        super()._handle_exception(OneLine(error) if isinstance(error, PicochatError) else error)
 
     async def on_unmount(self) -> None:
         self._gc.stop()
