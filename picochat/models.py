@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import urllib.request
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -161,6 +160,8 @@ def auto_detect() -> str:
 
 
 def _first_ollama_model() -> str | None:
+    import urllib.request  # only with no model configured: 15 ms of http and email modules
+
     try:
         with urllib.request.urlopen(f"{OLLAMA_URL}/api/tags", timeout=0.3) as response:
             models = json.load(response).get("models") or []
