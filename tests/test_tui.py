@@ -500,16 +500,23 @@ async def test_a_long_session_opens_with_the_newest_and_loads_older_on_scroll_up
         store.append_message(session.id, "assistant", f"answer {i}", turn_id=f"x{i}")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
-        from picochat.tui.chat import SHOWN_AT_OPEN as PAGE
+        from picochat.tui.chat import PAGE
 
         chat = app.query_one(ChatView)
-        await settle(pilot, app, lambda: len(chat.query(UserMessage)) == PAGE // 2)
-        assert f"{500 - PAGE} earlier messages" in str(chat.query_one(".older").render())
+
+        def shown() -> list[int]:
+            return [w.seq for w in chat.children if getattr(w, "seq", None) is not None]
+
+        await settle(pilot, app, lambda: bool(shown()))
+        # two screens' worth (each message here is a margin row and a text row), not a page
+        opened = len(shown())
+        assert 2 * chat.size.height <= 2 * opened <= 2 * chat.size.height + 2 < 2 * PAGE
+        assert f"{500 - opened} earlier messages" in str(chat.query_one(".older").render())
         assert texts(app, UserMessage)[-1] == "question 249"
-        for expected in [*range(PAGE, 250, PAGE // 2), 250]:
+        for expected in [*range(opened + PAGE, 500, PAGE), 500]:
             top = chat.query(UserMessage).first()
             chat.scroll_home(animate=False, immediate=True)
-            await settle(pilot, app, lambda: len(chat.query(UserMessage)) == expected)
+            await settle(pilot, app, lambda: len(shown()) == expected)
             await pilot.pause(0.1)
             # the page went in above: what was at the top is still where the reader looks
             assert abs(top.virtual_region.y - chat.scroll_y) <= 2
@@ -517,8 +524,23 @@ async def test_a_long_session_opens_with_the_newest_and_loads_older_on_scroll_up
             await pilot.pause(0.1)
         assert texts(app, UserMessage)[0] == "question 0"
         assert not chat.query(".older")
-        seqs = [w.seq for w in chat.children if getattr(w, "seq", None) is not None]
-        assert seqs == sorted(seqs) == list(range(1, 501))
+        assert shown() == sorted(shown()) == list(range(1, 501))
+
+
+async def test_a_session_of_long_answers_opens_with_only_what_fills_two_screens(store):
+    session = store.create_session("t")
+    answer = "\n\n".join(f"Paragraph {j}: " + "word " * 60 for j in range(12))
+    for i in range(30):
+        store.append_message(session.id, "user", f"question {i}", turn_id=f"x{i}")
+        store.append_message(session.id, "assistant", answer, turn_id=f"x{i}")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.query_one(ChatView)
+        await settle(pilot, app, lambda: bool(chat.query(AssistantMessage)))
+        # one answer is about 40 rows here: the newest one or two fill two screens
+        assert 1 <= len(chat.query(AssistantMessage)) <= 2
+        assert chat.query_one(".older")
+        assert chat.virtual_size.height >= 1.5 * chat.size.height  # a full screen, and more
 
 
 async def test_auto_compaction_announces_itself_and_moves_the_divider(store):

@@ -4,7 +4,7 @@ once, showing their head and tail with a note of what is left out; copying takes
 from __future__ import annotations
 
 from picochat.tui.answer import AssistantMessage
-from picochat.tui.chat import UserMessage
+from picochat.tui.chat import ChatView, UserMessage
 from picochat.tui.preview import HEAD_CHARS, TAIL_CHARS, preview
 from tests.test_tui import SIZE, make_app, settle
 
@@ -36,6 +36,11 @@ async def test_a_session_with_huge_messages_opens_and_copies_them_whole(store):
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, app.transcript_ready.is_set)
         await pilot.pause()
+        # the 1 MB line alone fills the screens mounted at open; the rest loads on scrolling up
+        assert [m.text for m in app.query(UserMessage)] == [LINE]
+        chat = app.query_one(ChatView)
+        chat.scroll_home(animate=False, immediate=True)
+        await settle(pilot, app, lambda: len(app.query(UserMessage)) == 2)
         paste, line = app.query(UserMessage)
         answer = app.query(AssistantMessage).first()
         assert "characters not shown" in str(paste.render())

@@ -47,7 +47,7 @@ from picochat.session import (
 )
 from picochat.storage.store import Store
 from picochat.tui import slash
-from picochat.tui.chat import SHOWN_AT_OPEN, AnswerStream, ChatView, ToolBlock, UserMessage
+from picochat.tui.chat import PAGE, AnswerStream, ChatView, ToolBlock, UserMessage
 from picochat.tui.idle_gc import IdleCollector
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
@@ -227,7 +227,7 @@ class PicochatApp(App[None]):
     async def reload(self) -> None:
         """The transcript and the panel from the database, the source of truth."""
         chat, sid = self.query_one(ChatView), self.session.id
-        await chat.show_history(self.store.history_page(sid, None, SHOWN_AT_OPEN),
+        await chat.show_history(self.store.history_page(sid, None, PAGE),
                                 self.active_checkpoint(),
                                 lambda before, n: self.store.history_page(sid, before, n))
         await self.refresh_panel()

@@ -19,7 +19,8 @@ from picochat.tui.preview import preview
 from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import clean
 
-SHOWN_AT_OPEN = 40            # newest messages mounted when a session opens; older in pages
+PAGE = 40                     # messages read per page, at open and on scrolling to the top
+SCREENS_AT_OPEN = 2           # of the first page, only the newest that fill about two screens
 TOOL_PREVIEW_CHARS = 4_000
 
 
@@ -149,6 +150,9 @@ class ChatView(VerticalScroll):
         user scrolls to the top (`older(before_seq, n)`): the database is the source of truth,
         the screen holds what was looked at."""
         await self.remove_children()
+        if self.size.height:  # laid out: mount what is looked at, not a whole page
+            newest = newest_filling(newest, max(20, self.size.width - 4),
+                                    SCREENS_AT_OPEN * self.size.height)
         self._fetch = older
         self._first_seq = newest[0].seq if newest else 1
         self._checkpoint = checkpoint
@@ -172,7 +176,8 @@ class ChatView(VerticalScroll):
         """Mount the next page of older messages above the ones shown; how many were added."""
         if not self.has_older:
             return 0
-        page = self._fetch(self._first_seq, SHOWN_AT_OPEN)  # type: ignore[misc]
+        follows = self._follows
+        page = self._fetch(self._first_seq, PAGE)  # type: ignore[misc]
         self._first_seq = page[0].seq if page else 1
         marker = self.query(".older").first()
         widgets = [w for w in map(message_widget, page) if w is not None]
@@ -188,8 +193,8 @@ class ChatView(VerticalScroll):
             await marker.remove()
         await self.set_checkpoint(self._checkpoint)
 
-        def stay() -> None:  # the page went in above: keep what the reader was looking at
-            if first is not None:
+        def stay() -> None:  # the page went in above: keep what the reader was looking at,
+            if first is not None and follows == self._follows:  # unless they went back down
                 self.scroll_to(y=first.virtual_region.y - offset, animate=False,
                                immediate=True)
         self.call_after_refresh(stay)
@@ -230,8 +235,11 @@ class ChatView(VerticalScroll):
         self.call_after_refresh(self.scroll_to_widget, target, animate=False, top=True)
         return True
 
+    _follows = 0  # times the view went back to following the bottom
+
     def follow(self) -> None:
         """Back to the bottom, following new text (sending a message does this)."""
+        self._follows += 1
         self.scroll_end(animate=False, immediate=True)
         self.anchor()
 
@@ -271,6 +279,28 @@ class ChatView(VerticalScroll):
 
     async def add_notice(self, text: str, kind: str = "info") -> Notice:
         return await self.add(Notice(text, kind))  # type: ignore[return-value]
+
+
+def rows_at_least(m: Message, width: int, cap: int) -> int:
+    """About how many rows a message takes at `width`, counted no further than `cap`: the
+    text wrapped, plus the margin above it. A tool result shows collapsed, on one row."""
+    if m.role == "tool":
+        return 1
+    if not m.content.strip():
+        return 0
+    text = m.content[:cap * width]  # that many characters fill `cap` rows whatever they are
+    return 1 + sum(-(-len(line) // width) or 1 for line in text.split("\n"))
+
+
+def newest_filling(messages: list[Message], width: int, rows: int) -> list[Message]:
+    """The newest of `messages` (oldest first) that fill about `rows` rows: opening a session
+    mounts what the reader sees and a screen to scroll back, however long its answers are;
+    the rest comes from the database a page at a time."""
+    total, start = 0, len(messages)
+    while start > 0 and total < rows:
+        start -= 1
+        total += rows_at_least(messages[start], width, rows - total)
+    return messages[start:]
 
 
 def message_widget(m: Message) -> Widget | None:
