@@ -184,12 +184,43 @@ def version(ctx: Any) -> list[Figure]:
                    met, "python -c pass", tuple(b / 1000 for b in baseline), extra=flags)]
 
 
+ISSUE_BARE_S = 0.18  # the bare app's first frame on the machine where the targets were set
+
+
+def bare_app(folder: Path) -> Callable[[], float]:
+    """One launch of a bare Textual app (a header, a scroll view and an input) to its first
+    frame: this machine's speed, taken right beside each timed run so drift cancels out."""
+    script = folder / "bare_app.py"
+    script.write_text(BARE_APP, encoding="utf-8")
+
+    def run() -> float:
+        with Terminal([sys.executable, str(script)], bytecode_env(folder)) as term:
+            term.start()
+            return term.wait_for(lambda text: "bench-bare-input" in text)
+    return run
+
+
+def at_this_speed(target_s: float, seconds: tuple[float, ...],
+                  bare: tuple[float, ...]) -> tuple[str, dict[str, Any]]:
+    """The target scaled by how much slower the bare app starts here than where the target
+    was set, as a note and JSON fields: absolute seconds on a noisy 2-core machine say little."""
+    scale = median(bare) / ISSUE_BARE_S
+    scaled = target_s * scale
+    met = median(seconds) <= scaled
+    note = (f"bare Textual app {median(bare):.2f} s here, {ISSUE_BARE_S} s where the target was "
+            f"set: at this machine's speed the target is ≤ {scaled:.2f} s, "
+            f"{'met' if met else 'missed'} ({median(seconds) / median(bare):.2f}× the bare app)")
+    return note, {"machine_scale": round(scale, 2), "target_at_this_speed_s": round(scaled, 3),
+                  "met_at_this_speed": met}
+
+
 def tui_start(ctx: Any) -> list[Figure]:
     """Launch to a usable screen, as the terminal shows it; litellm must load behind it."""
     repeat = max(5, ctx.repeat)
     env = fake_model_env(ctx.folder)
     log = Path(env["PICOCHAT_DATA_DIR"]) / "picochat.log"
-    frames, rss, ready_after = [], [], []
+    bare_run = bare_app(ctx.folder)
+    frames, rss, ready_after, bare = [], [], [], []
     for i in range(repeat + 1):  # the first run creates the database: untimed
         log.unlink(missing_ok=True)
         with Terminal(picochat_command(), env) as term:
@@ -200,28 +231,22 @@ def tui_start(ctx: Any) -> list[Figure]:
             deadline = time.perf_counter() + 30
             while (ready := litellm_ready_at(log)) is None and time.perf_counter() < deadline:
                 time.sleep(0.05)
+        bare_s = bare_run()
         if i == 0:
             continue
         frames.append(frame)
+        bare.append(bare_s)
         rss.append(rss_first)
         ready_after.append(ready - wall if ready is not None else float("inf"))
-    bare_py = ctx.folder / "bare_app.py"
-    bare_py.write_text(BARE_APP, encoding="utf-8")
-    bare = []
-    for i in range(repeat + 1):
-        with Terminal([sys.executable, str(bare_py)], bytecode_env(ctx.folder)) as term:
-            term.start()
-            seconds = term.wait_for(lambda text: "bench-bare-input" in text)
-        if i:
-            bare.append(seconds)
     early = any(r <= f for r, f in zip(ready_after, frames))
+    note, scaled = at_this_speed(0.35, tuple(frames), tuple(bare))
     extra = {"rss_at_first_frame_mb": round(median(rss), 1),
              "litellm_ready_s": round(median(ready_after), 2),
-             "litellm_warm_up_done_at_first_frame": early}
+             "litellm_warm_up_done_at_first_frame": early, **scaled}
     return [Figure("TUI start to first frame, prompt ready (tmux)", "litellm model, "
                    "empty session", tuple(frames), "s", "≤ 0.35 s", median(frames) <= 0.35,
                    "bare Textual app", tuple(bare),
-                   note=f"litellm warm-up done {extra['litellm_ready_s']} s after launch",
+                   note=f"{note}; litellm warm-up done {extra['litellm_ready_s']} s after launch",
                    extra=extra)]
 
 
