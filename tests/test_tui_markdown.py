@@ -7,6 +7,7 @@ import asyncio
 import gc
 import random
 import weakref
+from contextlib import asynccontextmanager
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -187,28 +188,37 @@ async def test_a_live_block_that_turns_into_a_fence_is_replaced_not_kept(store):
         assert [p.source for p in message.query(ProseBlock)] == ["After.\n"]
 
 
-async def test_a_half_received_line_never_settles_a_block_boundary(store):
-    """"```" at the end of a stream looks like a fence until "foo` inline" arrives; "#" like a
-    heading until "include". Drawn after every character, the answer still ends as the same
-    widgets as when it is opened whole."""
+@asynccontextmanager
+async def streamed_and_whole(store, text: str, step: int, draw_every: int):
+    """`text` streamed `step` characters at a time into one answer, the screen catching up
+    after every `draw_every` pieces, and beside it the same text opened whole."""
     from picochat.tui.answer import AssistantMessage
     from tests.test_tui import SIZE, make_app
 
-    text = ("Use\n```foo` inline code, then\n#include <stdio.h> as written.\n\n"
-            "***Note*** and\n<port> stays text\n\n```py\nx = 1\n```\nAfter.\n")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await app.transcript_ready.wait()
         chat = app.query_one("ChatView")
         streamed = AssistantMessage()
         await chat.mount(streamed)
-        for ch in text:
-            streamed.add_text(ch)
-            streamed._draw(final=False)  # as if the screen caught up after each character
+        for n, i in enumerate(range(0, len(text), step)):
+            streamed.add_text(text[i:i + step])
+            if n % draw_every == 0:
+                streamed._draw(final=False)
         await streamed.finish(seq=None)
         whole = AssistantMessage(text)
         await chat.mount(whole)
         await pilot.pause()
+        yield streamed, whole
+
+
+async def test_a_half_received_line_never_settles_a_block_boundary(store):
+    """"```" at the end of a stream looks like a fence until "foo` inline" arrives; "#" like a
+    heading until "include". Drawn after every character, the answer still ends as the same
+    widgets as when it is opened whole."""
+    text = ("Use\n```foo` inline code, then\n#include <stdio.h> as written.\n\n"
+            "***Note*** and\n<port> stays text\n\n```py\nx = 1\n```\nAfter.\n")
+    async with streamed_and_whole(store, text, step=1, draw_every=1) as (streamed, whole):
 
         def parts(message):
             return [(type(p).__name__, getattr(p, "source", None) or p.code)
@@ -229,3 +239,40 @@ def test_a_very_long_busy_spell_still_collects_once_in_a_while(monkeypatch):
         assert gc.get_count()[2] == 0
     finally:
         collector.stop()
+
+
+LIST = "".join(f"- item {i}: host cn-{i} keeps port {8000 + i}\n" for i in range(300))
+
+
+def test_a_long_list_is_cut_between_items_and_draws_as_one_list():
+    blocks = split_blocks("Ports:\n\n" + LIST + "\nDone.\n", max_chars=2_000)
+    assert "".join(b.source for b in blocks) == "Ports:\n\n" + LIST + "\nDone.\n"
+    assert len(blocks) >= 5
+    assert all(b.source.startswith("- item") for b in blocks[1:])  # only between items
+    assert [b.joined for b in blocks] == [False] + [True] * (len(blocks) - 1)
+    assert len(split_blocks(LIST)) == 1  # cut only while streaming (a size is given)
+
+    def lines(source: str) -> list[str]:
+        console = Console(width=60, color_system=None)
+        with console.capture() as captured:
+            console.print(Prose(source, markdown_theme({}), True))
+        return captured.get().splitlines()
+
+    pieces = split_blocks(LIST, max_chars=2_000)
+    assert [line for p in pieces for line in lines(p.source)] == lines(LIST)
+    numbered = "".join(f"{i}. step {i}\n" for i in range(1, 200))
+    assert [line.split()[0] for p in split_blocks(numbered, 1_000)
+            for line in lines(p.source)] == [str(i) for i in range(1, 200)]
+
+
+async def test_a_long_list_streams_into_a_few_blocks_with_no_gaps_between_them(store):
+    from picochat.tui.answer import ProseBlock
+
+    text = "Ports:\n\n" + LIST + "\nThat is all.\n"  # short of a preview's cut
+    async with streamed_and_whole(store, text, step=30, draw_every=20) as (streamed, whole):
+        parts = list(streamed.query(ProseBlock))
+        assert len(parts) >= 4 and max(len(p.source) for p in parts) < 4_000  # not redrawn whole
+        assert len(whole.query(ProseBlock)) == 1
+        assert not any(p.has_class("after") for p in parts)  # no blank row between items
+        assert streamed.text == whole.text == text
+        assert streamed.outer_size.height == whole.outer_size.height

@@ -7,6 +7,7 @@ characters) is parsed and re-rendered, and finished blocks are never touched aga
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.theme import Theme
@@ -25,7 +26,10 @@ if TYPE_CHECKING:
     from picochat.tui.chat import ChatView
 
 SEGMENT_CHARS = 3_000   # a streaming prose run is closed at the next block past this size
-FLUSH_S = 0.05          # the screen follows a stream at most 20 times a second
+FLUSH_S = 0.05          # the screen follows a stream at most 20 times a second,
+CALM_TAIL_CHARS = 6_000  # less often once the open tail outgrows this: one huge table or
+                         # fence is parsed and drawn whole each time, so redraws are spaced
+                         # in step with its size and the keys still get through
 INTERRUPTED_NOTE = "interrupted: the answer stopped here"
 
 _THEMES: dict[str, Theme] = {}
@@ -129,11 +133,15 @@ class CodeFence(Copyable, Widget):
         return self.code
 
 
+def flush_delay(tail_chars: int) -> float:
+    """Seconds until the screen shows what streamed in, for an open tail this long."""
+    return FLUSH_S * max(1.0, tail_chars / CALM_TAIL_CHARS)
+
+
 def part_widget(block: Block, after: bool) -> ProseBlock | CodeFence:
     """The widget for `block`; `after` when a part comes before it (a blank line between)."""
     widget = CodeFence(block) if block.kind == "code" else ProseBlock(block)
-    if after:
-        widget.add_class("after")
+    widget.set_class(after and not block.joined, "after")
     return widget
 
 
@@ -168,6 +176,7 @@ class AssistantMessage(Copyable, Widget):
         self._whole = whole if shown is not whole else None
         self._tail = shown                # text not yet in a final widget
         self._live: list[ProseBlock | CodeFence] = []  # the tail's widgets, still changing
+        self._tail_joined = False         # the tail starts with the next item of a list
         self._timer: Timer | None = None
         self._cleaner = StreamCleaner()   # an escape sequence may be split between fragments
         if interrupted:
@@ -205,7 +214,7 @@ class AssistantMessage(Copyable, Widget):
         self.parts.append(fragment)
         self._tail += fragment
         if self._timer is None:
-            self._timer = self.set_timer(FLUSH_S, self._flush)
+            self._timer = self.set_timer(flush_delay(len(self._tail)), self._flush)
 
     def _flush(self) -> None:
         self._timer = None
@@ -215,11 +224,15 @@ class AssistantMessage(Copyable, Widget):
         """Re-parse the open tail and show each of its blocks; those that can no longer change
         leave the tail (all of them when `final`)."""
         blocks = split_blocks(self._tail, SEGMENT_CHARS)
+        if blocks and self._tail_joined:  # the tail goes on a list cut between its items
+            blocks[0] = replace(blocks[0], joined=True)
         settled = len(blocks) if final else self._final_blocks(blocks)
         self._show(blocks)
         self._settled.extend(b.source for b in blocks[:settled])
         del self._live[:settled]
         self._tail = self._tail[sum(len(b.source) for b in blocks[:settled]):]
+        if 0 < settled < len(blocks):
+            self._tail_joined = blocks[settled].joined
 
     def _final_blocks(self, blocks: list[Block]) -> int:
         """How many leading blocks are final: a block is, once the block after it starts on a
@@ -241,6 +254,7 @@ class AssistantMessage(Copyable, Widget):
         for i, block in enumerate(blocks):
             if i < len(live) and live[i].kind == block.kind:
                 live[i].show(block)
+                live[i].set_class((bool(self._settled) or i > 0) and not block.joined, "after")
                 continue
             for old in live[i:]:
                 old.remove()

@@ -52,39 +52,46 @@ class Block:
     source: str
     code: str = ""
     lang: str = ""
+    joined: bool = False  # goes on the previous block's list: no gap between the two
 
 
 def split_blocks(text: str, max_chars: int | None = None) -> list[Block]:
     """`text` cut into blocks whose sources join back to exactly `text`. Consecutive prose
     blocks share one text block, which starts afresh past `max_chars` (so a streaming
-    answer re-renders only its last few thousand characters)."""
+    answer re-renders only its last few thousand characters); a long top-level list is cut
+    between its items, which Rich draws the same as one list (numbering included)."""
     if not text:
         return []
     lines = _lines(text)
-    starts: list[tuple[int, Any]] = []  # (first line, fence token or None) per top-level block
+    starts: list[tuple[int, Any]] = []  # (first line, fence token, "item" or None) per start
     for token in _parser().parse(text):
-        if token.level == 0 and token.map is not None and token.nesting >= 0:
+        if token.map is None or token.nesting < 0:
+            continue
+        if token.level == 0:
             starts.append((token.map[0], token if token.type == "fence" else None))
+        elif token.level == 1 and token.type == "list_item_open" and max_chars is not None:
+            starts.append((token.map[0], "item"))  # an item of a top-level list
+    starts = [s for i, s in enumerate(starts) if i == 0 or s[0] != starts[i - 1][0]]
     if not starts:
         return [Block("text", text)]
     starts[0] = (0, starts[0][1])  # leading blank lines belong to the first block
     ends = [line for line, _ in starts[1:]] + [len(lines)]
     blocks: list[Block] = []
-    run = ""
-    for (first, fence), end in zip(starts, ends):
+    run, joined = "", False
+    for (first, kind), end in zip(starts, ends):
         source = "".join(lines[first:end])
-        if fence is None:
+        if kind is None or isinstance(kind, str):
             if run and max_chars is not None and len(run) >= max_chars:
-                blocks.append(Block("text", run))
-                run = ""
+                blocks.append(Block("text", run, joined=joined))
+                run, joined = "", kind == "item"
             run += source
             continue
         if run:
-            blocks.append(Block("text", run))
-            run = ""
-        blocks.append(Block("code", source, fence.content, (fence.info.split() or [""])[0]))
+            blocks.append(Block("text", run, joined=joined))
+            run, joined = "", False
+        blocks.append(Block("code", source, kind.content, (kind.info.split() or [""])[0]))
     if run:
-        blocks.append(Block("text", run))
+        blocks.append(Block("text", run, joined=joined))
     return blocks
 
 

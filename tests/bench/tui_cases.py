@@ -98,8 +98,14 @@ def answer_pieces(n_tokens: int, seed: int = 3) -> tuple[list[str], list[int]]:
             block = text(rng, 60, serial)
         blocks.append(block)
         have += tokens.count_text(block) + 1
+    return chunked("\n\n".join(blocks), n_tokens, rng)
+
+
+def chunked(text: str, n_tokens: int, rng: random.Random) -> tuple[list[str], list[int]]:
+    """The first `n_tokens` o200k tokens of `text` in chunks of 1–5 tokens, as a provider
+    streams them; the chunks and their token counts."""
     encoding = tokens._encoding(tokens.ENCODING)
-    ids = encoding.encode("\n\n".join(blocks), disallowed_special=())[:n_tokens]
+    ids = encoding.encode(text, disallowed_special=())[:n_tokens]
     pieces, sizes, i = [], [], 0
     while i < len(ids):
         step = min(rng.randint(1, 5), len(ids) - i)
@@ -203,7 +209,37 @@ def tui_stream(ctx: Any) -> list[Figure]:
     ]
 
 
+def one_block(kind: str, chars: int) -> str:
+    """An answer that is one huge top-level block: a list or a table of `chars`."""
+    rows, i = ["Ports:", ""] if kind == "list" else ["| host | port | note |", "|---|---|---|"], 0
+    while sum(map(len, rows)) < chars:
+        i += 1
+        rows.append(f"- host cn-{i} keeps port {8000 + i} for the **replica** set" if kind ==
+                    "list" else f"| cn-{i} | {8000 + i} | the replica keeps `its` port |")
+    return "\n".join(rows) + "\n"
+
+
+def tui_stream_block(ctx: Any) -> list[Figure]:
+    """The shapes the stream case cannot cut between blocks: one list or table of 37k
+    characters (about 9k tokens), streamed at the same pace."""
+    chars = 4_000 if ctx.quick else 37_000
+    runs = max(1, ctx.repeat) if ctx.quick else min(ctx.repeat, 3)
+    figures = []
+    for kind in ("list", "table"):
+        pieces, sizes = chunked(one_block(kind, chars), 10 ** 6, random.Random(5))
+        results = [asyncio.run(stream_once(ctx.folder, pieces, sizes)) for _ in range(runs)]
+        size = f"one {kind} of {chars:,} chars, {sum(sizes):,} tokens at {RATE:,}/s"
+        stall = tuple(r["stall_ms"] for r in results)
+        final = tuple(r["final_ms"] for r in results)
+        figures += [Figure(f"TUI stream one huge {kind}: longest stall", size, stall, "ms",
+                           "≤ 100 ms", median(stall) <= 100),
+                    Figure(f"TUI stream one huge {kind}: last chunk to final render", size,
+                           final, "ms", "≤ 200 ms", median(final) <= 200)]
+    return figures
+
+
 CASES = {
     "tui-open": tui_open,
     "tui-stream": tui_stream,
+    "tui-stream-block": tui_stream_block,
 }
