@@ -276,3 +276,15 @@ async def test_a_long_list_streams_into_a_few_blocks_with_no_gaps_between_them(s
         assert not any(p.has_class("after") for p in parts)  # no blank row between items
         assert streamed.text == whole.text == text
         assert streamed.outer_size.height == whole.outer_size.height
+
+
+def test_prose_drawn_again_at_a_new_width_wraps_to_it():
+    prose = Prose("word " * 40 + "\n", markdown_theme({}), True)  # drawn once per width
+
+    def height(width: int) -> int:
+        console = Console(width=width, color_system=None)
+        with console.capture() as captured:
+            console.print(prose)
+        return len(captured.get().splitlines())
+
+    assert [height(30), height(30), height(100), height(30)] == [7, 7, 2, 7]

@@ -34,6 +34,13 @@ def _parser() -> "MarkdownIt":
             .disable(["html_block", "html_inline"]))
 
 
+@lru_cache(maxsize=4)
+def _parse(text: str) -> list[Any]:
+    """Tokens of `text`, kept for the next call: a streaming tail that is one block is parsed
+    to be split and again to be drawn. (Neither changes the tokens.)"""
+    return _parser().parse(text)
+
+
 def _lines(text: str) -> list[str]:
     """Lines as markdown-it counts them (`\n` only: str.splitlines would also break at
     U+2028, U+2029 and the like, and shift every block after them)."""
@@ -64,7 +71,7 @@ def split_blocks(text: str, max_chars: int | None = None) -> list[Block]:
         return []
     lines = _lines(text)
     starts: list[tuple[int, Any]] = []  # (first line, fence token, "item" or None) per start
-    for token in _parser().parse(text):
+    for token in _parse(text):
         if token.map is None or token.nesting < 0:
             continue
         if token.level == 0:
@@ -132,7 +139,7 @@ def _prose_class() -> "type[Markdown]":
         def __init__(self, markup: str, code_theme: str) -> None:
             super().__init__("", code_theme=code_theme, hyperlinks=False)
             self.markup = markup
-            self.parsed = _parser().parse(markup)  # HTML shown as text (see _parser)
+            self.parsed = _parse(markup)  # HTML shown as text (see _parser)
 
     return _Prose
 
@@ -144,15 +151,25 @@ class Prose:
     def __init__(self, source: str, theme: Theme, dark: bool) -> None:
         self.markdown = _prose_class()(source, code_theme="ansi_dark" if dark else "ansi_light")
         self.theme = theme
+        self._drawn: tuple[tuple[Any, ...], list[list[Segment]]] | None = None
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        with console.use_theme(self.theme):
-            lines = console.render_lines(self.markdown, options, pad=False)
-        while lines and not "".join(s.text for s in lines[0]).strip():
-            del lines[0]  # Rich opens with a blank line when a table comes first
-        for line in lines:
+        for line in self._lines(console, options):
             yield from line
             yield Segment.line()
+
+    def _lines(self, console: Console, options: ConsoleOptions) -> list[list[Segment]]:
+        """Drawn once per width: Textual renders a widget once to learn its height and again
+        to paint it, which for one long table was two 270 ms renders a frame."""
+        key = (options.max_width, options.min_width, options.justify, options.overflow,
+               options.no_wrap)
+        if self._drawn is None or self._drawn[0] != key:
+            with console.use_theme(self.theme):
+                lines = console.render_lines(self.markdown, options, pad=False)
+            while lines and not "".join(s.text for s in lines[0]).strip():
+                del lines[0]  # Rich opens with a blank line when a table comes first
+            self._drawn = (key, lines)
+        return self._drawn[1]
 
 
 def _color(value: str | None) -> str | None:
