@@ -5,7 +5,12 @@ model's pace, timing the final render and the event loop's worst stall."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import random
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from statistics import median
@@ -21,7 +26,7 @@ from picochat.tui.chat import AssistantMessage, ChatView
 from picochat.tui.prompt import Prompt
 from tests.bench.data import session_with, text
 from tests.bench.process_cases import (Terminal, at_this_speed, bare_app, fake_model_env,
-                                       litellm_ready_at, picochat_command, rss_mb)
+                                       litellm_ready_at, picochat_command, python_env, rss_mb)
 from tests.bench.timing import Figure
 
 MARKER = "zulu-marker-final-answer"
@@ -238,7 +243,56 @@ def tui_stream_block(ctx: Any) -> list[Figure]:
     return figures
 
 
+async def _warm_up_stall() -> dict[str, float]:
+    """In a fresh process: the app on a litellm model, from its first frame until tiktoken
+    and litellm have loaded behind it (threads, but their imports hold the GIL in spells)."""
+    from picochat.models import create_provider
+
+    folder = Path(tempfile.mkdtemp())
+    env = fake_model_env(folder)
+    os.environ["BENCH_FAKE_KEY"] = env["BENCH_FAKE_KEY"]
+    config = Config(models={"fake": ModelConfig("fake", "openai/fake-model",
+                                                api_base="http://127.0.0.1:9/v1",
+                                                api_key_env="BENCH_FAKE_KEY")})
+    store = open_store(folder / "warm.db")
+    resolved = resolve_model(config, "fake")
+    app = PicochatApp(store, store.create_session("s"), resolved, create_provider(resolved),
+                      config)
+    async with app.run_test(size=(120, 40)):
+        start, stop, worst = time.perf_counter(), asyncio.Event(), [0.0]
+        tick = asyncio.create_task(ticker(stop, worst))
+        await app.transcript_ready.wait()
+        await app.worker.provider.warm_up()
+        while not app.ready:
+            await asyncio.sleep(0.01)
+        stop.set()
+        await tick
+    store.close()
+    return {"stall_ms": worst[0] * 1000, "seconds": time.perf_counter() - start}
+
+
+def warm_up_probe() -> None:
+    print(json.dumps(asyncio.run(_warm_up_stall())))
+
+
+def tui_warm_up(ctx: Any) -> list[Figure]:
+    """What typing right after launch meets: the event loop's longest stall while litellm
+    and tiktoken load in threads (each run a new process: an import happens once)."""
+    code = "from tests.bench.tui_cases import warm_up_probe; warm_up_probe()"
+    root = Path(__file__).resolve().parents[2]
+    runs = []
+    for _ in range(max(1, min(ctx.repeat, 5))):
+        out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                             text=True, check=True, env=python_env(ctx.folder)).stdout
+        runs.append(json.loads(out.splitlines()[-1]))
+    return [Figure("TUI longest stall while litellm loads", "first frame to litellm ready, "
+                   f"{median(r['seconds'] for r in runs):.1f} s",
+                   tuple(r["stall_ms"] for r in runs), "ms",
+                   note="no target in the issue; keys typed meanwhile wait at most this long")]
+
+
 CASES = {
+    "tui-warm-up": tui_warm_up,
     "tui-open": tui_open,
     "tui-stream": tui_stream,
     "tui-stream-block": tui_stream_block,
