@@ -141,8 +141,13 @@ def flush_delay(tail_chars: int) -> float:
 def part_widget(block: Block, after: bool) -> ProseBlock | CodeFence:
     """The widget for `block`; `after` when a part comes before it (a blank line between)."""
     widget = CodeFence(block) if block.kind == "code" else ProseBlock(block)
-    widget.set_class(after and not block.joined, "after")
+    mark_gap(widget, block, after)
     return widget
+
+
+def mark_gap(widget: Widget, block: Block, after: bool) -> None:
+    """A blank line above a part that follows another, unless it goes on the same list."""
+    widget.set_class(after and not block.joined, "after")
 
 
 class AssistantMessage(Copyable, Widget):
@@ -252,14 +257,15 @@ class AssistantMessage(Copyable, Widget):
         prose run that turned out to open a fence is replaced)."""
         live = self._live
         for i, block in enumerate(blocks):
+            after = bool(self._settled) or i > 0
             if i < len(live) and live[i].kind == block.kind:
                 live[i].show(block)
-                live[i].set_class((bool(self._settled) or i > 0) and not block.joined, "after")
+                mark_gap(live[i], block, after)
                 continue
             for old in live[i:]:
                 old.remove()
             del live[i:]
-            widget = part_widget(block, after=bool(self._settled) or i > 0)
+            widget = part_widget(block, after)
             self.mount(widget)
             live.append(widget)
         for old in live[len(blocks):]:

@@ -17,7 +17,7 @@ from statistics import median
 from typing import Any, AsyncIterator
 
 from picochat import tokens
-from picochat.config import Config, ModelConfig
+from picochat.config import Config, ModelConfig, load_config
 from picochat.models import resolve_model
 from picochat.providers.base import Finish, ModelInfo, Provider, ProviderRequest, TextDelta, Usage
 from picochat.storage.store import open_store
@@ -225,8 +225,8 @@ def one_block(kind: str, chars: int) -> str:
 
 
 def tui_stream_block(ctx: Any) -> list[Figure]:
-    """The shapes the stream case cannot cut between blocks: one list or table of 37k
-    characters (about 9k tokens), streamed at the same pace."""
+    """The shapes the stream case never meets: one list or table of 37k characters (about
+    13k tokens), streamed at the same pace."""
     chars = 4_000 if ctx.quick else 37_000
     runs = max(1, ctx.repeat) if ctx.quick else min(ctx.repeat, 3)
     figures = []
@@ -243,19 +243,17 @@ def tui_stream_block(ctx: Any) -> list[Figure]:
     return figures
 
 
-async def _warm_up_stall() -> dict[str, float]:
-    """In a fresh process: the app on a litellm model, from its first frame until tiktoken
-    and litellm have loaded behind it (threads, but their imports hold the GIL in spells)."""
+async def _warm_up_stall(folder: Path) -> dict[str, float]:
+    """In a fresh process: the app on the bench's litellm model, from its first frame until
+    tiktoken and litellm have loaded behind it (threads, but their imports hold the GIL in
+    spells)."""
     from picochat.models import create_provider
 
-    folder = Path(tempfile.mkdtemp())
     env = fake_model_env(folder)
     os.environ["BENCH_FAKE_KEY"] = env["BENCH_FAKE_KEY"]
-    config = Config(models={"fake": ModelConfig("fake", "openai/fake-model",
-                                                api_base="http://127.0.0.1:9/v1",
-                                                api_key_env="BENCH_FAKE_KEY")})
+    config = load_config(Path(env["PICOCHAT_CONFIG_DIR"]) / "config.toml")
     store = open_store(folder / "warm.db")
-    resolved = resolve_model(config, "fake")
+    resolved = resolve_model(config, config.default_model)
     app = PicochatApp(store, store.create_session("s"), resolved, create_provider(resolved),
                       config)
     async with app.run_test(size=(120, 40)):
@@ -272,7 +270,8 @@ async def _warm_up_stall() -> dict[str, float]:
 
 
 def warm_up_probe() -> None:
-    print(json.dumps(asyncio.run(_warm_up_stall())))
+    with tempfile.TemporaryDirectory() as folder:
+        print(json.dumps(asyncio.run(_warm_up_stall(Path(folder)))))
 
 
 def tui_warm_up(ctx: Any) -> list[Figure]:
