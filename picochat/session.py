@@ -11,7 +11,12 @@ overflow from the provider is recovered once and retried once (§11.3). `/compac
 `/clear` and undo are queued like turns, so none of them races a running turn.
 
 A turn writes the user's message before the provider is called; a failed or cancelled turn
-keeps it, keeps any partial answer (marked interrupted) and says what happened.
+keeps it, keeps any partial answer (marked interrupted) and says what happened. While an answer
+streams, its text so far is saved as a draft about once a second, so a process killed mid-answer
+loses at most that much: the next worker to start turns the draft into an interrupted answer.
+
+Every write goes through `Store.io`, on the store's own thread: a write waiting for another
+process's lock never freezes the event loop (the app's keys and screen) meanwhile.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 import traceback
 import uuid
 from dataclasses import dataclass
@@ -58,6 +64,7 @@ log = logging.getLogger("picochat.session")
 T = TypeVar("T")
 
 TOTAL_TIMEOUT_S = 600.0
+DRAFT_EVERY_S = 1.0  # how often the answer being streamed is saved as a draft
 
 
 class TurnCancelled(PicochatError):
@@ -225,6 +232,8 @@ class SessionWorker:
         self._task: asyncio.Task[None] | None = None
         self._current: TurnHandle | None = None
         self._closing = False
+        self._draft_task: asyncio.Task[None] | None = None
+        self._draft_at = 0.0
 
     @classmethod
     def from_config(cls, store: Store, session_id: str, model: ResolvedModel,
@@ -241,8 +250,20 @@ class SessionWorker:
 
     async def start(self) -> "SessionWorker":
         if self._task is None:
+            await self._recover_drafts()
             self._task = asyncio.create_task(self._loop(), name=f"session-{self.session_id}")
         return self
+
+    async def _recover_drafts(self) -> None:
+        """Answers a killed process was streaming become interrupted answers (any session)."""
+        try:
+            answers = await self.store.io(self.store.recover_drafts)
+        except PicochatError as exc:  # a read-only or locked database: the drafts wait
+            log.warning("drafts_not_recovered kind=%s", exc.kind)
+            return
+        for m in answers:
+            log.info("draft_recovered session=%s turn=%s seq=%d chars=%d", m.session_id,
+                     m.turn_id, m.seq, len(m.content))
 
     async def close(self) -> None:
         """Start nothing new: cancel the running turn (keeping what it has) and every queued
@@ -301,9 +322,10 @@ class SessionWorker:
         return future
 
     def call(self, fn: Callable[[], T]) -> "asyncio.Future[T]":
-        """Queue a quick synchronous command (clear, undo, …) now, in order with the turns."""
+        """Queue a quick synchronous command (clear, undo, …) now, in order with the turns;
+        it runs on the store's thread."""
         async def run() -> T:
-            return fn()
+            return await self.store.io(fn)
         return self.submit(run)
 
     def submit_turn(self, text: str) -> TurnHandle:
@@ -316,7 +338,7 @@ class SessionWorker:
                 handle._emit(failed)
                 return failed
             if self._closing:
-                return self._keep_unsent(handle)
+                return await self._keep_unsent(handle)
             task = asyncio.create_task(self._turn(handle))
             handle._task = task
             self._current = handle
@@ -329,13 +351,13 @@ class SessionWorker:
         self.submit(run, _answers_itself=True)
         return handle
 
-    def _keep_unsent(self, handle: TurnHandle) -> TurnFailed:
+    async def _keep_unsent(self, handle: TurnHandle) -> TurnFailed:
         """The app is quitting with this message still queued: it is saved, as a turn stopped
         before any answer is (the user typed it and pressed Enter), and not sent."""
         user_seq = None
         try:
-            user_seq = self.store.append_message(self.session_id, "user", handle.text,
-                                                 turn_id=handle.turn_id).seq
+            user_seq = (await self._settle(self.store.append_message, self.session_id, "user",
+                                           handle.text, turn_id=handle.turn_id))[0].seq
         except Exception as exc:  # noqa: BLE001 - closing: report, never raise
             log.warning("turn_failed session=%s turn=%s kind=%s stage=unsent_message",
                         self.session_id, handle.turn_id, type(exc).__name__)
@@ -415,10 +437,46 @@ class SessionWorker:
 
     # --- one turn ------------------------------------------------------------------------------
 
+    async def _settle(self, fn: Callable[..., T], *args: Any, **kwargs: Any
+                      ) -> tuple[T, bool]:
+        """A write on the store's thread that a cancel never leaves half-known: it returns the
+        write's result, and whether the turn was cancelled while it ran (the caller decides
+        what that cancel means once the row is known to be there)."""
+        if self._draft_task is not None:  # the draft this write replaces goes first
+            await asyncio.wait([self._draft_task])
+        future = asyncio.ensure_future(self.store.io(fn, *args, **kwargs))
+        cancelled = False
+        while True:
+            try:
+                return await asyncio.shield(future), cancelled
+            except asyncio.CancelledError:
+                if future.done():
+                    raise
+                cancelled = True
+
+    def _draft_soon(self, turn_id: str, parts: list[str]) -> None:
+        """Save the answer so far as the turn's draft, at most every DRAFT_EVERY_S and one
+        save at a time (a save waiting for a lock is not queued behind by more)."""
+        now = time.monotonic()
+        if (self._draft_task is not None and not self._draft_task.done()) or \
+                now - self._draft_at < DRAFT_EVERY_S:
+            return
+        self._draft_at = now
+        self._draft_task = asyncio.create_task(self._save_draft(turn_id, "".join(parts)))
+
+    async def _save_draft(self, turn_id: str, text: str) -> None:
+        try:
+            await self.store.io(self.store.save_draft, self.session_id, turn_id, text)
+        except PicochatError as exc:  # the answer itself is still saved when it ends
+            log.warning("draft_not_saved session=%s turn=%s kind=%s", self.session_id, turn_id,
+                        exc.kind)
+
     async def _turn(self, handle: TurnHandle) -> None:
         sid, turn_id = self.session_id, handle.turn_id
+        self._draft_at = 0.0
         try:
-            user = self.store.append_message(sid, "user", handle.text, turn_id=turn_id)
+            user, cancelled = await self._settle(self.store.append_message, sid, "user",
+                                                 handle.text, turn_id=turn_id)
         except Exception as exc:  # a turn always ends in an outcome, even on a bug
             if not isinstance(exc, PicochatError):
                 exc = _internal(exc, sid, turn_id)
@@ -431,6 +489,9 @@ class SessionWorker:
         parts: list[str] = []
         usage: Usage | None = None
         compactions: list[CompactOutcome] = []
+        if cancelled:
+            await self._fail(handle, user.seq, parts, TurnCancelled("stopped"), compactions)
+            return
         try:
             projection, _ = await self._before_send(handle, compactions)
             retried = False         # the one engine-level overflow retry (before any tool ran)
@@ -468,21 +529,22 @@ class SessionWorker:
                 if not step.calls:
                     break
                 steps += 1
-                self._run_tools(handle, turn_id, "".join(parts), step.calls, user.seq)
-                parts.clear()  # that text is saved with the tool calls
+                await self._run_tools(handle, turn_id, parts, step.calls, user.seq)
                 projection = self.projection()
             reply = "".join(parts)
             if not reply.strip():
                 raise ProviderError("the model returned an empty reply", "try again")
-            assistant = self.store.append_message(sid, "assistant", reply, turn_id=turn_id)
+            # a stop pressed while the whole answer is being saved comes too late: it is saved
+            assistant, _ = await self._settle(self.store.append_message, sid, "assistant",
+                                              reply, turn_id=turn_id)
         except asyncio.CancelledError:
-            self._fail(handle, user.seq, parts, TurnCancelled("stopped"), compactions)
+            await self._fail(handle, user.seq, parts, TurnCancelled("stopped"), compactions)
             return
         except PicochatError as exc:
-            self._fail(handle, user.seq, parts, exc, compactions)
+            await self._fail(handle, user.seq, parts, exc, compactions)
             return
         except Exception as exc:  # a bug, not a provider problem: still keep the user's data
-            self._fail(handle, user.seq, parts, _internal(exc, sid, turn_id), compactions)
+            await self._fail(handle, user.seq, parts, _internal(exc, sid, turn_id), compactions)
             return
         self.last_usage = usage
         if usage is not None and usage.prompt_tokens > 0 and steps == 0:
@@ -507,22 +569,29 @@ class SessionWorker:
             return shorten_old_tool_results(projection, user_seq)
         return projection
 
-    def _run_tools(self, handle: TurnHandle, turn_id: str, text: str,
-                   calls: tuple[ToolCall, ...], user_seq: int) -> None:
-        """Persist the assistant's calls, run each tool once, persist each result in order."""
+    async def _run_tools(self, handle: TurnHandle, turn_id: str, parts: list[str],
+                         calls: tuple[ToolCall, ...], user_seq: int) -> None:
+        """Persist the assistant's text and calls (`parts` is emptied: that text is saved),
+        run each tool once, persist each result in order. A stop pressed meanwhile takes
+        effect once every result is saved, so no call is left without its result."""
         sid = self.session_id
-        self.store.append_message(sid, "assistant", text, tool_calls=[c.openai() for c in calls],
-                                  turn_id=turn_id)
+        _, stopped = await self._settle(self.store.append_message, sid, "assistant",
+                                        "".join(parts), tool_calls=[c.openai() for c in calls],
+                                        turn_id=turn_id)
+        parts.clear()
         context = ToolContext(self.store, sid, self.tool_root, before_seq=user_seq)
         names = [t["function"]["name"] for t in self.tools]
         for call in calls:
             result = run_tool(call.name, call.arguments, context, enabled=names)
-            row = self.store.append_message(sid, "tool", result.content, tool_call_id=call.id,
-                                            name=call.name, turn_id=turn_id,
-                                            tool_status=result.status)
+            row, cancelled = await self._settle(
+                self.store.append_message, sid, "tool", result.content, tool_call_id=call.id,
+                name=call.name, turn_id=turn_id, tool_status=result.status)
+            stopped = stopped or cancelled
             log.info("tool_ran session=%s turn=%s tool=%s status=%s seq=%d chars=%d", sid,
                      turn_id, call.name, result.status, row.seq, len(result.content))
             handle._emit(ToolRan(call.id, call.name, result.status, row.seq))
+        if stopped:
+            raise asyncio.CancelledError
 
     async def _before_send(self, handle: TurnHandle, compactions: list[CompactOutcome]
                            ) -> tuple[ContextProjection, ContextBudget]:
@@ -579,6 +648,7 @@ class SessionWorker:
         def on_text(delta: TextDelta) -> None:
             parts.append(delta.text)
             handle._emit(delta)
+            self._draft_soon(handle.turn_id, parts)
 
         request = ProviderRequest(messages=tuple(draft.messages()), tools=tuple(draft.tools))
         try:
@@ -589,15 +659,15 @@ class SessionWorker:
         calls = reply.tool_calls
         return _Step(reply.usage, assemble_tool_calls(calls, handle.turn_id, step) if calls else ())
 
-    def _fail(self, handle: TurnHandle, user_seq: int, parts: list[str],
-              error: PicochatError, compactions: Sequence[CompactOutcome] = ()) -> None:
+    async def _fail(self, handle: TurnHandle, user_seq: int, parts: list[str],
+                    error: PicochatError, compactions: Sequence[CompactOutcome] = ()) -> None:
         partial_seq = None
         text = "".join(parts)
         if text.strip():
             try:
-                partial_seq = self.store.append_message(self.session_id, "assistant", text,
-                                                        turn_id=handle.turn_id,
-                                                        status=INTERRUPTED).seq
+                partial_seq = (await self._settle(
+                    self.store.append_message, self.session_id, "assistant", text,
+                    turn_id=handle.turn_id, status=INTERRUPTED))[0].seq
             except PicochatError as exc:
                 log.warning("partial_not_saved session=%s turn=%s kind=%s", self.session_id,
                             handle.turn_id, exc.kind)

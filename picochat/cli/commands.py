@@ -124,7 +124,8 @@ def cmd_tui(app: App) -> int:
         session = app.store.find_or_create_session(ref)
     if app.opt("model") and session.model != app.opt("model"):
         app.store.set_session_model(session.id, app.opt("model"))
-    tui = PicochatApp(app.store, session, resolved, provider, app.config, app.paths)
+    tui = PicochatApp(app.store, session, resolved, provider, app.config, app.paths,
+                      quit_on_signals=True)
     tui.run()
     # An error that escaped the app (a damaged database found while building the screen) was
     # printed by Textual as its one `picochat:` line (tui.app.OneLine): exit 1, not 0.
@@ -175,8 +176,11 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
     screen = StreamCleaner() if sys.stdout.isatty() else None  # an escape may span two deltas
     async with _worker(app, session, resolved, provider) as worker:
         handle = worker.submit_turn(text)
+        stopped_by = _stop_on_signals(handle)
         try:
             async for event in handle:
+                if stopped_by:  # the terminal may be gone: nothing more is written to it
+                    continue
                 if isinstance(event, TextDelta) and not as_json:
                     piece = screen.feed(event.text) if screen else event.text
                     if piece:
@@ -193,6 +197,11 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
             handle.cancel()
         outcome = await handle.result()
     compaction = outcome.compactions[-1].as_dict() if outcome.compactions else None
+    if stopped_by:  # SIGTERM, SIGHUP: what arrived is saved; the terminal may be gone
+        _quietly(err, f"stopped by signal {stopped_by[0]}; your message"
+                      + (" and the partial answer are saved" if outcome.partial_seq
+                         else " is saved"))
+        return 128 + stopped_by[0]
     rest = screen.flush() if screen and not as_json else ""
     if rest:
         sys.stdout.write(rest)
@@ -219,6 +228,30 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
         dump_json({"session_id": session.id, "reply": outcome.reply, "usage": usage,
                    "compaction": compaction})
     return 0
+
+
+def _stop_on_signals(handle: Any) -> list[int]:
+    """SIGTERM and SIGHUP stop the turn as Ctrl-C does: its partial answer saved (marked
+    interrupted). Returns the list the signal's number lands in."""
+    import signal
+
+    got: list[int] = []
+
+    def stop(signum: int) -> None:
+        got.append(signum)
+        handle.cancel()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(signum, stop, signum)
+    return got
+
+
+def _quietly(write: Any, *args: Any) -> None:
+    """Write, unless the terminal is gone (closed after SIGHUP)."""
+    try:
+        write(*args)
+    except OSError:
+        pass
 
 
 def _read_stdin() -> str:

@@ -148,8 +148,8 @@ async def compact_context(store: Store, provider: Provider,
 
     crashpoints.reached("before_commit")
     try:
-        checkpoint = store.commit_context_checkpoint(
-            sid, candidate.base_generation,
+        checkpoint = await store.io(
+            store.commit_context_checkpoint, sid, candidate.base_generation,
             candidate.new_checkpoint(provider.info.provider_kind, provider.info.model))
     except PicochatError as exc:  # StaleGeneration, StorageError: the old context stays
         return _failed(sid, reason, restore(store, sid), exc, summary_error, transcript,
@@ -165,7 +165,8 @@ async def compact_context(store: Store, provider: Provider,
     now = restore(store, sid)
     if not checkpoint.degraded:
         try:
-            store.add_timeline(f"context_checkpoint:{checkpoint.id}", sid, checkpoint.summary)
+            await store.io(store.add_timeline, f"context_checkpoint:{checkpoint.id}", sid,
+                           checkpoint.summary)
         except PicochatError as exc:
             log.warning("timeline_failed session=%s checkpoint=%s kind=%s", sid, checkpoint.id,
                         exc.kind)

@@ -146,3 +146,16 @@ def transaction(conn: sqlite3.Connection, mode: str = "IMMEDIATE") -> Iterator[s
         raise
     else:
         conn.execute("COMMIT")
+
+
+def connect_reader(path: Path) -> sqlite3.Connection:
+    """A second connection to a database `connect` has opened, for reads only: in WAL mode
+    it never waits for the writer connection's transactions."""
+    try:
+        conn = sqlite3.connect(str(path), timeout=busy_timeout_ms() / 1000,
+                               isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms()}")
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.DatabaseError as exc:
+        raise describe_error(path, exc, opening=True) from None
+    return conn

@@ -98,6 +98,18 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN system_prompt TEXT;
     """,
+    # 6: the answer being streamed, saved every second or so outside the append-only log, so
+    # a process killed mid-answer loses at most the last moments of it: the next start turns
+    # a dead process's draft into an interrupted answer. One row per running turn.
+    """
+    CREATE TABLE drafts (
+        turn_id     TEXT PRIMARY KEY,
+        session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        content     TEXT NOT NULL,
+        owner_pid   INTEGER NOT NULL,
+        updated_at  INTEGER NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

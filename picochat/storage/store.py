@@ -9,8 +9,11 @@ in the same transaction, so a checkpoint candidate built before them fails its c
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import json
+import os
 import re
 import sqlite3
 import threading
@@ -18,12 +21,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from picochat import crashpoints, tokens
 from picochat.errors import SessionNotFound, StaleGeneration, StorageError
 from picochat.messages import (
     COMPLETE,
+    INTERRUPTED,
     ROLES,
     Checkpoint,
     Message,
@@ -32,10 +37,12 @@ from picochat.messages import (
     Session,
     valid_text,
 )
-from picochat.storage.db import connect, describe_error, transaction
+from picochat.storage.db import connect, connect_reader, describe_error, transaction
 
 Clock = Callable[[], int]
+T = TypeVar("T")
 TRIGGER_REASONS = ("manual", "auto", "overflow")
+DRAFT_STALE_MS = 15 * 60 * 1000  # a draft untouched this long has lost its writer, pid or not
 
 
 def wall_clock_ms() -> int:
@@ -117,29 +124,66 @@ _NOT_RETRACTED = (
 
 
 def open_store(path: Path, clock: Clock = wall_clock_ms) -> "Store":
-    return Store(connect(path), path, clock)
+    writer = connect(path)
+    try:
+        reader = connect_reader(path)
+    except BaseException:
+        writer.close()
+        raise
+    return Store(writer, path, clock, reader)
 
 
 class Store:
-    """Thread-safe wrapper around one connection; short transactions, no cached state."""
+    """Thread-safe wrapper around two connections; short transactions, no cached state.
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, clock: Clock = wall_clock_ms) -> None:
+    Writes and reads have a connection each, so a write waiting up to the busy timeout for
+    another process's lock never holds up a read: in WAL mode readers do not wait for writers.
+    `io` runs a call on the store's own thread, for callers on an event loop."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, clock: Clock = wall_clock_ms,
+                 reader: sqlite3.Connection | None = None) -> None:
         self._conn = conn
+        self._reader = reader or conn
         self.path = path
         self._clock = clock
         self._lock = threading.RLock()
+        self._rlock = self._lock if reader is None else threading.RLock()
+        self._executor: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
-        with self._lock:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        with self._lock, self._rlock:
             self._conn.close()
+            if self._reader is not self._conn:
+                self._reader.close()
 
     # --- plumbing ------------------------------------------------------------------------------
 
     def _write(self) -> Any:
-        return _Guard(self, "IMMEDIATE")
+        return _Guard(self, "IMMEDIATE", self._conn, self._lock)
 
     def _read(self) -> Any:
-        return _Guard(self, "DEFERRED")
+        return _Guard(self, "DEFERRED", self._reader, self._rlock)
+
+    async def io(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """`fn(*args, **kwargs)` on the store's one thread, in submission order, while the
+        event loop goes on. A caller cancelled meanwhile still waits for the outcome before
+        the cancellation goes on: the write may have committed, and the caller must know."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="picochat-db")
+        future = asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(fn, *args, **kwargs))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if not future.done():
+                try:
+                    await asyncio.wait([future])
+                except asyncio.CancelledError:
+                    pass
+            raise
 
     # --- sessions ------------------------------------------------------------------------------
 
@@ -259,9 +303,12 @@ class Store:
             role, content, calls, tool_call_id, name, turn_id, tool_status, status,
             token_count)])[0]
 
-    def append_messages(self, session_id: str, drafts: Iterable[NewMessage]) -> list[Message]:
+    def append_messages(self, session_id: str, drafts: Iterable[NewMessage],
+                        *, if_draft: str | None = None) -> list[Message]:
         """Append messages in one transaction (all or none), seqs following the durable
-        maximum; for imports and for building large sessions."""
+        maximum; for imports and for building large sessions. The draft of every turn written
+        goes in the same transaction: its text is in the log now. `if_draft`: append only if
+        that turn's draft is still there (two processes recovering it append it once)."""
         prepared = []
         for d in drafts:
             if d.role not in ROLES:
@@ -281,8 +328,14 @@ class Store:
         out: list[Message] = []
         with self._write() as c:
             _session_row(c, session_id)
+            if if_draft is not None and not c.execute(
+                    "SELECT 1 FROM drafts WHERE turn_id = ?", (if_draft,)).fetchone():
+                return []
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                             (session_id,)).fetchone()[0]
+            turns = {d.turn_id for d, *_ in prepared if d.turn_id}
+            if turns:
+                c.executemany("DELETE FROM drafts WHERE turn_id = ?", [(t,) for t in turns])
             for d, calls, calls_json, count in prepared:
                 seq += 1
                 rowid = c.execute(
@@ -296,6 +349,37 @@ class Store:
                                    d.turn_id, d.tool_status, d.status, count, now))
             c.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
         return out
+
+    # --- drafts: the answer being streamed ------------------------------------------------------
+
+    def save_draft(self, session_id: str, turn_id: str, content: str) -> None:
+        """The text of a turn's answer so far, replacing the previous draft of that turn.
+        Outside the append-only log: the answer itself is appended once, when it ends."""
+        with self._write() as c:
+            c.execute("INSERT INTO drafts (turn_id, session_id, content, owner_pid, updated_at) "
+                      "VALUES (?, ?, ?, ?, ?) ON CONFLICT(turn_id) DO UPDATE SET "
+                      "content = excluded.content, updated_at = excluded.updated_at",
+                      (turn_id, session_id, valid_text(content), os.getpid(), self._clock()))
+
+    def recover_drafts(self, alive: Callable[[int], bool] | None = None) -> list[Message]:
+        """Turn each draft whose process is gone (killed mid-answer) into an interrupted
+        answer of its turn; a whitespace-only draft is just dropped. Returns the answers."""
+        alive = alive or pid_alive
+        with self._read() as c:
+            rows = c.execute("SELECT turn_id, session_id, content, owner_pid, updated_at "
+                             "FROM drafts").fetchall()
+        now = self._clock()
+        recovered: list[Message] = []
+        for turn_id, session_id, content, pid, updated in rows:
+            if alive(pid) and now - updated < DRAFT_STALE_MS:
+                continue
+            if not content.strip():
+                with self._write() as c:
+                    c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
+                continue
+            recovered += self.append_messages(session_id, [NewMessage(
+                "assistant", content, turn_id=turn_id, status=INTERRUPTED)], if_draft=turn_id)
+        return recovered
 
     def history(self, session_id: str) -> list[Message]:
         """The raw log, all of it, with undone rows marked (for `history` and `export`)."""
@@ -553,22 +637,36 @@ class Store:
                              "ORDER BY created_at, id", (session_id,)).fetchall()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` still runs (this process counts as running)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it runs, as another user
+        return True
+    return True
+
+
 class _Guard:
     """Lock + transaction + translation of sqlite errors into one readable `StorageError`."""
 
-    def __init__(self, store: Store, mode: str) -> None:
-        self.store, self.mode = store, mode
+    def __init__(self, store: Store, mode: str, conn: sqlite3.Connection,
+                 lock: threading.RLock) -> None:
+        self.store, self.mode, self.conn, self.lock = store, mode, conn, lock
 
     def __enter__(self) -> sqlite3.Connection:
-        self.store._lock.acquire()
+        self.lock.acquire()
         try:
-            self._tx = transaction(self.store._conn, self.mode)
+            self._tx = transaction(self.conn, self.mode)
             return self._tx.__enter__()
         except sqlite3.Error as exc:
-            self.store._lock.release()
+            self.lock.release()
             raise describe_error(self.store.path, exc) from None
         except BaseException:
-            self.store._lock.release()
+            self.lock.release()
             raise
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
@@ -577,7 +675,7 @@ class _Guard:
         except sqlite3.Error as err:
             raise describe_error(self.store.path, err) from None
         finally:
-            self.store._lock.release()
+            self.lock.release()
         if isinstance(exc, sqlite3.Error):
             raise describe_error(self.store.path, exc) from None
         return False

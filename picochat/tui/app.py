@@ -11,6 +11,7 @@ import asyncio
 import difflib
 import logging
 import re
+import signal
 import time
 import traceback
 from pathlib import Path
@@ -59,6 +60,7 @@ from picochat.tui.status import StatusBar
 
 log = logging.getLogger("picochat.tui")
 HINT_ROWS = 12  # slash-command hints shown at once
+QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class OneLine(Exception):
@@ -92,8 +94,10 @@ class PicochatApp(App[None]):
     ]
 
     def __init__(self, store: Store, session: Session, model: ResolvedModel,
-                 provider: Provider, config: Config, paths: Paths | None = None) -> None:
+                 provider: Provider, config: Config, paths: Paths | None = None,
+                 quit_on_signals: bool = False) -> None:
         super().__init__()
+        self.quit_on_signals = quit_on_signals  # SIGTERM, SIGHUP: the CLI's app, not a test's
         self.store = store
         self.session = session
         self.config = config
@@ -127,6 +131,10 @@ class PicochatApp(App[None]):
         the figures once tiktoken's encoding has loaded in a thread (0.3-0.8 s) after that."""
         for note in self._theme_notes:
             self.notify(note, severity="warning", timeout=10)
+        if self.quit_on_signals:
+            loop = asyncio.get_running_loop()
+            for signum in QUIT_SIGNALS:
+                loop.add_signal_handler(signum, self.quit_on_signal, signum)
         await self.worker.start()
         self._gc.start()
         self.refresh_status()
@@ -185,9 +193,20 @@ class PicochatApp(App[None]):
         screen) ends it with the CLI's one line, never Textual's traceback with locals."""
         super()._handle_exception(OneLine(error) if isinstance(error, PicochatError) else error)
 
+    def quit_on_signal(self, signum: int) -> None:
+        """SIGTERM, or SIGHUP when the terminal closes: quit as ctrl+q does (the answer so far
+        saved as interrupted, queued messages saved unsent, the terminal restored), with the
+        exit status a shell expects of that signal (143, 129)."""
+        log.info("quit_on_signal signal=%d", signum)
+        self.exit(return_code=128 + signum)
+
     async def on_unmount(self) -> None:
         self._gc.stop()
         await self.worker.close()
+        if self.quit_on_signals:
+            loop = asyncio.get_running_loop()
+            for signum in QUIT_SIGNALS:
+                loop.remove_signal_handler(signum)
 
     # --- what is shown --------------------------------------------------------------------------
 
@@ -364,6 +383,8 @@ class PicochatApp(App[None]):
             elif isinstance(event, TurnFailed):
                 if answer is not None:
                     await answer.finish(event.partial_seq, interrupted=True)
+                if event.user_seq is None and not event.cancelled:
+                    await self._unsaved(chat, user, handle.text)
                 await chat.add_notice(failure_line(event), "info" if event.cancelled
                                       else "error")
         if self._turn is handle:
@@ -371,6 +392,17 @@ class PicochatApp(App[None]):
             self.refresh_bindings()
         self.set_state("")
         await self.refresh_panel()
+
+    async def _unsaved(self, chat: ChatView, user: UserMessage, text: str) -> None:
+        """The message could not be written (a locked or full database): it leaves the
+        transcript, which shows what is stored, and goes back to the prompt, ahead of
+        anything typed since, so nothing typed is lost."""
+        if user.parent is chat:
+            await user.remove()
+        prompt = self.query_one(Prompt)
+        typed = prompt.text
+        prompt.load_text(f"{text}\n{typed}" if typed.strip() else text)
+        prompt.move_cursor(prompt.document.end)
 
     async def compacted(self, outcome: Any, announce: bool) -> None:
         if outcome.compacted:
@@ -718,6 +750,8 @@ def failure_line(event: TurnFailed) -> str:
     if event.cancelled:
         return ("Stopped; the partial answer is saved" if event.partial_seq
                 else "Stopped before any answer arrived")
+    if event.user_seq is None:
+        return f"{event.error.user_line()}; your message was not saved: it is back in the prompt"
     saved = ("your message and the partial answer are saved" if event.partial_seq
              else "your message is saved")
     return f"{event.error.user_line()}; {saved}"

@@ -1,0 +1,211 @@
+"""Nothing the user saw or typed is lost (issue 18, items 4 and 5):
+
+  * the answer being streamed is saved as a draft about once a second, outside the append-only
+    log, and the next start turns a killed process's draft into an interrupted answer;
+  * SIGTERM and SIGHUP stop `ask` and the app as Ctrl-C and ctrl+q do: the partial answer
+    saved (interrupted), queued messages saved (unsent), the exit status of the signal;
+  * a database locked by another process never freezes the app, and a message that could not
+    be saved says so and goes back to the prompt.
+
+The signal series over many runs is in tests/reliability/test_signals.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from picochat.config import Config
+from picochat.messages import INTERRUPTED
+from picochat.models import resolve_model
+from picochat.session import SessionWorker
+from picochat.storage import open_store
+from picochat.tui.chat import ChatView, Notice, UserMessage
+from picochat.tui.prompt import Prompt
+from tests.test_tui import SIZE, Slow, make_app, say, settle
+
+
+# the offline model reflects the question: a long one streams for several seconds
+LONG_QUESTION = "tell me about ports: " + " ".join(f"port{9000 + i}" for i in range(300))
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def draft_rows(db: Path) -> list[tuple]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT turn_id, content, owner_pid FROM drafts").fetchall()
+    finally:
+        conn.close()
+
+
+# --- drafts ---------------------------------------------------------------------------------
+
+
+async def test_the_answer_being_streamed_is_saved_as_a_draft_and_gone_once_it_ends(store):
+    session = store.create_session("d")
+    pieces = [f"word{i} " for i in range(40)]
+    worker = SessionWorker(store, session.id, resolve_model(Config(), "offline"),
+                           Slow(pieces, gap=0.05), "sys")
+    async with worker:
+        handle = worker.submit_turn("tell me")
+        seen: list[str] = []
+        async for event in handle:
+            if hasattr(event, "text"):
+                seen.append(event.text)
+            if len(seen) == 30:
+                rows = draft_rows(store.path)
+                assert len(rows) == 1 and rows[0][0] == handle.turn_id
+                assert rows[0][2] == os.getpid()
+                # at most about a second behind what was shown, and never ahead of it
+                assert "".join(seen).startswith(rows[0][1]) and rows[0][1]
+        outcome = await handle.result()
+    assert outcome.reply == "".join(pieces)
+    assert draft_rows(store.path) == []
+    assert [m.status for m in store.history(session.id)] == ["complete", "complete"]
+
+
+async def test_a_dead_process_draft_becomes_an_interrupted_answer_at_the_next_start(store):
+    session = store.create_session("d")
+    user = store.append_message(session.id, "user", "what is the port?", turn_id="t_dead")
+    store.save_draft(session.id, "t_dead", "The port is 8443 and the host is")
+    other = store.create_session("live")
+    store.append_message(other.id, "user", "q", turn_id="t_live")
+    store.save_draft(other.id, "t_live", "still streaming elsewhere")
+    conn = sqlite3.connect(store.path)
+    with conn:  # the first draft's writer died; the second's still runs (this very process)
+        conn.execute("UPDATE drafts SET owner_pid = ? WHERE turn_id = 't_dead'", (dead_pid(),))
+    conn.close()
+
+    worker = SessionWorker(store, other.id, resolve_model(Config(), "offline"), Slow([]), "sys")
+    async with worker:  # any session's worker recovers every orphan
+        pass
+    rows = store.history(session.id)
+    assert [(m.role, m.content, m.status, m.turn_id) for m in rows[1:]] == [
+        ("assistant", "The port is 8443 and the host is", INTERRUPTED, "t_dead")]
+    assert rows[0].seq == user.seq
+    assert [r[0] for r in draft_rows(store.path)] == ["t_live"]
+    assert len(store.history(other.id)) == 1  # a live process's draft is not touched
+
+
+def test_a_draft_recovered_by_two_processes_is_appended_once(tmp_path):
+    db = tmp_path / "picochat.db"
+    a, b = open_store(db), open_store(db)
+    try:
+        session = a.create_session("d")
+        a.append_message(session.id, "user", "q", turn_id="t_x")
+        a.save_draft(session.id, "t_x", "half an answer")
+        gone = dead_pid()
+        assert len(a.recover_drafts(alive=lambda pid: False)) == 1
+        assert b.recover_drafts(alive=lambda pid: False) == []
+        assert [m.content for m in b.history(session.id)] == ["q", "half an answer"]
+    finally:
+        a.close()
+        b.close()
+
+
+# --- a locked database in the app -------------------------------------------------------------
+
+
+async def test_a_locked_database_never_freezes_the_app_and_an_unsaved_message_comes_back(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("PICOCHAT_BUSY_TIMEOUT_MS", "4000")
+    store = open_store(tmp_path / "picochat.db")
+    app = make_app(store)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, app, lambda: app.ready)
+            blocker = sqlite3.connect(store.path, isolation_level=None)
+            blocker.execute("BEGIN IMMEDIATE")  # another picochat holds the write lock
+            try:
+                await say(pilot, "keep the port 8443 in mind")
+                await settle(pilot, app, lambda: app.worker.busy)
+                started = time.monotonic()
+                await pilot.press("a", "b", "c")
+                # the keys got through while the write still waits for the lock
+                assert time.monotonic() - started < 2.0
+                assert app.worker.busy and app.query_one(Prompt).text == "abc"
+                await settle(pilot, app, lambda: not app.worker.busy, timeout=15)
+            finally:
+                blocker.execute("ROLLBACK")
+                blocker.close()
+            await pilot.pause(0.1)
+            notices = [str(n.render()) for n in app.query_one(ChatView).query(Notice)]
+            assert any("locked" in n and "not saved: it is back in the prompt" in n
+                       for n in notices), notices
+            assert not any("your message is saved" in n for n in notices)
+            assert app.query_one(Prompt).text == "keep the port 8443 in mind\nabc"
+            assert not app.query_one(ChatView).query(UserMessage)  # the transcript = the db
+            assert store.history(app.session.id) == []
+            # once the lock is gone, sending it again saves it
+            await pilot.press("enter")
+            await settle(pilot, app, lambda: len(store.history(app.session.id)) == 2)
+            assert store.history(app.session.id)[0].content == "keep the port 8443 in mind\nabc"
+    finally:
+        store.close()
+
+
+# --- signals: one run each (the series is in tests/reliability/test_signals.py) ------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_ask_stopped_by_a_signal_saves_what_was_shown(home, signum):
+    env = dict(os.environ, PICOCHAT_OFFLINE_DELAY_MS="40")
+    proc = subprocess.Popen([sys.executable, "-m", "picochat", "ask", LONG_QUESTION],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    shown = os.read(proc.stdout.fileno(), 200).decode()  # the answer has begun
+    time.sleep(0.3)
+    proc.send_signal(signum)
+    rest, err = proc.communicate(timeout=30)
+    shown += rest.decode()
+    assert proc.returncode == 128 + signum
+    assert f"stopped by signal {int(signum)}" in err.decode()
+    assert "Traceback" not in err.decode()
+    store = open_store(home / "data" / "picochat.db")
+    try:
+        rows = store.history(store.latest_session().id)
+    finally:
+        store.close()
+    assert [(m.role, m.status) for m in rows] == [("user", "complete"),
+                                                 ("assistant", INTERRUPTED)]
+    assert rows[1].content.startswith(shown.rstrip("\n")) and shown.strip()
+
+
+def test_ask_killed_mid_answer_loses_at_most_the_last_moments(home, run_cli):
+    delay_ms = 40
+    env = dict(os.environ, PICOCHAT_OFFLINE_DELAY_MS=str(delay_ms))
+    proc = subprocess.Popen([sys.executable, "-m", "picochat", "ask", LONG_QUESTION],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    shown = os.read(proc.stdout.fileno(), 200).decode()
+    time.sleep(2.5)
+    proc.kill()
+    rest, _ = proc.communicate(timeout=30)
+    shown += rest.decode()
+    assert run_cli("ask", "next question").status == 0  # the next start recovers the draft
+    store = open_store(home / "data" / "picochat.db")
+    try:
+        rows = store.history(store.latest_session().id)
+    finally:
+        store.close()
+    assert [(m.role, m.status) for m in rows[:2]] == [("user", "complete"),
+                                                     ("assistant", INTERRUPTED)]
+    recovered = rows[1].content
+    assert shown.startswith(recovered) and recovered
+    # a draft is saved about once a second: what was shown after it is a second or two of text
+    assert len(shown) - len(recovered) < len(shown) / 2
+    assert rows[1].turn_id == rows[0].turn_id
