@@ -1,6 +1,6 @@
 """File writes that are all-or-nothing (a crash leaves the old file or the new one, never half),
-and the one check that keeps an export off picochat's own files and off anything that is not a
-plain file."""
+folders only their owner can read, and the one check that keeps an export off picochat's own
+files and off anything that is not a plain file."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Iterable
 
 from picochat.errors import UsageError
+
+PRIVATE_DIR = 0o700
+
 
 def atomic_write_text(path: Path, text: str, *, make_parents: bool = True) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), make_parents=make_parents)
@@ -35,6 +38,22 @@ def atomic_write_bytes(path: Path, data: bytes, *, make_parents: bool = True) ->
         except FileNotFoundError:
             pass
         raise
+
+
+def make_private_dir(path: Path) -> None:
+    """Create `path` and any missing parents 0700 (as the XDG spec asks); folders that already
+    exist keep the mode their owner gave them."""
+    missing: list[Path] = []
+    for folder in (path, *path.parents):
+        if folder.is_dir():
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, PRIVATE_DIR)
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
 
 
 def database_family(database: Path) -> tuple[Path, ...]:
