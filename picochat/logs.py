@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import warnings
 from pathlib import Path
+
+from picochat.fsutil import make_private_dir
 
 _configured: Path | None = None
 
@@ -22,14 +25,23 @@ def setup_logging(log_file: Path, level: int = logging.INFO) -> None:
         root.removeHandler(handler)
         handler.close()
     try:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        handler: logging.Handler = logging.FileHandler(log_file, encoding="utf-8", delay=True)
+        make_private_dir(log_file.parent)
+        handler: logging.Handler = _PrivateFileHandler(log_file, encoding="utf-8", delay=True)
     except OSError:
         handler = logging.NullHandler()  # an unwritable log dir must not stop the user
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     root.addHandler(handler)
     _configured = log_file
     warnings.showwarning = _log_warning
+
+
+class _PrivateFileHandler(logging.FileHandler):
+    """A FileHandler whose file, when it creates it, is 0600: the log names sessions and
+    models, which are no other user's business."""
+
+    def _open(self) -> io.TextIOWrapper:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
 
 
 def _log_warning(message: warnings.WarningMessage | Warning | str, category: type[Warning],

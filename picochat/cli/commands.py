@@ -310,15 +310,12 @@ def cmd_export(app: App) -> int:
     if app.args.output and app.args.output != "-":
         from pathlib import Path
 
-        from picochat.fsutil import atomic_write_text
+        from picochat.fsutil import write_export
 
         target = Path(app.args.output).expanduser()
-        if target.is_dir():
-            raise UsageError(f"{target}: is a directory", "give a file name with -o")
-        if not target.parent.is_dir():
-            raise UsageError(f"{target.parent}: no such folder", "create it first, or fix -o")
-        try:
-            atomic_write_text(target, text)
+        try:  # refused (exit 2): picochat's own files, anything but a regular or new file
+            write_export(target, text, app.store.path,
+                         also=(app.paths.config_file, app.paths.log_file))
         except OSError as exc:
             raise PicochatError(f"{target}: cannot write the export: {exc.strerror}") from None
         sys.stderr.write(f"Exported {len(messages)} messages of {session.name} to {target}\n")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from picochat.errors import StorageError
+from picochat.fsutil import make_private_dir
 from picochat.storage.schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 10_000  # how long a write waits for another picochat's write to finish
@@ -28,10 +29,11 @@ def busy_timeout_ms() -> int:
 def connect(path: Path) -> sqlite3.Connection:
     """A connection in autocommit mode; writers open their own `BEGIN IMMEDIATE`."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path.parent)
     except OSError as exc:
         raise StorageError(f"{path.parent}: cannot create the data directory: {exc.strerror}",
                            "set PICOCHAT_DATA_DIR or --data-dir to a writable folder") from None
+    _create_private(path)
     conn: sqlite3.Connection | None = None
     try:
         timeout_ms = busy_timeout_ms()
@@ -52,6 +54,16 @@ def connect(path: Path) -> sqlite3.Connection:
             raise describe_error(path, exc, opening=True) from None
         raise
     return conn
+
+
+def _create_private(path: Path) -> None:
+    """Create a missing database file 0600 before SQLite opens it: SQLite gives the -wal and
+    -shm files the database file's mode, so no other user can read a conversation. An
+    existing file (or symlink) is left as it is; a failure is left for SQLite to report."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError:
+        pass
 
 
 def _refuse_unknown(conn: sqlite3.Connection, path: Path) -> None:

@@ -28,7 +28,7 @@ from textual.worker import Worker, WorkerState
 
 from picochat import render, tokens
 from picochat.compaction import report
-from picochat.fsutil import atomic_write_text
+from picochat.fsutil import write_export
 from picochat.config import Config, save_ui_theme
 from picochat.context_usage import context_series
 from picochat.errors import PicochatError
@@ -618,10 +618,12 @@ class PicochatApp(App[None]):
         session = self.store.session(self.session.id)
         text = (render.export_markdown(session, messages, checkpoints) if fmt == "md"
                 else render.export_json(session, messages, checkpoints))
-        try:
-            if target.is_dir():
-                raise OSError(f"{target} is a folder; give a file name")
-            atomic_write_text(target, text)
+        own = (self.paths.config_file, self.paths.log_file) if self.paths else ()
+        try:  # the same refusals as `picochat export -o`, and no folder is created
+            write_export(target, text, self.store.path, also=own)
+        except PicochatError as exc:
+            await chat.add_notice(f"export failed: {exc.user_line()}", "error")
+            return
         except OSError as exc:
             await chat.add_notice(f"export failed: {exc}; nothing was written", "error")
             return
