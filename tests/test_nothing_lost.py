@@ -186,13 +186,13 @@ def test_ask_stopped_by_a_signal_saves_what_was_shown(home, signum):
 
 
 def test_ask_killed_mid_answer_loses_at_most_the_last_moments(home, run_cli):
-    delay_ms = 40
+    delay_ms = 80
     env = dict(os.environ, PICOCHAT_OFFLINE_DELAY_MS=str(delay_ms))
     proc = subprocess.Popen([sys.executable, "-m", "picochat", "ask", LONG_QUESTION],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
     shown = os.read(proc.stdout.fileno(), 200).decode()
-    time.sleep(2.5)
+    time.sleep(2.0)
     proc.kill()
     rest, _ = proc.communicate(timeout=30)
     shown += rest.decode()

@@ -198,9 +198,10 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
         outcome = await handle.result()
     compaction = outcome.compactions[-1].as_dict() if outcome.compactions else None
     if stopped_by:  # SIGTERM, SIGHUP: what arrived is saved; the terminal may be gone
-        _quietly(err, f"stopped by signal {stopped_by[0]}; your message"
-                      + (" and the partial answer are saved" if outcome.partial_seq
-                         else " is saved"))
+        saved = ("nothing was saved" if outcome.user_seq is None else
+                 "your message and the partial answer are saved" if outcome.partial_seq else
+                 "your message is saved")
+        _quietly(err, f"stopped by signal {stopped_by[0]}; {saved}")
         return 128 + stopped_by[0]
     rest = screen.flush() if screen and not as_json else ""
     if rest:
