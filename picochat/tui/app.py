@@ -51,7 +51,7 @@ from picochat.tui.chat import PAGE, AnswerStream, ChatView, ToolBlock, UserMessa
 from picochat.tui.idle_gc import IdleCollector
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
-from picochat.tui.safe import clean
+from picochat.tui.safe import literal
 from picochat.tui.screens import CardScreen, ConfirmScreen, PickScreen
 from picochat.tui.themes import bundled_dir, load_themes
 from picochat.tui.status import StatusBar
@@ -70,7 +70,7 @@ class OneLine(Exception):
         self.error = error
 
     def __rich__(self) -> Text:
-        return Text(f"picochat: {clean(self.error.user_line())}")
+        return literal(f"picochat: {self.error.user_line()}")
 
 
 class PicochatApp(App[None]):
@@ -126,7 +126,7 @@ class PicochatApp(App[None]):
         """The first frame shows the prompt at once; the transcript mounts right after it, and
         the figures once tiktoken's encoding has loaded in a thread (0.3-0.8 s) after that."""
         for note in self._theme_notes:
-            self.notify(note, severity="warning", timeout=10)
+            self.notify(literal(note), severity="warning", timeout=10)
         await self.worker.start()
         self._gc.start()
         self.refresh_status()
@@ -190,6 +190,14 @@ class PicochatApp(App[None]):
         await self.worker.close()
 
     # --- what is shown --------------------------------------------------------------------------
+
+    def notify(self, message: str | Text, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """A `literal(...)` notice is shown as its plain text, never read as markup: Textual
+        parses a notice's str, where a `[@click=...]` from a provider error became an action."""
+        if isinstance(message, Text):
+            message, markup = message.plain, False
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def usage(self):
         return self.worker.info()
@@ -259,8 +267,8 @@ class PicochatApp(App[None]):
         log.error("ui_task_failed name=%s kind=%s\n%s", event.worker.name,
                   type(error).__name__, "".join(traceback.format_tb(error.__traceback__)))
         self.set_state("")
-        self.notify(f"internal error in {event.worker.name} ({type(error).__name__}); the log "
-                    "has details", severity="error")
+        self.notify(literal(f"internal error in {event.worker.name} ({type(error).__name__}); "
+                            "the log has details"), severity="error")
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -377,10 +385,10 @@ class PicochatApp(App[None]):
             await self.checkpoint_moved()
             if announce:
                 cp = outcome.checkpoint
-                self.notify(f"{outcome.reason} compaction: {cp.tokens_before:,} → "
-                            f"{cp.tokens_after:,} tokens", title="Context compacted")
+                self.notify(literal(f"{outcome.reason} compaction: {cp.tokens_before:,} → "
+                                    f"{cp.tokens_after:,} tokens"), title="Context compacted")
         elif announce and outcome.error is not None:
-            self.notify(report.compaction_note(outcome) or outcome.error.user_line(),
+            self.notify(literal(report.compaction_note(outcome) or outcome.error.user_line()),
                         severity="warning")
 
     # --- commands -------------------------------------------------------------------------------
@@ -506,7 +514,7 @@ class PicochatApp(App[None]):
             self.store.delete_session(self.session.id)
             others = [s for s in self.store.list_sessions() if s.id != self.session.id]
             await self.open_session(others[0] if others else self.store.create_session())
-            self.notify("Session deleted (its rows stay in the database)")
+            self.notify(literal("Session deleted (its rows stay in the database)"))
         self.push_screen(ConfirmScreen(f"Delete session {self.session.name!r}?"), answered)
 
     async def cmd_model(self, name: str) -> None:
@@ -560,7 +568,8 @@ class PicochatApp(App[None]):
 
         async def picked(seq: str | None) -> None:
             if seq is not None and not await chat.reveal(int(seq)):
-                self.notify(f"#{seq} is not shown in this transcript", severity="warning")
+                self.notify(literal(f"#{seq} is not shown in this transcript"),
+                            severity="warning")
         self.push_screen(PickScreen(f"{len(hits)} best matches for {query!r} · Enter jumps",
                                     choices), picked)
 
@@ -571,7 +580,7 @@ class PicochatApp(App[None]):
             await self.query_one(ChatView).add_notice("No answer to copy yet")
             return
         self.copy_to_clipboard(answers[-1].content)
-        self.notify(f"Copied the last answer ({len(answers[-1].content):,} characters)")
+        self.notify(literal(f"Copied the last answer ({len(answers[-1].content):,} characters)"))
 
     async def cmd_export(self, arg: str) -> None:
         chat = self.query_one(ChatView)
@@ -654,7 +663,7 @@ class PicochatApp(App[None]):
     def action_select_messages(self) -> None:
         """From the prompt to the newest message: up/down move, c copies, enter comes back."""
         if not self.query_one(ChatView).select_last():
-            self.notify("Nothing to select yet")
+            self.notify(literal("Nothing to select yet"))
 
     def action_info(self) -> None:
         self.push_screen(CardScreen("Context (/info)", self.usage().rows()))
