@@ -52,7 +52,7 @@ from picochat.tui.chat import PAGE, AnswerStream, ChatView, ToolBlock, UserMessa
 from picochat.tui.idle_gc import IdleCollector
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
-from picochat.tui.safe import clean
+from picochat.tui.safe import literal
 from picochat.tui.screens import CardScreen, ConfirmScreen, PickScreen
 from picochat.tui.themes import bundled_dir, load_themes
 from picochat.tui.status import StatusBar
@@ -72,7 +72,7 @@ class OneLine(Exception):
         self.error = error
 
     def __rich__(self) -> Text:
-        return Text(f"picochat: {clean(self.error.user_line())}")
+        return literal(f"picochat: {self.error.user_line()}")
 
 
 class PicochatApp(App[None]):
@@ -130,7 +130,7 @@ class PicochatApp(App[None]):
         """The first frame shows the prompt at once; the transcript mounts right after it, and
         the figures once tiktoken's encoding has loaded in a thread (0.3-0.8 s) after that."""
         for note in self._theme_notes:
-            self.notify(note, severity="warning", timeout=10)
+            self.notify(literal(note), severity="warning", timeout=10)
         if self.quit_on_signals:
             loop = asyncio.get_running_loop()
             for signum in QUIT_SIGNALS:
@@ -210,6 +210,14 @@ class PicochatApp(App[None]):
 
     # --- what is shown --------------------------------------------------------------------------
 
+    def notify(self, message: str | Text, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """A `literal(...)` notice is shown as its plain text, never read as markup: Textual
+        parses a notice's str, where a `[@click=...]` from a provider error became an action."""
+        if isinstance(message, Text):
+            message, markup = message.plain, False
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
     def usage(self):
         return self.worker.info()
 
@@ -278,8 +286,8 @@ class PicochatApp(App[None]):
         log.error("ui_task_failed name=%s kind=%s\n%s", event.worker.name,
                   type(error).__name__, "".join(traceback.format_tb(error.__traceback__)))
         self.set_state("")
-        self.notify(f"internal error in {event.worker.name} ({type(error).__name__}); the log "
-                    "has details", severity="error")
+        self.notify(literal(f"internal error in {event.worker.name} ({type(error).__name__}); "
+                            "the log has details"), severity="error")
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -409,10 +417,10 @@ class PicochatApp(App[None]):
             await self.checkpoint_moved()
             if announce:
                 cp = outcome.checkpoint
-                self.notify(f"{outcome.reason} compaction: {cp.tokens_before:,} → "
-                            f"{cp.tokens_after:,} tokens", title="Context compacted")
+                self.notify(literal(f"{outcome.reason} compaction: {cp.tokens_before:,} → "
+                                    f"{cp.tokens_after:,} tokens"), title="Context compacted")
         elif announce and outcome.error is not None:
-            self.notify(report.compaction_note(outcome) or outcome.error.user_line(),
+            self.notify(literal(report.compaction_note(outcome) or outcome.error.user_line()),
                         severity="warning")
 
     # --- commands -------------------------------------------------------------------------------
@@ -538,7 +546,7 @@ class PicochatApp(App[None]):
             self.store.delete_session(self.session.id)
             others = [s for s in self.store.list_sessions() if s.id != self.session.id]
             await self.open_session(others[0] if others else self.store.create_session())
-            self.notify("Session deleted (its rows stay in the database)")
+            self.notify(literal("Session deleted (its rows stay in the database)"))
         self.push_screen(ConfirmScreen(f"Delete session {self.session.name!r}?"), answered)
 
     async def cmd_model(self, name: str) -> None:
@@ -592,7 +600,8 @@ class PicochatApp(App[None]):
 
         async def picked(seq: str | None) -> None:
             if seq is not None and not await chat.reveal(int(seq)):
-                self.notify(f"#{seq} is not shown in this transcript", severity="warning")
+                self.notify(literal(f"#{seq} is not shown in this transcript"),
+                            severity="warning")
         self.push_screen(PickScreen(f"{len(hits)} best matches for {query!r} · Enter jumps",
                                     choices), picked)
 
@@ -603,7 +612,7 @@ class PicochatApp(App[None]):
             await self.query_one(ChatView).add_notice("No answer to copy yet")
             return
         self.copy_to_clipboard(answers[-1].content)
-        self.notify(f"Copied the last answer ({len(answers[-1].content):,} characters)")
+        self.notify(literal(f"Copied the last answer ({len(answers[-1].content):,} characters)"))
 
     async def cmd_export(self, arg: str) -> None:
         chat = self.query_one(ChatView)
@@ -688,7 +697,7 @@ class PicochatApp(App[None]):
     def action_select_messages(self) -> None:
         """From the prompt to the newest message: up/down move, c copies, enter comes back."""
         if not self.query_one(ChatView).select_last():
-            self.notify("Nothing to select yet")
+            self.notify(literal("Nothing to select yet"))
 
     def action_info(self) -> None:
         self.push_screen(CardScreen("Context (/info)", self.usage().rows()))

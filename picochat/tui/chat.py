@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-from rich.text import Text
 from textual import events
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -17,7 +16,7 @@ from picochat.tui.answer import AnswerStream, AssistantMessage
 from picochat.tui.copyable import COPY, Copyable
 from picochat.tui.preview import preview
 from picochat.tui.prompt import forward_typing
-from picochat.tui.safe import clean
+from picochat.tui.safe import literal
 
 PAGE = 40                     # messages read per page, at open and on scrolling to the top
 SCREENS_AT_OPEN = 2           # of the first page, only the newest that fill about two screens
@@ -50,7 +49,7 @@ class UserMessage(Copyable, Static):
     def __init__(self, text: str, seq: int | None = None, queued: bool = False,
                  retracted: bool = False) -> None:
         classes = "queued" if queued else "retracted" if retracted else ""
-        super().__init__(Text(clean(preview(text))), classes=classes)
+        super().__init__(literal(preview(text)), classes=classes)
         self.seq = seq
         self.text = text
         if queued:
@@ -75,16 +74,16 @@ class ToolBlock(Collapsible):
     """
 
     def __init__(self, name: str, status: str | None, result: str, seq: int | None) -> None:
-        shown = clean(preview(result, head=TOOL_PREVIEW_CHARS, tail=0))
-        title = f"⚙ {name or 'tool'} ({status or 'done'})"
-        super().__init__(Static(Text(shown)), title=title, collapsed=True,
+        shown = literal(preview(result, head=TOOL_PREVIEW_CHARS, tail=0))
+        title = literal(f"⚙ {name or 'tool'} ({status or 'done'})")  # the model names tools
+        super().__init__(Static(shown), title=title, collapsed=True,  # type: ignore[arg-type]
                          classes="error" if status == "error" else "")
         self.seq = seq
         self.result = result
 
     def action_copy(self) -> None:
         self.app.copy_to_clipboard(self.result)
-        self.notify(f"Copied the tool result ({len(self.result):,} characters)")
+        self.notify(literal(f"Copied the tool result ({len(self.result):,} characters)"))
 
 
 class Notice(Static):
@@ -96,7 +95,7 @@ class Notice(Static):
     """
 
     def __init__(self, text: str, kind: str = "info") -> None:
-        super().__init__(Text(clean(text)), classes=kind)
+        super().__init__(literal(text), classes=kind)
 
 
 class CheckpointDivider(Static):
@@ -112,7 +111,7 @@ class CheckpointDivider(Static):
     """
 
     def __init__(self, checkpoint: Checkpoint) -> None:
-        super().__init__(Text(divider_text(checkpoint)))
+        super().__init__(literal(divider_text(checkpoint)))
         self.checkpoint_id = checkpoint.id
 
 
@@ -158,7 +157,7 @@ class ChatView(VerticalScroll):
         self._checkpoint = checkpoint
         widgets = [w for w in map(message_widget, newest) if w is not None]
         if self.has_older:
-            widgets.insert(0, Static(self._older_text(), classes="older"))
+            widgets.insert(0, Static(literal(self._older_text()), classes="older"))
         await self.mount_all(widgets)
         await self.set_checkpoint(checkpoint)
         self.scroll_end(animate=False, immediate=True)
@@ -188,7 +187,7 @@ class ChatView(VerticalScroll):
         else:
             await self.mount_all(widgets)
         if self.has_older:
-            marker.update(self._older_text())
+            marker.update(literal(self._older_text()))
         else:
             await marker.remove()
         await self.set_checkpoint(self._checkpoint)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from textual.binding import Binding
 
+from picochat.tui.safe import literal
+
 COPY = Binding("c", "copy", "Copy", key_display="c")
 
 
@@ -18,4 +20,4 @@ class Copyable:
     def action_copy(self) -> None:
         text = self.copy_text()
         self.app.copy_to_clipboard(text)  # type: ignore[attr-defined]
-        self.notify(f"Copied {len(text):,} characters")  # type: ignore[attr-defined]
+        self.notify(literal(f"Copied {len(text):,} characters"))  # type: ignore[attr-defined]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -17,7 +16,7 @@ from picochat.messages import Checkpoint
 from picochat.tui.answer import ProseBlock
 from picochat.tui.markdown import Block
 from picochat.tui.prompt import forward_typing
-from picochat.tui.safe import clean
+from picochat.tui.safe import clean, literal
 
 
 def checkpoint_lines(cp: Checkpoint, active: bool) -> str:
@@ -73,8 +72,9 @@ class CheckpointPanel(VerticalScroll):
         options.clear_options()
         for cp in checkpoints:
             mark = "● " if cp.id == active_id else "  "
-            options.add_option(Option(Text(f"{mark}gen {cp.generation} · {cp.id} · "
-                                           f"{cp.tokens_before:,}→{cp.tokens_after:,}"), cp.id))
+            options.add_option(Option(literal(f"{mark}gen {cp.generation} · {cp.id} · "
+                                              f"{cp.tokens_before:,}→{cp.tokens_after:,}"),
+                                      cp.id))
         active = self.checkpoints.get(active_id) if active_id else None
         await self.read(active)
 
@@ -82,13 +82,13 @@ class CheckpointPanel(VerticalScroll):
         meta = self.query_one("#cp-meta", Static)
         summary = self.query_one("#cp-summary", ProseBlock)
         if cp is None:
-            meta.update(Text(
+            meta.update(literal(
                 f"No active checkpoint: /clear at #{self.cleared_at} started the context "
                 "afresh; the model reads only what came after it." if self.cleared_at else
                 "No active checkpoint: the model reads the whole raw history."))
             summary.show(Block("text", ""))
             return
-        meta.update(Text(checkpoint_lines(cp, cp.id == self.active_id)))
+        meta.update(literal(checkpoint_lines(cp, cp.id == self.active_id)))
         summary.show(Block("text", clean(cp.summary)))
 
     async def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

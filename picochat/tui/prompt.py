@@ -9,6 +9,7 @@ from textual.message import Message
 from textual.widgets import TextArea
 
 from picochat.tui import slash
+from picochat.tui.safe import clean
 
 
 class Prompt(TextArea):
@@ -90,7 +91,9 @@ class Prompt(TextArea):
             self.load_text(self._draft)
         else:
             self._recall = max(0, index)
-            self.load_text(self.prompts[self._recall])
+            # an earlier prompt may come from any client (`ask` reads a pipe): an editable
+            # field takes no Text, so it gets the cleaned string and never an escape
+            self.load_text(clean(self.prompts[self._recall]))
         self.move_cursor(self.document.end)
 
 

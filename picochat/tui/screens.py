@@ -1,14 +1,17 @@
-"""Modal screens: the `/info` card and the help list of keys and commands."""
+"""Modal screens: the `/info` card, the help list of keys and commands, a pick list (/sessions,
+/search) and a yes/no question. Titles, rows and options show text from outside picochat
+(session names, search snippets) through `literal`: never markup, never an escape."""
 
 from __future__ import annotations
 
 from rich.table import Table
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from picochat.tui.safe import literal
 
 
 class CardScreen(ModalScreen[None]):
@@ -32,9 +35,9 @@ class CardScreen(ModalScreen[None]):
         table.add_column(style="bold")
         table.add_column()
         for label, value in self.rows:
-            table.add_row(Text(label), Text(value))
+            table.add_row(literal(label), literal(value))
         with VerticalScroll() as box:
-            box.border_title = self.title_text
+            box.border_title = literal(self.title_text)
             box.border_subtitle = "esc closes"
             yield Static(table, id="card")
 
@@ -64,8 +67,8 @@ class PickScreen(ModalScreen["str | None"]):
         from textual.widgets import OptionList
         from textual.widgets.option_list import Option
 
-        options = OptionList(*(Option(Text(label), id=key) for key, label in self.choices))
-        options.border_title = self.title_text
+        options = OptionList(*(Option(literal(label), id=key) for key, label in self.choices))
+        options.border_title = literal(self.title_text)
         options.border_subtitle = "enter picks · esc closes"
         yield options
 
@@ -91,7 +94,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.question = question
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f"{self.question}\n\ny: yes    n / esc: no"))
+        yield Static(literal(f"{self.question}\n\ny: yes    n / esc: no"))
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)

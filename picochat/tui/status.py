@@ -8,6 +8,7 @@ from textual.widgets import Static
 
 from picochat.context_usage import ContextUsage
 from picochat.models import ResolvedModel
+from picochat.tui.safe import literal
 
 
 def gauge_text(usage: ContextUsage) -> str:
@@ -29,15 +30,15 @@ class StatusBar(Static):
     def _head(self, session_name: str, model: ResolvedModel) -> Text:
         line = Text()
         line.append("picochat ", style="bold")
-        line.append(f"· {session_name} ", style="")
+        line.append(literal(f"· {session_name} "))  # names come from the user and the config
         if model.offline:
             if model.name != "offline":
-                line.append(f"· {model.name} ")
+                line.append(literal(f"· {model.name} "))
             line.append("· ")
             line.append(" offline ", style="reverse")
             line.append(" ")
         else:
-            line.append(f"· {model.name} ")
+            line.append(literal(f"· {model.name} "))
         return line
 
     def counting(self, session_name: str, model: ResolvedModel, state: str = "") -> None:
@@ -46,7 +47,7 @@ class StatusBar(Static):
         line = self._head(session_name, model)
         line.append("· counting the context…", style="dim")
         if state:
-            line.append(f" · {state}", style="bold")
+            line.append(literal(f" · {state}", style="bold"))
         self.update(line)
 
     def show(self, usage: ContextUsage, state: str = "") -> None:
@@ -58,5 +59,5 @@ class StatusBar(Static):
         line.append("· ")
         line.append(gauge_text(usage), style=style)
         if state:
-            line.append(f" · {state}", style="bold")
+            line.append(literal(f" · {state}", style="bold"))
         self.update(line)
