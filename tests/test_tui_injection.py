@@ -255,6 +255,7 @@ async def test_model_names_in_notices_and_the_status_bar_are_literal(store):
 
 async def test_export_to_a_path_with_markup_and_escapes_names_it_literally(store, tmp_path):
     name = "x[@click=app.quit]q[/] [bold]\x1b[2J.md"
+    (tmp_path / name).parent.mkdir()  # the "/" of "[/]" makes a folder: /export creates none
     app = make_app(store)
     async with app.run_test(size=WIDE, notifications=True) as pilot:
         await settle(pilot, app, lambda: app.ready)
