@@ -158,6 +158,35 @@ async def test_a_locked_database_never_freezes_the_app_and_an_unsaved_message_co
         store.close()
 
 
+async def test_commands_that_write_wait_off_the_loop_and_say_the_database_was_locked(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("PICOCHAT_BUSY_TIMEOUT_MS", "3000")
+    store = open_store(tmp_path / "picochat.db")
+    app = make_app(store)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, app, lambda: app.ready)
+            blocker = sqlite3.connect(store.path, isolation_level=None)
+            blocker.execute("BEGIN IMMEDIATE")
+            try:
+                started = time.monotonic()
+                await say(pilot, "/rename ports")
+                await pilot.pause(0.3)
+                await pilot.press("x")
+                assert time.monotonic() - started < 1.5  # keys get through meanwhile
+                await settle(pilot, app, lambda: any(
+                    "stayed locked" in str(n.render())
+                    for n in app.query_one(ChatView).query(Notice)), timeout=15)
+            finally:
+                blocker.execute("ROLLBACK")
+                blocker.close()
+            assert app.is_running and app.session.name == "t"
+            await say(pilot, "/rename ports")
+            await settle(pilot, app, lambda: app.session.name == "ports")
+    finally:
+        store.close()
+
+
 # --- signals: one run each (the series is in tests/reliability/test_signals.py) ------------------
 
 

@@ -333,7 +333,10 @@ class PicochatApp(App[None]):
             await chat.add_notice(str(exc), "error")
             return
         handler = getattr(self, f"cmd_{parsed.name}")
-        await handler(parsed.arg)
+        try:
+            await handler(parsed.arg)
+        except PicochatError as exc:  # a locked or full database: one line, the app goes on
+            await chat.add_notice(exc.user_line(), "error")
 
     # --- turns ----------------------------------------------------------------------------------
 
@@ -514,7 +517,8 @@ class PicochatApp(App[None]):
             await self.query_one(ChatView).add_notice(
                 f"a session named {name!r} exists; /sessions switches to it", "error")
             return
-        await self.open_session(self.store.create_session(name=name or None))
+        await self.open_session(await self.store.io(self.store.create_session,
+                                                    name=name or None))
 
     async def cmd_sessions(self, _: str) -> None:
         sessions = self.store.list_sessions()
@@ -532,7 +536,8 @@ class PicochatApp(App[None]):
             await chat.add_notice("/rename needs a name: /rename NAME", "error")
             return
         try:
-            self.session = self.store.rename_session(self.session.id, name)
+            self.session = await self.store.io(self.store.rename_session, self.session.id,
+                                               name)
         except PicochatError as exc:
             await chat.add_notice(exc.user_line(), "error")
             return
@@ -543,9 +548,14 @@ class PicochatApp(App[None]):
         async def answered(yes: bool | None) -> None:
             if not yes:
                 return
-            self.store.delete_session(self.session.id)
-            others = [s for s in self.store.list_sessions() if s.id != self.session.id]
-            await self.open_session(others[0] if others else self.store.create_session())
+            try:
+                await self.store.io(self.store.delete_session, self.session.id)
+                others = [s for s in self.store.list_sessions() if s.id != self.session.id]
+                await self.open_session(others[0] if others else
+                                        await self.store.io(self.store.create_session))
+            except PicochatError as exc:
+                await self.query_one(ChatView).add_notice(exc.user_line(), "error")
+                return
             self.notify(literal("Session deleted (its rows stay in the database)"))
         self.push_screen(ConfirmScreen(f"Delete session {self.session.name!r}?"), answered)
 
@@ -563,7 +573,7 @@ class PicochatApp(App[None]):
         except PicochatError as exc:
             await chat.add_notice(exc.user_line(), "error")
             return
-        self.store.set_session_model(self.session.id, name)
+        await self.store.io(self.store.set_session_model, self.session.id, name)
         await self.open_session(self.store.session(self.session.id), resolved, provider)
         await self.query_one(ChatView).add_notice(f"Model: {resolved.label}; window "
                                                   f"{self.worker.limits.window:,} tokens")
