@@ -54,7 +54,8 @@ needs_dev_full = pytest.mark.skipif(not FULL.exists(), reason="no /dev/full here
 @needs_dev_full
 @pytest.mark.parametrize("args", [
     ("history", "--session", "s"), ("history", "--session", "s", "--json"),
-    ("export", "--session", "s", "--format", "md"), ("export", "--session", "s", "--format", "json"),
+    ("export", "--session", "s", "--format", "md"),
+    ("export", "--session", "s", "--format", "json"),
     ("sessions",), ("checkpoints", "--session", "s"), ("info", "--session", "s"),
 ])
 def test_a_full_disk_on_stdout_is_one_line_saying_so(run_cli, args):
