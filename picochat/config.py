@@ -7,7 +7,9 @@ and column, and listing the valid choices when there are few. A missing file is 
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,7 @@ from picochat.errors import ConfigError
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 BUILTIN_TOOLS = ("history_search", "timeline_recall", "read_file")
 DEFAULT_THEME = "picochat-dark"
+MAX_CONFIG_BYTES = 1 << 20  # a config (or a theme) is a few KB; /dev/zero must not be read on
 
 
 @dataclass(frozen=True)
@@ -88,20 +91,61 @@ def load_config(path: Path) -> Config:
     return _parse_config(path, _read_config_text(path))[1]
 
 
+class FileRefused(Exception):
+    """A file picochat will not read (a FIFO, a device, too large); the text says why."""
+
+
+def read_small_file(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes:
+    """The bytes of `path`, a regular file (a symlink to one is fine) of at most `limit` bytes.
+    A FIFO would block start-up and a device may never end, so neither is read: FileRefused.
+    OSError (FileNotFoundError, IsADirectoryError, ...) as `open` raises it."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"{path}: is a directory")
+    if not stat.S_ISREG(mode):
+        raise FileRefused(f"not a regular file ({_file_kind(mode)})")
+    # O_NONBLOCK: should it have become a FIFO since the stat, opening it does not wait.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FileRefused("not a regular file")
+        data = bytearray()
+        while len(data) <= limit:
+            chunk = os.read(fd, limit + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise FileRefused(f"larger than {limit >> 20} MiB")
+    return bytes(data)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a file")
+
+
 def _read_config_text(path: Path, *, exact: bool = False) -> str | None:
     """The file's text, None if there is none; `exact` keeps its line endings as stored."""
     try:
-        with open(path, encoding="utf-8", newline="" if exact else None) as handle:
-            return handle.read()
+        text = read_small_file(path).decode("utf-8")
     except FileNotFoundError:
         return None
     except IsADirectoryError:
         raise ConfigError(f"{path}: is a directory, not a config file",
                           "pass a file to --config") from None
+    except FileRefused as exc:
+        raise ConfigError(f"{path}: {exc}; not read",
+                          f"a config is a regular file of at most {MAX_CONFIG_BYTES >> 20} MiB"
+                          ) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})", "save it as UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    return text if exact else text.replace("\r\n", "\n").replace("\r", "\n")  # as open() would
 
 
 def _parse_config(path: Path, text: str | None) -> tuple[dict[str, Any], Config]:
@@ -112,6 +156,9 @@ def _parse_config(path: Path, text: str | None) -> tuple[dict[str, Any], Config]
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {_toml_message(exc)}") from None
+        except RecursionError:  # tomllib recurses once per level of [ or {
+            raise ConfigError(f"{path}: invalid TOML: nested too deeply",
+                              "a config needs only a few levels") from None
     return data, _Validator(path, text or "", exists=text is not None).config(data)
 
 
@@ -400,7 +447,7 @@ def save_ui_theme(path: Path, theme: str) -> None:
     wanted = {**data, "ui": {**data.get("ui", {}), "theme": theme}}
     try:
         in_place = new is not None and tomllib.loads(new) == wanted
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         in_place = False
     if not in_place or _parse_config(path, new)[1].ui.theme != theme:
         raise ConfigError(f"{path}: cannot set ui.theme without rewriting the file; "

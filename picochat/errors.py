@@ -43,6 +43,12 @@ class StorageError(PicochatError):
     kind = "storage"
 
 
+class OutputError(PicochatError):
+    """Standard output cannot be written (a full disk, a gone device): exit status 1."""
+
+    kind = "output"
+
+
 class SessionNotFound(PicochatError):
     """`--session` named no session: bad usage, exit 2."""
 

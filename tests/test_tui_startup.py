@@ -45,6 +45,9 @@ async def drive(app):
 
 tui_app.PicochatApp.run = lambda self: asyncio.run(drive(self))
 
+from picochat.cli import commands
+commands.has_terminal = lambda: True  # run_test's headless driver needs no terminal; a pipe does
+
 from picochat.cli.main import main
 sys.exit(main(["--model", "gpt-4o-mini"]))
 """

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -14,7 +15,7 @@ from typing import Any
 from picochat import render
 from picochat.compaction import report
 from picochat.config import Config, effective_config_text, load_config, write_starter_config
-from picochat.errors import ConfigError, PicochatError, UsageError
+from picochat.errors import ConfigError, OutputError, PicochatError, SessionNotFound, UsageError
 from picochat.logs import setup_logging
 from picochat.messages import Session
 from picochat.paths import Paths, resolve_paths
@@ -49,9 +50,18 @@ class App:
             self._store = open_store(self.paths.database)
         return self._store
 
+    @property
+    def has_database(self) -> bool:
+        """False on a fresh machine: a command that only reads then creates nothing."""
+        return self.paths.database.exists()
+
     def session(self) -> Session:
         """`--session` (id or name) or the most recently active session; must exist."""
         ref = self.opt("session")
+        if not self.has_database:  # no session can exist: say so without creating the database
+            if ref:
+                raise SessionNotFound(f"no session named {ref!r}", "there are no sessions yet")
+            raise UsageError("no sessions yet", 'start one with: picochat ask "hello"')
         if ref:
             return self.store.require_session(ref)
         latest = self.store.latest_session()
@@ -67,6 +77,10 @@ class App:
 def run(args: argparse.Namespace) -> int:
     app = App(args)
     if args.command is None:
+        if not has_terminal():  # else Textual draws into a pipe and spins, forever
+            raise UsageError("the chat app needs a terminal, and stdin or stdout is not one",
+                             'for one turn without the app: picochat ask "TEXT", '
+                             "or picochat ask - to read the message from stdin")
         try:
             app.config  # noqa: B018 - an invalid config is exit 2 before the screen changes
             return cmd_tui(app)
@@ -80,12 +94,48 @@ def run(args: argparse.Namespace) -> int:
         app.close()
 
 
+def has_terminal() -> bool:
+    """Whether the chat app can run: it reads keys from stdin and the user watches stdout."""
+    return all(stream is not None and stream.isatty() for stream in (sys.stdin, sys.stdout))
+
+
+def write_stdout(text: str) -> None:
+    """Write `text` to stdout now. A closed pipe stays BrokenPipeError (the reader left: exit
+    0); any other failure (a full disk) is one `OutputError` line naming it."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+        raise
+    except OSError as exc:
+        silence_stdout()
+        raise OutputError(f"cannot write to standard output: {exc.strerror or exc}") from None
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null once a write failed: what is left in Python's buffer would
+    fail again at exit, as a second, traceback-like message."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, sys.stdout.fileno())
+        finally:
+            os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def out(text: str = "") -> None:
-    sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
+    write_stdout(text + ("\n" if not text.endswith("\n") else ""))
+
+
+def json_text(value: Any) -> str:
+    return for_terminal_json(json.dumps(value, ensure_ascii=False, indent=2)) + "\n"
 
 
 def dump_json(value: Any) -> None:
-    out(for_terminal_json(json.dumps(value, ensure_ascii=False, indent=2, sort_keys=False)))
+    write_stdout(json_text(value))
 
 
 # Stored text (model output above all) is untrusted: on a terminal it is shown cleaned (no
@@ -135,10 +185,18 @@ def cmd_tui(app: App) -> int:
 # --- ask -----------------------------------------------------------------------------------------
 
 
+# A message is held whole in memory, stored and counted: past this size it is refused before
+# anything is read further or written (a 10 MB paste is well within it).
+MAX_MESSAGE_BYTES = 32 << 20
+MAX_MESSAGE_TEXT = "32 MiB"
+
+
 def cmd_ask(app: App) -> int:
     text = app.args.text
     if text == "-":
         text = _read_stdin()
+    elif len(text.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_BYTES:
+        _too_big()
     if not text.strip():
         raise UsageError("the message is empty", "pass some text, or - to read stdin")
     from picochat.models import create_provider
@@ -172,6 +230,7 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
     from picochat.session import Compacted, ToolRan, TurnFailed
 
     as_json = app.opt("json")
+    stdout = _Stdout()
     streamed_newline = True
     screen = StreamCleaner() if sys.stdout.isatty() else None  # an escape may span two deltas
     async with _worker(app, session, resolved, provider) as worker:
@@ -184,8 +243,7 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
                 if isinstance(event, TextDelta) and not as_json:
                     piece = screen.feed(event.text) if screen else event.text
                     if piece:
-                        sys.stdout.write(piece)
-                        sys.stdout.flush()
+                        stdout.write(piece)
                         streamed_newline = piece.endswith("\n")
                 elif isinstance(event, ToolRan) and not as_json:
                     err(f"ran {event.name} ({event.status}), result saved as message #{event.seq}")
@@ -205,15 +263,15 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
         return 128 + stopped_by[0]
     rest = screen.flush() if screen and not as_json else ""
     if rest:
-        sys.stdout.write(rest)
+        stdout.write(rest)
         streamed_newline = rest.endswith("\n")
     if not as_json and not streamed_newline:
-        sys.stdout.write("\n")
+        stdout.write("\n")
     if isinstance(outcome, TurnFailed):
         if as_json:
-            dump_json({"session_id": session.id, "reply": None, "usage": None,
-                       "compaction": compaction, "error": {"kind": outcome.error.kind,
-                                                     "message": outcome.error.user_line()}})
+            error = {"kind": outcome.error.kind, "message": outcome.error.user_line()}
+            stdout.write(json_text({"session_id": session.id, "reply": None, "usage": None,
+                                    "compaction": compaction, "error": error}))
         saved = ""
         if outcome.user_seq is not None:
             saved = ("; your message and the partial answer are saved" if outcome.partial_seq
@@ -226,8 +284,9 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
         usage = ({"prompt_tokens": outcome.usage.prompt_tokens,
                   "completion_tokens": outcome.usage.completion_tokens}
                  if outcome.usage else None)
-        dump_json({"session_id": session.id, "reply": outcome.reply, "usage": usage,
-                   "compaction": compaction})
+        stdout.write(json_text({"session_id": session.id, "reply": outcome.reply,
+                                "usage": usage, "compaction": compaction}))
+    stdout.check()
     return 0
 
 
@@ -256,15 +315,45 @@ def _quietly(write: Any, *args: Any) -> None:
 
 
 def _read_stdin() -> str:
-    data = sys.stdin.buffer.read()
+    """At most one byte over the cap: `ask - </dev/zero` must end, with a line, not MemoryError."""
+    data = sys.stdin.buffer.read(MAX_MESSAGE_BYTES + 1)
+    if len(data) > MAX_MESSAGE_BYTES:
+        _too_big()
     return data.decode("utf-8", errors="replace")
+
+
+def _too_big() -> None:
+    raise UsageError(f"the message is larger than {MAX_MESSAGE_TEXT}, the most one message may "
+                     "hold; nothing was sent or saved", "split it into smaller messages")
+
+
+@dataclass
+class _Stdout:
+    """Where `ask` writes the answer. A write that fails (a full disk, a reader gone) stops the
+    output, never the turn: the answer is still saved whole, and the failure told after."""
+
+    failed: BaseException | None = None
+
+    def write(self, text: str) -> None:
+        if self.failed is None:
+            try:
+                write_stdout(text)
+            except (BrokenPipeError, OutputError) as exc:
+                self.failed = exc
+
+    def check(self) -> None:
+        """After a saved turn: one line if the answer could not be shown (a closed pipe is not
+        news to the reader who closed it)."""
+        if isinstance(self.failed, OutputError):
+            raise OutputError(f"{self.failed.message}; your message and the answer are saved",
+                              "`picochat history` shows them")
 
 
 # --- sessions, history, checkpoints, export, clear -----------------------------------------------
 
 
 def cmd_sessions(app: App) -> int:
-    sessions = app.store.list_sessions()
+    sessions = app.store.list_sessions() if app.has_database else []  # none: create nothing
     if app.opt("json"):
         dump_json([render.session_json(s) for s in sessions])
     else:
@@ -321,9 +410,9 @@ def cmd_export(app: App) -> int:
             raise PicochatError(f"{target}: cannot write the export: {exc.strerror}") from None
         sys.stderr.write(f"Exported {len(messages)} messages of {session.name} to {target}\n")
     elif app.args.format == "md":  # cleaned on a terminal, as stored in a pipe or a file
-        sys.stdout.write(for_terminal(text))
+        write_stdout(for_terminal(text))
     else:
-        sys.stdout.write(for_terminal_json(text))
+        write_stdout(for_terminal_json(text))
     return 0
 
 

@@ -72,7 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    session = getattr(args, "session", None)
+    if session is not None and not session.strip():  # else "" would mean the latest session
+        parser.error("--session is empty: give a session id or name, or leave it out for the "
+                     "most recent session")
     try:
         from picochat.cli import commands
 
@@ -80,7 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("picochat: interrupted\n")
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader left (`| head`): nothing more to say to it
+        from picochat.cli.commands import silence_stdout
+
+        silence_stdout()
         return 0
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
         from picochat.errors import PicochatError

@@ -10,6 +10,7 @@ from pathlib import Path
 from textual.theme import Theme
 
 import picochat
+from picochat.config import FileRefused, read_small_file
 
 _FIELDS = {f.name: f.type for f in fields(Theme)}
 _COLOURS = ("primary", "secondary", "warning", "error", "success", "accent", "foreground",
@@ -36,11 +37,16 @@ def load_theme(path: Path) -> Theme:
     from textual.color import Color, ColorParseError
 
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = read_small_file(path).decode("utf-8")
+        data = tomllib.loads(text.replace("\r\n", "\n").replace("\r", "\n"))
+    except FileRefused as exc:  # a FIFO here would hang start-up
+        raise ValueError(f"{exc}; not read") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read the file ({exc.__class__.__name__})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"not valid TOML ({exc})") from None
+    except RecursionError:
+        raise ValueError("not valid TOML (nested too deeply)") from None
     for key in data:
         if key not in _FIELDS or key == "ansi":
             raise ValueError(f"{key}: unknown key (valid: {', '.join(k for k in _FIELDS if k != 'ansi')})")

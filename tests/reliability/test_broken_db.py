@@ -20,15 +20,22 @@ The cheap cases (one or two subprocesses) run in the default suite; the whole ma
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import pty
 import random
 import re
+import select
 import shutil
 import sqlite3
+import struct
 import subprocess
 import sys
+import tempfile
+import termios
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +80,9 @@ class Run:
 
 def picochat(data: Path, *args: str, full_at: str | None = None, stdin: str = "",
              cwd: Path | None = None) -> Run:
-    """`python -m picochat ARGS` with PICOCHAT_DATA_DIR=data and no config file (stdin and
-    stdout are pipes, so the app's path runs without a terminal)."""
+    """`python -m picochat ARGS` with PICOCHAT_DATA_DIR=data and no config file. Commands get
+    pipes; the app (no ARGS) gets a terminal for stdin and stdout, as it needs one, and its
+    stderr (where it draws, and where its one line goes) stays a pipe for the test to read."""
     env = dict(os.environ)
     env["PICOCHAT_DATA_DIR"] = str(data)
     env["PICOCHAT_CONFIG_DIR"] = str(data.parent / "config")  # never there: the defaults
@@ -87,9 +95,37 @@ def picochat(data: Path, *args: str, full_at: str | None = None, stdin: str = ""
     if full_at:
         env["PICOCHAT_TEST_FULL_AT"] = full_at
         env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    if not args:
+        return on_terminal(argv, env, cwd)
     proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=TIMEOUT,
                           env=env, cwd=cwd)
     return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def on_terminal(argv: list[str], env: dict[str, str], cwd: Path | None) -> Run:
+    """Run `argv` with stdin and stdout on a pseudo-terminal 1000 columns wide (what the
+    terminal shows is drained and dropped) and stderr in a file."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 1000, 0, 0))
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=err, env=env, cwd=cwd)
+        os.close(slave)
+        deadline = time.monotonic() + TIMEOUT
+        try:
+            while proc.poll() is None:
+                assert time.monotonic() < deadline, "the app did not end"
+                if select.select([master], [], [], 0.1)[0]:
+                    try:
+                        os.read(master, 65536)
+                    except OSError:  # EIO: the child closed its end
+                        pass
+        finally:
+            os.close(master)
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        err.seek(0)
+        return Run(proc.returncode, "", err.read().decode("utf-8", "replace"))
 
 
 def sha(path: Path) -> str:
@@ -363,7 +399,8 @@ def test_read_only_file_reads_work_writes_fail(place, seed: Path, read_only) -> 
 
 @pytest.mark.reliability
 def test_read_only_dir_without_database(home: Path, read_only) -> None:
-    """A first start in a folder that cannot take a new file: one line, nothing created."""
+    """A first start in a folder that cannot take a new file: one line, nothing created. The
+    commands that only read have nothing to read and never try to create the database."""
     data = home / "data"
     data.mkdir()
     read_only(data)
@@ -371,8 +408,12 @@ def test_read_only_dir_without_database(home: Path, read_only) -> None:
     for args, label in COMMANDS:
         run = picochat(data, *args)
         try:
-            assert_one_line(run, path, "cannot create the database: its folder is read-only",
-                            "make it writable")
+            if label in ("ask", "app"):
+                assert_one_line(run, path, "cannot create the database: its folder is read-only",
+                                "make it writable")
+            else:
+                assert "no sessions yet" in run.stderr.lower() + run.stdout.lower(), run
+                assert "read-only" not in run.stderr and "Traceback" not in run.stderr
         except AssertionError as exc:
             raise AssertionError(f"{label}: {exc}") from None
         assert listing(data) == set(), label
