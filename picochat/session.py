@@ -300,6 +300,9 @@ class SessionWorker:
                     job.future.set_exception(exc)
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     raise
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():  # the worker itself is cancelled
+                    raise
             else:
                 if not job.future.done():
                     job.future.set_result(value)
@@ -346,6 +349,11 @@ class SessionWorker:
                 await asyncio.wait([task])
             finally:
                 self._current = None
+            if not handle._result.done():  # a bug ended the turn without an outcome: never hang
+                error = (TurnCancelled("stopped") if task.cancelled() else
+                         _internal(task.exception() or RuntimeError("no outcome"),
+                                   self.session_id, handle.turn_id))
+                handle._emit(TurnFailed(handle.turn_id, error, None, None))
             return await handle.result()
 
         self.submit(run, _answers_itself=True)
@@ -442,16 +450,23 @@ class SessionWorker:
         """A write on the store's thread that a cancel never leaves half-known: it returns the
         write's result, and whether the turn was cancelled while it ran (the caller decides
         what that cancel means once the row is known to be there)."""
-        if self._draft_task is not None:  # the draft this write replaces goes first
-            await asyncio.wait([self._draft_task])
-        future = asyncio.ensure_future(self.store.io(fn, *args, **kwargs))
+        draft = self._draft_task
+
+        async def write() -> T:  # one shielded unit: a cancel interrupts neither part
+            if draft is not None:  # the draft this write replaces goes first
+                await asyncio.wait([draft])
+            return await self.store.io(fn, *args, **kwargs)
+
+        future = asyncio.ensure_future(write())
         cancelled = False
         while True:
             try:
                 return await asyncio.shield(future), cancelled
             except asyncio.CancelledError:
-                if future.done():
-                    raise
+                if future.done():  # it ended before this task resumed: the write stands
+                    if future.cancelled():
+                        raise
+                    return future.result(), True
                 cancelled = True
 
     def _draft_soon(self, turn_id: str, parts: list[str]) -> None:
@@ -663,14 +678,16 @@ class SessionWorker:
                     error: PicochatError, compactions: Sequence[CompactOutcome] = ()) -> None:
         partial_seq = None
         text = "".join(parts)
-        if text.strip():
-            try:
+        try:
+            if text.strip():
                 partial_seq = (await self._settle(
                     self.store.append_message, self.session_id, "assistant", text,
                     turn_id=handle.turn_id, status=INTERRUPTED))[0].seq
-            except PicochatError as exc:
-                log.warning("partial_not_saved session=%s turn=%s kind=%s", self.session_id,
-                            handle.turn_id, exc.kind)
+            elif self._draft_at:  # a draft of only whitespace: nothing to keep, nor to recover
+                await self._settle(self.store.drop_draft, handle.turn_id)
+        except PicochatError as exc:
+            log.warning("partial_not_saved session=%s turn=%s kind=%s", self.session_id,
+                        handle.turn_id, exc.kind)
         log.warning("turn_failed session=%s turn=%s kind=%s user_seq=%d partial_seq=%s",
                     self.session_id, handle.turn_id, error.kind, user_seq, partial_seq)
         handle._emit(TurnFailed(handle.turn_id, error, user_seq, partial_seq, tuple(compactions)))

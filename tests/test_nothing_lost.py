@@ -109,8 +109,8 @@ def test_a_draft_recovered_by_two_processes_is_appended_once(tmp_path):
         a.append_message(session.id, "user", "q", turn_id="t_x")
         a.save_draft(session.id, "t_x", "half an answer")
         gone = dead_pid()
-        assert len(a.recover_drafts(alive=lambda pid: False)) == 1
-        assert b.recover_drafts(alive=lambda pid: False) == []
+        assert len(a.recover_drafts(alive=lambda pid, start: False)) == 1
+        assert b.recover_drafts(alive=lambda pid, start: False) == []
         assert [m.content for m in b.history(session.id)] == ["q", "half an answer"]
     finally:
         a.close()
@@ -238,3 +238,87 @@ def test_ask_killed_mid_answer_loses_at_most_the_last_moments(home, run_cli):
     # a draft is saved about once a second: what was shown after it is a second or two of text
     assert len(shown) - len(recovered) < len(shown) / 2
     assert rows[1].turn_id == rows[0].turn_id
+
+
+# --- stops that land at awkward moments (found in review) ---------------------------------------
+
+
+@pytest.mark.parametrize("which", ["user", "assistant"])
+async def test_a_stop_just_after_a_write_committed_keeps_that_row_once(store, which):
+    """The stop key is handled in the loop iteration right after the commit, before the turn
+    resumes: the row stands, is not written again, and the turn still ends in an outcome."""
+    session = store.create_session("x")
+    worker = SessionWorker(store, session.id, resolve_model(Config(), "offline"),
+                           Slow(["hello ", "world"], gap=0.01), "sys")
+    io = store.io
+
+    async def stop_after(fn, *args, **kwargs):
+        result = await io(fn, *args, **kwargs)
+        if args[1:2] == (which,) and kwargs.get("status", "complete") == "complete":
+            asyncio.get_running_loop().call_soon(handle.cancel)
+        return result
+    store.io = stop_after  # type: ignore[method-assign]
+    await worker.start()
+    handle = worker.submit_turn("hi")
+    try:
+        outcome = await asyncio.wait_for(handle.result(), 10)
+    finally:
+        await asyncio.wait_for(worker.close(), 10)
+    rows = [(m.role, m.status, m.content) for m in store.history(session.id)]
+    if which == "user":
+        assert rows == [("user", "complete", "hi")] and outcome.user_seq == 1
+    else:
+        assert rows == [("user", "complete", "hi"), ("assistant", "complete", "hello world")]
+
+
+async def test_two_stops_while_a_draft_waits_for_a_lock_still_end_the_turn(store, monkeypatch):
+    """Esc then ctrl+q (or SIGTERM then SIGHUP) while the draft's save waits on another
+    process's lock: the turn ends, its partial saved once, and the worker closes."""
+    session = store.create_session("x")
+    save = store.save_draft
+
+    def slow_save(*args):
+        time.sleep(1.0)  # as if another picochat held the write lock
+        save(*args)
+    monkeypatch.setattr(store, "save_draft", slow_save)
+    worker = SessionWorker(store, session.id, resolve_model(Config(), "offline"),
+                           Slow([f"w{i} " for i in range(50)], gap=0.02), "sys")
+    await worker.start()
+    handle = worker.submit_turn("go")
+
+    async def stop_twice() -> None:
+        seen = 0
+        async for event in handle:
+            seen += hasattr(event, "text")
+            if seen == 5:
+                handle.cancel()
+                await asyncio.sleep(0.1)
+                handle.cancel()
+                return
+    await asyncio.wait_for(stop_twice(), 10)
+    outcome = await asyncio.wait_for(handle.result(), 10)
+    await asyncio.wait_for(worker.close(), 10)
+    assert outcome.cancelled
+    rows = store.history(session.id)
+    assert [(m.role, m.status) for m in rows] == [("user", "complete"),
+                                                 ("assistant", INTERRUPTED)]
+    assert rows[1].content.startswith("w0 w1 w2 w3 w4")
+    assert draft_rows(store.path) == []
+
+
+def test_a_reused_pid_or_a_zombie_does_not_keep_a_draft_from_recovery(tmp_path):
+    from picochat.storage.store import process_alive, process_start
+
+    me = os.getpid()
+    assert process_alive(me, process_start(me))
+    assert not process_alive(me, (process_start(me) or 0) + 1)  # same pid, a later process
+    assert not process_alive(dead_pid(), None)
+    zombie = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{zombie.pid}/stat").read_text().split(") ")[1][0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    try:
+        assert not process_alive(zombie.pid, None)  # ended, not yet reaped
+    finally:
+        zombie.wait()

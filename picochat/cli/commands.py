@@ -176,10 +176,13 @@ def cmd_tui(app: App) -> int:
         app.store.set_session_model(session.id, app.opt("model"))
     tui = PicochatApp(app.store, session, resolved, provider, app.config, app.paths,
                       quit_on_signals=True)
-    tui.run()
+    try:
+        tui.run()
+    finally:
+        tui.release_signals()
     # An error that escaped the app (a damaged database found while building the screen) was
     # printed by Textual as its one `picochat:` line (tui.app.OneLine): exit 1, not 0.
-    return tui.return_code or 0
+    return tui.return_code or (128 + tui.signalled if tui.signalled else 0)
 
 
 # --- ask -----------------------------------------------------------------------------------------
@@ -256,7 +259,8 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
         outcome = await handle.result()
     compaction = outcome.compactions[-1].as_dict() if outcome.compactions else None
     if stopped_by:  # SIGTERM, SIGHUP: what arrived is saved; the terminal may be gone
-        saved = ("nothing was saved" if outcome.user_seq is None else
+        saved = ("the whole answer is saved" if not isinstance(outcome, TurnFailed) else
+                 "nothing was saved" if outcome.user_seq is None else
                  "your message and the partial answer are saved" if outcome.partial_seq else
                  "your message is saved")
         _quietly(err, f"stopped by signal {stopped_by[0]}; {saved}")

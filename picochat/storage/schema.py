@@ -107,6 +107,7 @@ MIGRATIONS: tuple[str, ...] = (
         session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
         content     TEXT NOT NULL,
         owner_pid   INTEGER NOT NULL,
+        owner_start INTEGER,
         updated_at  INTEGER NOT NULL
     );
     """,

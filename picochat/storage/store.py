@@ -42,7 +42,6 @@ from picochat.storage.db import connect, connect_reader, describe_error, transac
 Clock = Callable[[], int]
 T = TypeVar("T")
 TRIGGER_REASONS = ("manual", "auto", "overflow")
-DRAFT_STALE_MS = 15 * 60 * 1000  # a draft untouched this long has lost its writer, pid or not
 
 
 def wall_clock_ms() -> int:
@@ -356,22 +355,28 @@ class Store:
         """The text of a turn's answer so far, replacing the previous draft of that turn.
         Outside the append-only log: the answer itself is appended once, when it ends."""
         with self._write() as c:
-            c.execute("INSERT INTO drafts (turn_id, session_id, content, owner_pid, updated_at) "
-                      "VALUES (?, ?, ?, ?, ?) ON CONFLICT(turn_id) DO UPDATE SET "
+            c.execute("INSERT INTO drafts (turn_id, session_id, content, owner_pid, owner_start, "
+                      "updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(turn_id) DO UPDATE SET "
                       "content = excluded.content, updated_at = excluded.updated_at",
-                      (turn_id, session_id, valid_text(content), os.getpid(), self._clock()))
+                      (turn_id, session_id, valid_text(content), os.getpid(),
+                       process_start(os.getpid()), self._clock()))
 
-    def recover_drafts(self, alive: Callable[[int], bool] | None = None) -> list[Message]:
+    def drop_draft(self, turn_id: str) -> None:
+        with self._write() as c:
+            c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
+
+    def recover_drafts(self, alive: Callable[[int, int | None], bool] | None = None
+                       ) -> list[Message]:
         """Turn each draft whose process is gone (killed mid-answer) into an interrupted
-        answer of its turn; a whitespace-only draft is just dropped. Returns the answers."""
-        alive = alive or pid_alive
+        answer of its turn; a whitespace-only draft is just dropped. Returns the answers.
+        A draft whose process still runs is left alone however old: it may be thinking."""
+        alive = alive or process_alive
         with self._read() as c:
-            rows = c.execute("SELECT turn_id, session_id, content, owner_pid, updated_at "
+            rows = c.execute("SELECT turn_id, session_id, content, owner_pid, owner_start "
                              "FROM drafts").fetchall()
-        now = self._clock()
         recovered: list[Message] = []
-        for turn_id, session_id, content, pid, updated in rows:
-            if alive(pid) and now - updated < DRAFT_STALE_MS:
+        for turn_id, session_id, content, pid, start in rows:
+            if alive(pid, start):
                 continue
             if not content.strip():
                 with self._write() as c:
@@ -637,10 +642,31 @@ class Store:
                              "ORDER BY created_at, id", (session_id,)).fetchall()
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` still runs (this process counts as running)."""
-    if pid == os.getpid():
-        return True
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2:].split()
+
+
+def process_start(pid: int) -> int | None:
+    """When process `pid` started (clock ticks after boot, Linux), to tell it from a later
+    process given the same pid; None where /proc does not say."""
+    fields = _proc_stat(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def process_alive(pid: int, start: int | None) -> bool:
+    """Whether the process that wrote a draft still runs: the pid exists, is not a zombie,
+    and (where /proc tells) started when the draft's writer did, so a reused pid (every run
+    is pid 1 in a container) is not mistaken for it."""
+    if Path("/proc/self/stat").exists():
+        fields = _proc_stat(pid)
+        if fields is None or fields[0] in ("Z", "X"):
+            return False
+        return start is None or process_start(pid) == start
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -98,6 +98,10 @@ class PicochatApp(App[None]):
                  quit_on_signals: bool = False) -> None:
         super().__init__()
         self.quit_on_signals = quit_on_signals  # SIGTERM, SIGHUP: the CLI's app, not a test's
+        self.signalled: int | None = None
+        if quit_on_signals:  # until the loop takes them over, and after: noted, never fatal
+            for signum in QUIT_SIGNALS:
+                signal.signal(signum, self._note_signal)
         self.store = store
         self.session = session
         self.config = config
@@ -135,6 +139,8 @@ class PicochatApp(App[None]):
             loop = asyncio.get_running_loop()
             for signum in QUIT_SIGNALS:
                 loop.add_signal_handler(signum, self.quit_on_signal, signum)
+            if self.signalled:  # it came while the screen was being set up
+                self.quit_on_signal(self.signalled)
         await self.worker.start()
         self._gc.start()
         self.refresh_status()
@@ -198,15 +204,28 @@ class PicochatApp(App[None]):
         saved as interrupted, queued messages saved unsent, the terminal restored), with the
         exit status a shell expects of that signal (143, 129)."""
         log.info("quit_on_signal signal=%d", signum)
+        self.signalled = self.signalled or signum
         self.exit(return_code=128 + signum)
+
+    def _note_signal(self, signum: int, _frame: Any) -> None:
+        """Before the loop runs and while the app shuts down, a signal is only noted: the
+        terminal is restored and the answer saved either way, then the status says it."""
+        self.signalled = self.signalled or signum
+
+    def release_signals(self) -> None:
+        """After `run()`: SIGTERM and SIGHUP do what they do by default again."""
+        if self.quit_on_signals:
+            for signum in QUIT_SIGNALS:
+                signal.signal(signum, signal.SIG_DFL)
 
     async def on_unmount(self) -> None:
         self._gc.stop()
         await self.worker.close()
-        if self.quit_on_signals:
+        if self.quit_on_signals:  # the loop would reset them to their fatal default
             loop = asyncio.get_running_loop()
             for signum in QUIT_SIGNALS:
                 loop.remove_signal_handler(signum)
+                signal.signal(signum, self._note_signal)
 
     # --- what is shown --------------------------------------------------------------------------
 
