@@ -13,7 +13,9 @@ import os
 import re
 from typing import Any, AsyncIterator
 
+from picochat import tokens
 from picochat.providers import errors as pe
+from picochat.providers import redact
 from picochat.providers.base import (
     Finish,
     ModelInfo,
@@ -42,6 +44,7 @@ class LiteLLMProvider(Provider):
         self.api_base = api_base
         self.api_key = api_key
         self.api_key_env = api_key_env or KEY_ENV.get(provider_kind)
+        redact.register(api_key)  # masked in every error line and log record from now on
         self.read_timeout = read_timeout
         self._warm: asyncio.Task[None] | None = None
         self._warmed_loop: asyncio.AbstractEventLoop | None = None
@@ -174,13 +177,7 @@ class LiteLLMProvider(Provider):
     def _redact(self, text: str) -> str:
         """Servers quote what they were sent: the key never reaches the user's terminal,
         an error line or the JSON output through their words."""
-        keys = {self.api_key, os.environ.get(self.api_key_env or "")}
-        for key in sorted((k for k in keys if k and len(k) >= 8), key=len, reverse=True):
-            text = text.replace(key, "[key]")
-        return _KEY_LIKE.sub("[key]", text)
-
-
-_KEY_LIKE = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-]{12,}")  # OpenAI/Anthropic style
+        return redact.redact(text, (self.api_key, os.environ.get(self.api_key_env or "")))
 
 
 def _short(text: str, limit: int = 200) -> str:

@@ -1,0 +1,91 @@
+"""Provider errors say what really happened (issue 18, item 9): the real CLI against the fake
+OpenAI server. A configured key of any length is masked."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.fake_openai import FakeOpenAI, fake_openai, overflow_body  # noqa: F401  (fixture)
+from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, history, write_config
+
+LITELLM_WORDS = ("litellm", "OpenAIException", "APIConnectionError", "MidStreamFallback",
+                 "Expecting value", "Original exception", "Connection error")
+
+
+@pytest.fixture
+def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
+    write_config(config_file, fake_openai.base_url, "timeout = 5\n")
+    return fake_openai
+
+
+def ask(run_cli, text: str, env: dict[str, str] | None = None):
+    return run_cli("ask", text, env=env or ENV)
+
+
+def assert_no_internals(result) -> None:
+    for word in LITELLM_WORDS + NOISE:
+        assert word not in result.stderr and word not in result.stdout, (word, result.stderr)
+
+
+def roles(run_cli) -> list[tuple[str, str]]:
+    return [(m["role"], m["status"]) for m in history(run_cli)]
+
+
+# --- keys of any length are masked ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [500, 400])
+def test_a_short_key_echoed_by_the_server_is_masked(run_cli, fake, home, status):
+    env = {"FAKE_API_KEY": "Zq7x", "OPENAI_API_KEY": "Wv3"}  # the model's key; a provider key
+    fake.script(("status", status, {"error": {
+        "message": "Incorrect API key provided: Zq7x. Also seen: 'Wv3'", "type": "x"}}))
+    result = ask(run_cli, "hello", env)
+    assert_clean_failure(result)
+    assert "Incorrect API key provided: [key]. Also seen: '[key]'" in result.stderr, result.stderr
+    log = (home / "data" / "picochat.log").read_text(encoding="utf-8")
+    for key in ("Zq7x", "Wv3"):
+        assert key not in result.stderr and key not in result.stdout and key not in log
+
+
+def test_short_keys_are_masked_as_whole_tokens_only():
+    from picochat.providers.redact import redact
+
+    assert redact("key a rejected; a bad day", ["a"]) == "key [key] rejected; [key] bad day"
+    assert redact("abcdef-x abc. xabc abc_1 (abc)", ["abc"]) == \
+        "abcdef-x [key]. xabc abc_1 ([key])"
+    assert redact("sent abcdefgh12 and xxabcdefgh12yy", ["abcdefgh12"]) == \
+        "sent [key] and xx[key]yy"  # long keys: anywhere
+    assert redact("quoted p%40ss%2Fw and p@ss/w", ["p@ss/w"]) == "quoted [key] and [key]"
+
+
+_LOG_PROBE = """
+import io, logging, os
+from picochat.providers.litellm_env import import_litellm
+import_litellm()
+os.environ["OPENAI_API_KEY"] = "Wv3"
+out = io.StringIO()
+logger = logging.getLogger("LiteLLM")
+logger.addHandler(logging.StreamHandler(out))
+try:
+    raise ValueError("server echoed Wv3")
+except ValueError:
+    logger.warning("provider said %s", "bad key Wv3", exc_info=True)
+print(out.getvalue())
+"""
+
+
+def test_litellm_log_records_are_masked(home):
+    """What litellm, httpx or the OpenAI SDK log reaches picochat's log file without keys (in
+    a subprocess: importing litellm here would change this process for later tests)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _LOG_PROBE], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "provider said bad key [key]" in proc.stdout
+    assert "ValueError: server echoed [key]" in proc.stdout
+    assert "Wv3" not in proc.stdout
