@@ -1,14 +1,14 @@
 """Provider errors say what really happened (issue 18, item 9): the real CLI against the fake
-OpenAI server. A configured key of any length is masked."""
+OpenAI server. A stream cut after the server answered is not "cannot connect"; a malformed stream
+is named as such, without litellm's words; a configured key of any length is masked."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
-from tests.fake_openai import FakeOpenAI, fake_openai, overflow_body  # noqa: F401  (fixture)
+from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
 from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, history, write_config
 
 LITELLM_WORDS = ("litellm", "OpenAIException", "APIConnectionError", "MidStreamFallback",
@@ -32,6 +32,60 @@ def assert_no_internals(result) -> None:
 
 def roles(run_cli) -> list[tuple[str, str]]:
     return [(m["role"], m["status"]) for m in history(run_cli)]
+
+
+# --- a stream that breaks after the server answered -----------------------------------------
+
+
+def test_a_stream_cut_mid_answer_says_the_connection_broke_and_the_answer_is_kept(run_cli,
+                                                                                    fake):
+    fake.script(("cut", "the first half of a long answer that never"))
+    result = ask(run_cli, "tell me everything")
+    assert_clean_failure(result)
+    assert result.stderr == (
+        f"picochat: the connection to {fake.base_url} broke mid-answer (the answer so far is "
+        "kept where it is; retry, or check the server); your message and the partial answer "
+        "are saved\n")
+    assert result.stdout == "the first half of a long answer that never\n"
+    assert_no_internals(result)
+    assert roles(run_cli) == [("user", "complete"), ("assistant", "interrupted")]
+    assert history(run_cli)[1]["content"] == "the first half of a long answer that never"
+    assert len(fake.requests) == 1
+
+
+def test_a_stream_cut_before_any_text_is_not_cannot_connect(run_cli, fake):
+    fake.script(("cut", "never sent", 0))  # 200 and headers, then the connection closes
+    result = ask(run_cli, "hello?")
+    assert_clean_failure(result)
+    assert result.stderr == (
+        f"picochat: {fake.base_url} accepted the request, then closed the connection before "
+        "any answer text (retry, or check the server's log); your message is saved\n")
+    assert_no_internals(result)
+    assert roles(run_cli) == [("user", "complete")]
+
+
+def test_a_connection_closed_without_a_response_is_not_cannot_connect(run_cli, fake):
+    fake.script(("drop",))
+    result = ask(run_cli, "hello?")
+    assert_clean_failure(result)
+    assert result.stderr == (
+        f"picochat: {fake.base_url} accepted the connection, then closed it without answering "
+        "(retry, or check the server's log); your message is saved\n")
+    assert_no_internals(result)
+    assert len(fake.requests) == 1
+
+
+def test_malformed_sse_names_the_fault_not_litellms_text(run_cli, fake):
+    fake.script(("garbage", "text before the bad line", "text after it"))
+    result = ask(run_cli, "stream something odd")
+    assert_clean_failure(result)
+    assert result.stderr == (
+        f"picochat: the server at {fake.base_url} sent a malformed stream (a data line that is "
+        "not JSON) (the answer so far is kept where it is; retry, or check the server); your "
+        "message and the partial answer are saved\n")
+    assert_no_internals(result)
+    assert roles(run_cli) == [("user", "complete"), ("assistant", "interrupted")]
+    assert history(run_cli)[1]["content"] == "text before the bad line"
 
 
 # --- keys of any length are masked ---------------------------------------------------------

@@ -50,6 +50,19 @@ class ProviderUnavailable(ProviderError):
     kind = "unavailable"
 
 
+class StreamBroken(ProviderUnavailable):
+    """The connection closed after the server had accepted the request: mid-answer, or
+    before the first piece of text; never "cannot connect"."""
+
+    kind = "stream_broken"
+
+
+class MalformedStream(ProviderError):
+    """The server's event stream could not be read (a `data:` line that is not JSON)."""
+
+    kind = "malformed_stream"
+
+
 class ProviderTimeout(ProviderError):
     kind = "timeout"
 
