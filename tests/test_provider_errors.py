@@ -1,14 +1,16 @@
 """Provider errors say what really happened (issue 18, item 9): the real CLI against the fake
 OpenAI server. A stream cut after the server answered is not "cannot connect"; a malformed stream
-is named as such, without litellm's words; a configured key of any length is masked."""
+is named as such, without litellm's words; an overflow on a request far under the stated window
+blames the window, with figures and what to do; a configured key of any length is masked."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
+from tests.fake_openai import FakeOpenAI, fake_openai, overflow_body  # noqa: F401  (fixture)
 from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, history, write_config
 
 LITELLM_WORDS = ("litellm", "OpenAIException", "APIConnectionError", "MidStreamFallback",
@@ -86,6 +88,73 @@ def test_malformed_sse_names_the_fault_not_litellms_text(run_cli, fake):
     assert_no_internals(result)
     assert roles(run_cli) == [("user", "complete"), ("assistant", "interrupted")]
     assert history(run_cli)[1]["content"] == "text before the bad line"
+
+
+# --- an overflow the request's size cannot explain ------------------------------------------
+
+_COUNTED = re.compile(r"picochat counts about ([\d,]+) tokens in the request, within the window "
+                      r"of ([\d,]+)")
+
+
+def counted(stderr: str) -> tuple[int, int]:
+    m = _COUNTED.search(stderr)
+    assert m, stderr
+    return int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))
+
+
+def test_an_overflow_on_a_small_request_blames_the_servers_real_context(run_cli, fake):
+    fake.script(("status", 400, overflow_body(4096, 4500)))
+    result = ask(run_cli, "word " * 400)  # about 400 tokens, with the tool schemas ~750
+    assert_clean_failure(result)
+    line = result.stderr
+    assert "newest turn alone" not in line and "larger than the model's window" not in line
+    assert line.startswith(f"picochat: {fake.base_url} refused the request as too long for its "
+                           "window of 4,096 tokens")
+    request, window = counted(line)
+    assert 400 <= request <= 1000 and window == 4096, line
+    assert ("the server's real context must be smaller than its error or the config says "
+            "(llama.cpp's -c / n_ctx, or a per-slot context), or the prompt plus max_tokens "
+            "exceed it; set token_limit for this model in the config to the server's real "
+            "context, or raise the server's context") in line
+    assert line.endswith("; your message is saved\n")
+    assert_no_internals(result)
+    assert len(fake.requests) == 1  # no summary call: nothing older to fold
+
+
+def test_an_overflow_without_a_stated_window_weighs_the_configured_one(run_cli, fake):
+    fake.script(("status", 400, {"error": {"message": "Context length exceeded.",
+                                           "type": "invalid_request_error",
+                                           "code": "context_length_exceeded"}}))
+    result = ask(run_cli, "hello")
+    assert_clean_failure(result)
+    assert result.stderr.startswith(f"picochat: {fake.base_url} refused the request as too long "
+                                    "for the model's window")
+    request, window = counted(result.stderr)
+    assert request < 1000 and window == 8192  # the config's token_limit
+    assert "set token_limit for this model" in result.stderr
+    assert "newest turn alone" not in result.stderr
+
+
+def test_a_llama_cpp_overflow_reads_its_window(run_cli, fake):
+    fake.script(("status", 400, {"error": {
+        "code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": 5000, "n_ctx": 4096,
+        "message": "request (5000 tokens) exceeds the available context size (4096 tokens), "
+                   "try increasing it"}}))
+    result = ask(run_cli, "hello")
+    assert_clean_failure(result)
+    assert "refused the request as too long for its window of 4,096 tokens" in result.stderr
+    assert counted(result.stderr)[1] == 4096
+    assert_no_internals(result)
+
+
+def test_a_real_overflow_still_says_the_turn_does_not_fit(run_cli, fake):
+    fake.script(("status", 400, overflow_body(4096, 6000)))
+    result = ask(run_cli, "word " * 5000)  # over the stated window by picochat's count too
+    assert_clean_failure(result)
+    assert "the request is larger than the model's window of 4,096 tokens" in result.stderr
+    assert ("even the newest turn alone does not fit the model's window of 4,096 tokens"
+            in result.stderr)
+    assert "picochat counts" not in result.stderr
 
 
 # --- keys of any length are masked ---------------------------------------------------------

@@ -75,6 +75,7 @@ _WINDOW_PATTERNS = (
     re.compile(r"maximum context length is (\d[\d,]*) tokens", re.I),
     re.compile(r"prompt is too long: \d[\d,]* tokens > (\d[\d,]*) maximum", re.I),
     re.compile(r"context (?:window|length)(?: of| is)? (\d[\d,]*) tokens", re.I),
+    re.compile(r"available context size \((\d[\d,]*) tokens\)", re.I),  # llama.cpp server
     re.compile(r"exceeds? (?:the )?(?:maximum|max)[^0-9]{0,40}(\d[\d,]*) tokens", re.I),
 )
 

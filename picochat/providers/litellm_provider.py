@@ -155,10 +155,7 @@ class LiteLLMProvider(Provider):
             return transport
         text = _short(self._redact(_strip_prefixes(str(exc))))
         if isinstance(exc, litellm.ContextWindowExceededError) or _looks_like_overflow(text):
-            window = pe.parse_context_window(str(exc))
-            said = f" of {window:,} tokens" if window else ""
-            return pe.ContextOverflow(f"the request is larger than the model's window{said}",
-                                      window, "compact the session or pick a larger model")
+            return self._overflow(str(exc), request)
         if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)):
             env = self.api_key_env
             return pe.ProviderAuthError(f"{where} refused the API key",
@@ -208,6 +205,41 @@ class LiteLLMProvider(Provider):
             return pe.ProviderUnavailable(f"{where} answered with something that is not HTTP",
                                           "is api_base the address of the model server?")
         return None
+
+    def _overflow(self, raw: str, request: ProviderRequest | None) -> pe.ContextOverflow:
+        """An overflow, with figures when the stated window cannot be the whole story: a
+        request far smaller than the window the server names was refused because its real
+        context is smaller (llama.cpp's -c, a per-slot context), not because it is long."""
+        window = pe.parse_context_window(raw)
+        said = f" of {window:,} tokens" if window else ""
+        sent = self.request_tokens(request) if request is not None else None
+        answer = (request.max_tokens or 0) if request is not None else 0
+        if window and sent is not None and (sent + answer) * 2 <= window:
+            where = self.api_base or self.info.provider_kind
+            return pe.ContextOverflow(
+                f"{where} refused the request as too long for its window{said}", window,
+                f"picochat counts only about {sent:,} tokens in it, so the server's real context "
+                "must be smaller (llama.cpp's -c / n_ctx, or a per-slot context): set "
+                "token_limit for this model in the config to it, or raise the server's context")
+        if window and sent is not None and answer and sent < window:
+            return pe.ContextOverflow(
+                f"the request (about {sent:,} tokens) plus the {answer:,} tokens asked for the "
+                f"answer are larger than the model's window{said}", window,
+                "compact the session or pick a larger model")
+        if not window:  # the server's word only: no figure to weigh it against
+            return pe.ContextOverflow(
+                f"{self.api_base or self.info.provider_kind} refused the request as too long "
+                "for the model's window", None, "compact the session or pick a larger model")
+        return pe.ContextOverflow(f"the request is larger than the model's window{said}",
+                                  window, "compact the session or pick a larger model")
+
+    def request_tokens(self, request: ProviderRequest) -> int:
+        """picochat's estimate of a request in this model's tokens (as budgets count it)."""
+        counted = tokens.count_provider_messages(request.messages)
+        if request.tools:
+            counted += tokens.count_tools(request.tools)
+        return tokens.scale(counted, tokens.family_factor(self.info.provider_kind,
+                                                          self.info.model))
 
     def _redact(self, text: str) -> str:
         """Servers quote what they were sent: the key never reaches the user's terminal,
@@ -315,7 +347,8 @@ def _is_connection_failure(exc: BaseException, litellm: Any) -> bool:
 
 def _looks_like_overflow(text: str) -> bool:
     return bool(re.search(r"context[_ ]length[_ ]exceeded|maximum context length|prompt is too "
-                          r"long|context window", text, re.I))
+                          r"long|context window|exceed_context_size|available context size",
+                          text, re.I))
 
 
 def _retry_after(exc: Exception) -> float | None:
