@@ -16,15 +16,18 @@ class ContextOverflow(ProviderError):
 
     `tool_progress` is set when a tool already ran in the turn: then only the request-local
     retry inside the tool loop may recover, never a checkpoint and a turn restart (§11.3, §11.4).
+    `misfit` is set when the request was far under the stated window: the window is wrong, and
+    the hint (set token_limit, or raise the server's context) is the remedy, not a shorter turn.
     """
 
     kind = "context_overflow"
 
     def __init__(self, message: str, window: int | None = None, hint: str | None = None,
-                 tool_progress: bool = False) -> None:
+                 tool_progress: bool = False, misfit: bool = False) -> None:
         super().__init__(message, hint)
         self.window = window
         self.tool_progress = tool_progress
+        self.misfit = misfit
 
 
 class ProviderAuthError(ProviderError):

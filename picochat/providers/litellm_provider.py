@@ -220,7 +220,8 @@ class LiteLLMProvider(Provider):
                 f"{where} refused the request as too long for its window{said}", window,
                 f"picochat counts only about {sent:,} tokens in it, so the server's real context "
                 "must be smaller (llama.cpp's -c / n_ctx, or a per-slot context): set "
-                "token_limit for this model in the config to it, or raise the server's context")
+                "token_limit for this model in the config to it, or raise the server's context",
+                misfit=True)
         if window and sent is not None and answer and sent < window:
             return pe.ContextOverflow(
                 f"the request (about {sent:,} tokens) plus the {answer:,} tokens asked for the "
