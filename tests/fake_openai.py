@@ -41,6 +41,8 @@ Faults, for the reliability tests (each is one response; none keeps a teardown w
                                               the client goes away (sets `fake.disconnected`),
                                               the server stops, or HOLD_LIMIT_S pass
     ("hang", "silence")                       the same, but send nothing at all, not even headers
+    ("drop",)                                 read the request, then close the connection
+                                              without a response (a server that crashed on it)
 With `fake.window` set, a request whose prompt is larger than that many tokens (`prompt_tokens`:
 about four characters a token, tool schemas included) gets OpenAI's context_length_exceeded
 error naming the window, and consumes no script item: an overflow that begins at a given
@@ -242,6 +244,8 @@ class _Handler(BaseHTTPRequestHandler):
             if item[1] == "headers":
                 self._sse_headers()
             self._hang()
+        elif kind == "drop":
+            self.close_connection = True  # nothing written: the client sees the close
         elif kind == "status":
             code = item[1]
             payload = item[2] if len(item) > 2 else {

@@ -158,11 +158,12 @@ def test_401_says_the_key_was_refused(run_cli, fake):
 
 def test_400_context_length_exceeded_names_the_window(run_cli, fake):
     fake.script(("status", 400, CONTEXT_OVERFLOW_BODY))
-    result = run_cli("ask", "a long message", env=ENV)
+    long = "a long message " * 1500  # over half the window: the server's word is credible
+    result = run_cli("ask", long, env=ENV)
     assert_clean_failure(result)
     assert "larger than the model's window" in result.stderr
     assert "8,192" in result.stderr
-    assert [(m["role"], m["content"]) for m in history(run_cli)] == [("user", "a long message")]
+    assert [(m["role"], m["content"]) for m in history(run_cli)] == [("user", long)]
 
 
 def test_500_is_a_server_error_and_is_not_retried(run_cli, fake):
@@ -185,11 +186,11 @@ def test_429_says_rate_limited(run_cli, fake):
 
 def test_anthropic_style_overflow_names_the_window_too(run_cli, fake):
     fake.script(("status", 400, {"error": {
-        "message": "prompt is too long: 210000 tokens > 200000 maximum",
+        "message": "prompt is too long: 5100 tokens > 5000 maximum",
         "type": "invalid_request_error", "param": None, "code": None}}))
-    result = run_cli("ask", "a long message", env=ENV)
+    result = run_cli("ask", "a long message " * 1000, env=ENV)
     assert_clean_failure(result)
-    assert "larger than the model's window of 200,000 tokens" in result.stderr
+    assert "larger than the model's window of 5,000 tokens" in result.stderr
     assert len(fake.requests) == 1
 
 

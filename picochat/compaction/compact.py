@@ -135,10 +135,7 @@ async def compact_context(store: Store, provider: Provider,
     if candidate is None and request.degraded_fallback:
         candidate = trim_candidate(compactor, projection, before, "overflow")
         if candidate is None:
-            summary_error = TrimImpossible(
-                f"even the newest turn alone does not fit the model's window of "
-                f"{limits.window:,} tokens", "shorten the message, or use a model with a "
-                "larger window")
+            summary_error = trim_impossible(before, limits.window)
     if candidate is None:
         if summary_error is None:  # plan is None here: nothing older to fold
             return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
@@ -178,6 +175,34 @@ class TrimImpossible(PicochatError):
     """Overflow recovery found no whole-turn trim that fits the window."""
 
     kind = "context_overflow"
+
+
+def trim_impossible(request_tokens: int, window: int) -> TrimImpossible:
+    """Why no trim helps, truthfully. A request that fits the window by picochat's count was
+    refused because the server's real context is smaller than its error or the config says,
+    not because the newest turn is too long; callers quote only the message, so it says what
+    to do."""
+    if request_tokens > window:
+        return TrimImpossible(
+            f"even the newest turn alone does not fit the model's window of {window:,} tokens",
+            "shorten the message, or use a model with a larger window")
+    counted = f"picochat counts about {request_tokens:,} tokens in the request, within the " \
+              f"window of {window:,}"
+    if request_tokens * 2 <= window:  # far under: no tokenizer is that different
+        return ContextMisfit(
+            f"{counted}: the server's real context must be smaller than its error or the "
+            f"config says (llama.cpp's -c / n_ctx, or a per-slot context), or the prompt plus "
+            f"max_tokens exceed it; set token_limit for this model in the config to the "
+            f"server's real context, or raise the server's context")
+    return ContextMisfit(
+        f"{counted}: the server counts more tokens than picochat, or its real context is "
+        f"smaller than its error or the config says; shorten the message, or raise the "
+        f"server's context")
+
+
+class ContextMisfit(TrimImpossible):
+    """The provider refused a request that fits the window picochat knows: the window is
+    wrong, and trimming history is not the remedy. The message holds the advice (no hint)."""
 
 
 def _failed(sid: str, reason: str, projection: ContextProjection, error: PicochatError,

@@ -12,6 +12,7 @@ import threading
 from types import ModuleType
 
 from picochat import tokens
+from picochat.providers.redact import RedactingFilter
 
 _OFFLINE_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -40,6 +41,8 @@ def import_litellm() -> ModuleType:
             lg.handlers[:] = list(ours.handlers)
             lg.propagate = False
             lg.setLevel(logging.WARNING)
+            if not any(isinstance(f, RedactingFilter) for f in lg.filters):
+                lg.addFilter(RedactingFilter())  # servers echo keys; litellm logs their words
         import litellm
 
         litellm.suppress_debug_info = True

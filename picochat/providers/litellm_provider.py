@@ -8,12 +8,15 @@ call with `asyncio.timeout`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
 from typing import Any, AsyncIterator
 
+from picochat import tokens
 from picochat.providers import errors as pe
+from picochat.providers import redact
 from picochat.providers.base import (
     Finish,
     ModelInfo,
@@ -42,6 +45,7 @@ class LiteLLMProvider(Provider):
         self.api_base = api_base
         self.api_key = api_key
         self.api_key_env = api_key_env or KEY_ENV.get(provider_kind)
+        redact.register(api_key)  # masked in every error line and log record from now on
         self.read_timeout = read_timeout
         self._warm: asyncio.Task[None] | None = None
         self._warmed_loop: asyncio.AbstractEventLoop | None = None
@@ -106,9 +110,14 @@ class LiteLLMProvider(Provider):
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
         litellm = import_litellm()
-        finish = "stop"
         try:
             response = await litellm.acompletion(**self._kwargs(request))
+        except Exception as exc:  # litellm maps provider errors onto its own exception types
+            raise self.translate(exc, request) from None
+        # From here the server has accepted the request and sent its headers: a failure is a
+        # broken or unreadable stream, never "cannot connect".
+        finish, received = "stop", 0
+        try:
             async for chunk in response:
                 usage = getattr(chunk, "usage", None)
                 if usage and getattr(usage, "prompt_tokens", None) is not None:
@@ -119,6 +128,7 @@ class LiteLLMProvider(Provider):
                 delta = choice.delta
                 text = getattr(delta, "content", None)
                 if text:
+                    received += len(text)
                     yield TextDelta(text)
                 for call in getattr(delta, "tool_calls", None) or ():
                     fn = getattr(call, "function", None)
@@ -128,25 +138,24 @@ class LiteLLMProvider(Provider):
                                         arguments=(getattr(fn, "arguments", None) or "") if fn else "")
                 if choice.finish_reason:
                     finish = choice.finish_reason
-        except pe.ProviderError:
-            raise
-        except Exception as exc:  # litellm maps provider errors onto its own exception types
-            raise self.translate(exc) from None
+        except Exception as exc:
+            raise self.translate(exc, request, received) from None
         yield Finish(finish)
 
-    def translate(self, exc: Exception) -> pe.ProviderError:
-        """One clear line per failure kind; the raw message is kept short."""
+    def translate(self, exc: Exception, request: ProviderRequest | None = None,
+                  received: int | None = None) -> pe.ProviderError:
+        """One clear line per failure kind; the raw message is kept short and its keys masked.
+
+        `received` is None while connecting (no response yet), else the characters of answer
+        text that arrived before the stream failed."""
         litellm = import_litellm()
-        text = _short(self._redact(_strip_prefixes(str(exc))))
         where = self.api_base or self.info.provider_kind
-        if _is_connection_failure(exc, litellm):
-            return pe.ProviderUnavailable(f"cannot connect to {where}",
-                                          "is the server running and the address right?")
+        transport = self._transport_error(exc, litellm, received)
+        if transport is not None:
+            return transport
+        text = _short(self._redact(_strip_prefixes(str(exc))))
         if isinstance(exc, litellm.ContextWindowExceededError) or _looks_like_overflow(text):
-            window = pe.parse_context_window(str(exc))
-            said = f" of {window:,} tokens" if window else ""
-            return pe.ContextOverflow(f"the request is larger than the model's window{said}",
-                                      window, "compact the session or pick a larger model")
+            return self._overflow(str(exc), request)
         if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)):
             env = self.api_key_env
             return pe.ProviderAuthError(f"{where} refused the API key",
@@ -171,16 +180,72 @@ class LiteLLMProvider(Provider):
             return pe.BadProviderRequest(f"{where} rejected the request: {text}")
         return pe.ProviderError(f"{where}: {type(exc).__name__}: {text}")
 
+    def _transport_error(self, exc: Exception, litellm: Any,
+                         received: int | None) -> pe.ProviderError | None:
+        """A failure of the connection or the stream itself, told apart by stage: no
+        connection, a connection closed before any response, or a stream that broke."""
+        where = self.api_base or self.info.provider_kind
+        timeout = isinstance(exc, litellm.Timeout)
+        fault = None if timeout else _transport_fault(exc)
+        if received is not None and fault is not None:
+            return _stream_failure(fault, where, self.api_base, received)
+        if received and timeout:
+            return pe.ProviderTimeout(f"{where} stopped sending mid-answer",
+                                      "the answer so far is kept where it is; retry, or check "
+                                      "the server")
+        if fault in (CONNECT, CONNECTION) or (fault is None and
+                                              _is_connection_failure(exc, litellm)):
+            return pe.ProviderUnavailable(f"cannot connect to {where}",
+                                          "is the server running and the address right?")
+        if fault == DROPPED:
+            return pe.ProviderUnavailable(
+                f"{where} accepted the connection, then closed it without answering",
+                "retry, or check the server's log")
+        if fault == NOT_HTTP:
+            return pe.ProviderUnavailable(f"{where} answered with something that is not HTTP",
+                                          "is api_base the address of the model server?")
+        return None
+
+    def _overflow(self, raw: str, request: ProviderRequest | None) -> pe.ContextOverflow:
+        """An overflow, with figures when the stated window cannot be the whole story: a
+        request far smaller than the window the server names was refused because its real
+        context is smaller (llama.cpp's -c, a per-slot context), not because it is long."""
+        window = pe.parse_context_window(raw)
+        said = f" of {window:,} tokens" if window else ""
+        sent = self.request_tokens(request) if request is not None else None
+        answer = (request.max_tokens or 0) if request is not None else 0
+        if window and sent is not None and (sent + answer) * 2 <= window:
+            where = self.api_base or self.info.provider_kind
+            return pe.ContextOverflow(
+                f"{where} refused the request as too long for its window{said}", window,
+                f"picochat counts only about {sent:,} tokens in it, so the server's real context "
+                "must be smaller (llama.cpp's -c / n_ctx, or a per-slot context): set "
+                "token_limit for this model in the config to it, or raise the server's context",
+                misfit=True)
+        if window and sent is not None and answer and sent < window:
+            return pe.ContextOverflow(
+                f"the request (about {sent:,} tokens) plus the {answer:,} tokens asked for the "
+                f"answer are larger than the model's window{said}", window,
+                "compact the session or pick a larger model")
+        if not window:  # the server's word only: no figure to weigh it against
+            return pe.ContextOverflow(
+                f"{self.api_base or self.info.provider_kind} refused the request as too long "
+                "for the model's window", None, "compact the session or pick a larger model")
+        return pe.ContextOverflow(f"the request is larger than the model's window{said}",
+                                  window, "compact the session or pick a larger model")
+
+    def request_tokens(self, request: ProviderRequest) -> int:
+        """picochat's estimate of a request in this model's tokens (as budgets count it)."""
+        counted = tokens.count_provider_messages(request.messages)
+        if request.tools:
+            counted += tokens.count_tools(request.tools)
+        return tokens.scale(counted, tokens.family_factor(self.info.provider_kind,
+                                                          self.info.model))
+
     def _redact(self, text: str) -> str:
         """Servers quote what they were sent: the key never reaches the user's terminal,
         an error line or the JSON output through their words."""
-        keys = {self.api_key, os.environ.get(self.api_key_env or "")}
-        for key in sorted((k for k in keys if k and len(k) >= 8), key=len, reverse=True):
-            text = text.replace(key, "[key]")
-        return _KEY_LIKE.sub("[key]", text)
-
-
-_KEY_LIKE = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-]{12,}")  # OpenAI/Anthropic style
+        return redact.redact(text, (self.api_key, os.environ.get(self.api_key_env or "")))
 
 
 def _short(text: str, limit: int = 200) -> str:
@@ -189,9 +254,79 @@ def _short(text: str, limit: int = 200) -> str:
 
 
 def _strip_prefixes(text: str) -> str:
-    """litellm wraps messages as 'litellm.X: X: OpenAIException - …'; keep the provider's words."""
-    text = re.sub(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w+Exception\s*-\s*)?", "", text)
+    """litellm wraps messages as 'litellm.X: X: OpenAIException - …', sometimes twice (a stream
+    error), with its own 'Original exception: …' appended; keep the provider's words."""
+    text = text.split(" Original exception:", 1)[0]
+    for _ in range(3):
+        stripped = _PREFIX.sub("", text, count=1).strip()
+        if stripped == text:
+            break
+        text = stripped
     return text.strip() or "no details"
+
+
+_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w+Exception\s*-\s*)?")
+
+
+# Where a transport failed, read from the exception chain (aiohttp under httpx under the OpenAI
+# SDK under litellm; names, so no transport library need be imported to tell them apart).
+CONNECT, DROPPED, NOT_HTTP, MALFORMED = "connect", "dropped", "not_http", "malformed"
+CONNECTION = "connection"  # a connection error that does not say at which stage
+_CONNECT_NAMES = frozenset({"ConnectError", "ClientConnectorError", "ConnectionRefusedError",
+                            "gaierror"})
+_DROPPED_NAMES = frozenset({"ReadError", "RemoteProtocolError", "ServerDisconnectedError",
+                            "ClientPayloadError", "ConnectionResetError",
+                            "ConnectionAbortedError", "BrokenPipeError", "IncompleteRead"})
+_NOT_HTTP_NAMES = frozenset({"BadHttpMessage", "BadStatusLine"})
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception, its causes and contexts, and litellm's wrapped `original_exception`."""
+    out: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or any(current is seen for seen in out):
+            continue
+        out.append(current)
+        original = getattr(current, "original_exception", None)
+        todo += [current.__context__, current.__cause__,
+                 original if isinstance(original, BaseException) else None]
+    return out
+
+
+def _transport_fault(exc: BaseException) -> str | None:
+    """CONNECT: no connection was made; DROPPED: the server closed or reset it; NOT_HTTP: the
+    reply was not HTTP; MALFORMED: a stream line was not JSON; CONNECTION: a connection error
+    that names no stage; None: no transport fault seen."""
+    names: set[str] = set()
+    for e in _chain(exc):
+        if isinstance(e, json.JSONDecodeError):
+            return MALFORMED
+        names.update(c.__name__ for c in type(e).__mro__)
+    if names & _CONNECT_NAMES:
+        return CONNECT
+    if names & _NOT_HTTP_NAMES:
+        return NOT_HTTP
+    if names & _DROPPED_NAMES:
+        return DROPPED
+    return CONNECTION if "APIConnectionError" in names else None
+
+
+def _stream_failure(fault: str, where: str, api_base: str | None,
+                    received: int) -> pe.ProviderError:
+    """A stream that failed after the server accepted the request (its headers arrived)."""
+    kept = "the answer so far is kept where it is; " if received else ""
+    if fault == MALFORMED:
+        server = f"the server at {api_base}" if api_base else where
+        return pe.MalformedStream(
+            f"{server} sent a malformed stream (a data line that is not JSON)",
+            f"{kept}retry, or check the server")
+    if received:
+        return pe.StreamBroken(f"the connection to {where} broke mid-answer",
+                               f"{kept}retry, or check the server")
+    return pe.StreamBroken(f"{where} accepted the request, then closed the connection before "
+                           "any answer text", "retry, or check the server's log")
 
 
 def _is_connection_failure(exc: BaseException, litellm: Any) -> bool:
@@ -213,7 +348,8 @@ def _is_connection_failure(exc: BaseException, litellm: Any) -> bool:
 
 def _looks_like_overflow(text: str) -> bool:
     return bool(re.search(r"context[_ ]length[_ ]exceeded|maximum context length|prompt is too "
-                          r"long|context window", text, re.I))
+                          r"long|context window|exceed_context_size|available context size",
+                          text, re.I))
 
 
 def _retry_after(exc: Exception) -> float | None:
