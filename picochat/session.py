@@ -40,7 +40,12 @@ from picochat.budget import (
     RequestDraft,
     measure,
 )
-from picochat.compaction.compact import CompactOutcome, CompactRequest, compact_context
+from picochat.compaction.compact import (
+    CompactOutcome,
+    CompactRequest,
+    ContextMisfit,
+    compact_context,
+)
 from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextUsage, limits_for
 from picochat.errors import PicochatError
@@ -523,6 +528,8 @@ class SessionWorker:
                 except ContextOverflow as exc:
                     if parts:
                         raise
+                    if exc.misfit and (retried or local_retried):  # the window is wrong:
+                        raise  # its own line says so; "still too long" would mislead
                     if steps > 0:  # tools ran: never restart the turn from durable history
                         if local_retried:
                             raise ContextOverflow(
@@ -651,10 +658,10 @@ class SessionWorker:
         handle._emit(Compacted(outcome))
         if not outcome.compacted:
             reason = outcome.error.message if outcome.error else "no summary"
+            hint = (None if isinstance(outcome.error, ContextMisfit) else  # it says what to do
+                    "shorten the message, or switch to a model with a larger window")
             raise ContextOverflow(f"{exc.message}, and compacting could not make it fit "
-                                  f"({reason})", exc.window,
-                                  "shorten the message, or switch to a model with a larger "
-                                  "window")
+                                  f"({reason})", exc.window, hint)
         return outcome.projection
 
     async def _stream(self, handle: TurnHandle, draft: RequestDraft, parts: list[str],

@@ -147,6 +147,22 @@ def test_a_llama_cpp_overflow_reads_its_window(run_cli, fake):
     assert_no_internals(result)
 
 
+def test_a_misfit_in_a_longer_session_keeps_its_own_line(run_cli, fake):
+    """With older turns to trim, the misfit is retried once on less history, and then says the
+    window is wrong, not "still too long after compacting"."""
+    for n in range(3):
+        assert ask(run_cli, f"turn {n}: " + "word " * 50).status == 0
+    fake.script(*[("status", 400, overflow_body(4096, 4500))] * 6)
+    result = ask(run_cli, "one more")
+    assert result.status == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1].startswith(f"picochat: {fake.base_url} refused the "
+                                                     "request as too long for its window")
+    assert "still too long" not in result.stderr
+    assert "set token_limit for this model in the config" in result.stderr, result.stderr
+    assert "shorten the message, or switch to a model" not in result.stderr
+    assert_no_internals(result)
+
+
 def test_a_real_overflow_still_says_the_turn_does_not_fit(run_cli, fake):
     fake.script(("status", 400, overflow_body(4096, 6000)))
     result = ask(run_cli, "word " * 5000)  # over the stated window by picochat's count too
