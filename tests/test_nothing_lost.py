@@ -13,6 +13,7 @@ The signal series over many runs is in tests/reliability/test_signals.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
@@ -120,71 +121,72 @@ def test_a_draft_recovered_by_two_processes_is_appended_once(tmp_path):
 # --- a locked database in the app -------------------------------------------------------------
 
 
-async def test_a_locked_database_never_freezes_the_app_and_an_unsaved_message_comes_back(
-        tmp_path, monkeypatch):
+@pytest.fixture
+def lock_store(tmp_path, monkeypatch):
+    """A store whose writes wait 4 s for a lock (10 s in real use) before giving up."""
     monkeypatch.setenv("PICOCHAT_BUSY_TIMEOUT_MS", "4000")
     store = open_store(tmp_path / "picochat.db")
-    app = make_app(store)
+    yield store
+    store.close()
+
+
+@contextlib.contextmanager
+def write_lock_held(db: Path):
+    """Another picochat holding the database's write lock."""
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
     try:
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, app, lambda: app.ready)
-            blocker = sqlite3.connect(store.path, isolation_level=None)
-            blocker.execute("BEGIN IMMEDIATE")  # another picochat holds the write lock
-            try:
-                await say(pilot, "keep the port 8443 in mind")
-                await settle(pilot, app, lambda: app.worker.busy)
-                started = time.monotonic()
-                await pilot.press("a", "b", "c")
-                # the keys got through while the write still waits for the lock
-                assert time.monotonic() - started < 2.0
-                assert app.worker.busy and app.query_one(Prompt).text == "abc"
-                await settle(pilot, app, lambda: not app.worker.busy, timeout=15)
-            finally:
-                blocker.execute("ROLLBACK")
-                blocker.close()
-            await pilot.pause(0.1)
-            notices = [str(n.render()) for n in app.query_one(ChatView).query(Notice)]
-            assert any("locked" in n and "not saved: it is back in the prompt" in n
-                       for n in notices), notices
-            assert not any("your message is saved" in n for n in notices)
-            assert app.query_one(Prompt).text == "keep the port 8443 in mind\nabc"
-            assert not app.query_one(ChatView).query(UserMessage)  # the transcript = the db
-            assert store.history(app.session.id) == []
-            # once the lock is gone, sending it again saves it
-            await pilot.press("enter")
-            await settle(pilot, app, lambda: len(store.history(app.session.id)) == 2)
-            assert store.history(app.session.id)[0].content == "keep the port 8443 in mind\nabc"
+        yield
     finally:
-        store.close()
+        blocker.execute("ROLLBACK")
+        blocker.close()
+
+
+async def test_a_locked_database_never_freezes_the_app_and_an_unsaved_message_comes_back(
+        lock_store):
+    store, app = lock_store, make_app(lock_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        with write_lock_held(store.path):
+            await say(pilot, "keep the port 8443 in mind")
+            await settle(pilot, app, lambda: app.worker.busy)
+            started = time.monotonic()
+            await pilot.press("a", "b", "c")
+            # the keys got through while the write still waits for the lock
+            assert time.monotonic() - started < 2.0
+            assert app.worker.busy and app.query_one(Prompt).text == "abc"
+            await settle(pilot, app, lambda: not app.worker.busy, timeout=15)
+        await pilot.pause(0.1)
+        notices = [str(n.render()) for n in app.query_one(ChatView).query(Notice)]
+        assert any("locked" in n and "not saved: it is back in the prompt" in n
+                   for n in notices), notices
+        assert not any("your message is saved" in n for n in notices)
+        assert app.query_one(Prompt).text == "keep the port 8443 in mind\nabc"
+        assert not app.query_one(ChatView).query(UserMessage)  # the transcript = the db
+        assert store.history(app.session.id) == []
+        # once the lock is gone, sending it again saves it
+        await pilot.press("enter")
+        await settle(pilot, app, lambda: len(store.history(app.session.id)) == 2)
+        assert store.history(app.session.id)[0].content == "keep the port 8443 in mind\nabc"
 
 
 async def test_commands_that_write_wait_off_the_loop_and_say_the_database_was_locked(
-        tmp_path, monkeypatch):
-    monkeypatch.setenv("PICOCHAT_BUSY_TIMEOUT_MS", "3000")
-    store = open_store(tmp_path / "picochat.db")
-    app = make_app(store)
-    try:
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, app, lambda: app.ready)
-            blocker = sqlite3.connect(store.path, isolation_level=None)
-            blocker.execute("BEGIN IMMEDIATE")
-            try:
-                started = time.monotonic()
-                await say(pilot, "/rename ports")
-                await pilot.pause(0.3)
-                await pilot.press("x")
-                assert time.monotonic() - started < 1.5  # keys get through meanwhile
-                await settle(pilot, app, lambda: any(
-                    "stayed locked" in str(n.render())
-                    for n in app.query_one(ChatView).query(Notice)), timeout=15)
-            finally:
-                blocker.execute("ROLLBACK")
-                blocker.close()
-            assert app.is_running and app.session.name == "t"
+        lock_store):
+    app = make_app(lock_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        with write_lock_held(lock_store.path):
+            started = time.monotonic()
             await say(pilot, "/rename ports")
-            await settle(pilot, app, lambda: app.session.name == "ports")
-    finally:
-        store.close()
+            await pilot.pause(0.3)
+            await pilot.press("x")
+            assert time.monotonic() - started < 1.5  # keys get through meanwhile
+            await settle(pilot, app, lambda: any(
+                "stayed locked" in str(n.render())
+                for n in app.query_one(ChatView).query(Notice)), timeout=15)
+        assert app.is_running and app.session.name == "t"
+        await say(pilot, "/rename ports")
+        await settle(pilot, app, lambda: app.session.name == "ports")
 
 
 # --- signals: one run each (the series is in tests/reliability/test_signals.py) ------------------
