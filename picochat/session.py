@@ -239,6 +239,7 @@ class SessionWorker:
         self._closing = False
         self._draft_task: asyncio.Task[None] | None = None
         self._draft_at = 0.0
+        self.recovered: tuple[Message, ...] = ()  # drafts of killed processes `start()` saved
 
     @classmethod
     def from_config(cls, store: Store, session_id: str, model: ResolvedModel,
@@ -269,6 +270,15 @@ class SessionWorker:
         for m in answers:
             log.info("draft_recovered session=%s turn=%s seq=%d chars=%d", m.session_id,
                      m.turn_id, m.seq, len(m.content))
+        self.recovered = tuple(answers)
+
+    def recovered_notes(self) -> list[str]:
+        """What `start()` recovered, in a line each for the user: an answer a killed picochat
+        was streaming is back, marked interrupted."""
+        def where(m: Message) -> str:
+            return "" if m.session_id == self.session_id else " of another session"
+        return [f"an answer cut off when picochat was killed is saved as interrupted "
+                f"(message #{m.seq}{where(m)})" for m in self.recovered]
 
     async def close(self) -> None:
         """Start nothing new: cancel the running turn (keeping what it has) and every queued

@@ -203,6 +203,7 @@ def test_ask_stopped_by_a_signal_saves_what_was_shown(home, signum):
     proc.send_signal(signum)
     rest, err = proc.communicate(timeout=30)
     shown += rest.decode()
+    assert shown.endswith("\n")  # the stderr line does not stick to the answer on a terminal
     assert proc.returncode == 128 + signum
     assert f"stopped by signal {int(signum)}" in err.decode()
     assert "Traceback" not in err.decode()
@@ -227,7 +228,10 @@ def test_ask_killed_mid_answer_loses_at_most_the_last_moments(home, run_cli):
     proc.kill()
     rest, _ = proc.communicate(timeout=30)
     shown += rest.decode()
-    assert run_cli("ask", "next question").status == 0  # the next start recovers the draft
+    nxt = run_cli("ask", "next question")  # the next start recovers the draft, and says so
+    assert nxt.status == 0
+    assert "an answer cut off when picochat was killed is saved as interrupted (message #2)" \
+        in nxt.stderr
     store = open_store(home / "data" / "picochat.db")
     try:
         rows = store.history(store.latest_session().id)
@@ -324,3 +328,22 @@ def test_a_reused_pid_or_a_zombie_does_not_keep_a_draft_from_recovery(tmp_path):
         assert not process_alive(zombie.pid, None)  # ended, not yet reaped
     finally:
         zombie.wait()
+
+
+async def test_the_app_opens_with_a_killed_answer_recovered_and_says_so(store):
+    session = store.create_session("t")
+    store.append_message(session.id, "user", "what is the port?", turn_id="t_dead")
+    store.save_draft(session.id, "t_dead", "The port is 8443")
+    conn = sqlite3.connect(store.path)
+    with conn:
+        conn.execute("UPDATE drafts SET owner_pid = ?", (dead_pid(),))
+    conn.close()
+    app = make_app(store)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await pilot.pause(0.2)
+        notes = [str(n.message) for n in app._notifications]
+        assert any("cut off when picochat was killed is saved as interrupted (message #2)" in n
+                   for n in notes), notes
+        assert "The port is 8443" in "".join(
+            w.source for w in app.query_one(ChatView).query("AssistantMessage"))

@@ -237,6 +237,8 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
     streamed_newline = True
     screen = StreamCleaner() if sys.stdout.isatty() else None  # an escape may span two deltas
     async with _worker(app, session, resolved, provider) as worker:
+        for note in worker.recovered_notes():
+            err(note)
         handle = worker.submit_turn(text)
         stopped_by = _stop_on_signals(handle)
         try:
@@ -263,6 +265,8 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
                  "nothing was saved" if outcome.user_seq is None else
                  "your message and the partial answer are saved" if outcome.partial_seq else
                  "your message is saved")
+        if not as_json and not streamed_newline:  # the line must not stick to the answer
+            _quietly(stdout.write, "\n")
         _quietly(err, f"stopped by signal {stopped_by[0]}; {saved}")
         return 128 + stopped_by[0]
     rest = screen.flush() if screen and not as_json else ""

@@ -142,6 +142,8 @@ class PicochatApp(App[None]):
             if self.signalled:  # it came while the screen was being set up
                 self.quit_on_signal(self.signalled)
         await self.worker.start()
+        for note in self.worker.recovered_notes():
+            self.notify(literal(note), severity="warning", timeout=10)
         self._gc.start()
         self.refresh_status()
         self.call_after_refresh(self.open_transcript)
