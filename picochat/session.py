@@ -103,6 +103,14 @@ class TurnFailed:
     def cancelled(self) -> bool:
         return isinstance(self.error, TurnCancelled)
 
+    @property
+    def saved(self) -> str:
+        """What of the turn is in the database, as both front ends say it."""
+        if self.user_seq is None:
+            return "nothing was saved"
+        return ("your message and the partial answer are saved" if self.partial_seq
+                else "your message is saved")
+
 
 @dataclass(frozen=True)
 class CompactionStarted:

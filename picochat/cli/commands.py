@@ -261,10 +261,7 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
         outcome = await handle.result()
     compaction = outcome.compactions[-1].as_dict() if outcome.compactions else None
     if stopped_by:  # SIGTERM, SIGHUP: what arrived is saved; the terminal may be gone
-        saved = ("the whole answer is saved" if not isinstance(outcome, TurnFailed) else
-                 "nothing was saved" if outcome.user_seq is None else
-                 "your message and the partial answer are saved" if outcome.partial_seq else
-                 "your message is saved")
+        saved = outcome.saved if isinstance(outcome, TurnFailed) else "the whole answer is saved"
         if not as_json and not streamed_newline:  # the line must not stick to the answer
             _quietly(stdout.write, "\n")
         _quietly(err, f"stopped by signal {stopped_by[0]}; {saved}")
@@ -280,10 +277,7 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
             error = {"kind": outcome.error.kind, "message": outcome.error.user_line()}
             stdout.write(json_text({"session_id": session.id, "reply": None, "usage": None,
                                     "compaction": compaction, "error": error}))
-        saved = ""
-        if outcome.user_seq is not None:
-            saved = ("; your message and the partial answer are saved" if outcome.partial_seq
-                     else "; your message is saved")
+        saved = "" if outcome.user_seq is None else f"; {outcome.saved}"
         err(f"{outcome.error.user_line()}{saved}")
         return 130 if outcome.cancelled else outcome.error.exit_status
     if app.opt("model") and session.model != app.opt("model"):

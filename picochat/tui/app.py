@@ -794,6 +794,4 @@ def failure_line(event: TurnFailed) -> str:
                 else "Stopped before any answer arrived")
     if event.user_seq is None:
         return f"{event.error.user_line()}; your message was not saved: it is back in the prompt"
-    saved = ("your message and the partial answer are saved" if event.partial_seq
-             else "your message is saved")
-    return f"{event.error.user_line()}; {saved}"
+    return f"{event.error.user_line()}; {event.saved}"
