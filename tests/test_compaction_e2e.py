@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from picochat import ledger as fact_ledger
 from picochat import tokens
 from picochat.config import load_config
 from picochat.models import create_provider, resolve_model
@@ -88,6 +89,14 @@ def cli_store(db: Path):
     s = open_store(db)
     yield s
     s.close()
+
+
+def with_ledger(model_text: str, stored: str) -> str:
+    """What a checkpoint stores for `model_text`: it, plus the ledger of the facts it folded
+    (here the filler's port and the seeded ids), under Exact Facts."""
+    ledger = fact_ledger.parse(stored)
+    assert "port 8080" in {f.value for f in ledger.facts}, stored
+    return fact_ledger.merge_into(model_text, ledger)
 
 
 def seed(store, sid: str, turns: int, start: int = 0, repeat: int = 6) -> None:
@@ -320,7 +329,7 @@ def test_second_summary_request_carries_the_first_summary_and_only_new_records(
     req1, req2 = fake.summary_requests
     assert previous_summary_of(req1) is None
     assert record_seqs(req1) == list(range(1, first.first_retained_seq))
-    assert first.summary == summary_text(1)
+    assert first.summary == with_ledger(summary_text(1), first.summary)
     assert previous_summary_of(req2) == first.summary
     assert record_seqs(req2) == list(range(first.first_retained_seq, second.first_retained_seq))
     assert not [q for q in record_seqs(req2) if q < first.first_retained_seq]
@@ -446,7 +455,8 @@ def test_compact_sends_the_summary_request_the_contract_describes(run_cli, fake,
     assert focus in prompt and instructions in prompt
     assert record_seqs(body)  # the transcript is there, with its records
     [cp] = cli_store.checkpoints(s.id)
-    assert cp.summary == summary_text(1) and cp.trigger_reason == "manual"
+    assert cp.summary == with_ledger(summary_text(1), cp.summary)
+    assert cp.trigger_reason == "manual"
 
 
 def test_summary_requests_carry_no_tools_even_when_turns_do(fake, cli_store, tmp_path):

@@ -576,7 +576,7 @@ def test_degraded_trim_shrinks_the_context(store) -> None:
 
 def test_an_incomplete_tool_group_before_the_cut_reaches_the_summary(store) -> None:
     sid = store.create_session("lost").id
-    store.append_message(sid, "user", "Run the migration on db-prod-7. " + FILLER * 6,
+    store.append_message(sid, "user", "Run the migration on db-prod-7. " + FILLER * 12,
                          turn_id="t1")
     group = store.append_message(sid, "assistant", "Running it; it deletes /var/lib/old.db",
                                  tool_calls=[call("a"), call("b")], turn_id="t1")

@@ -44,17 +44,17 @@ class SummaryRejected(PicochatError):
 
 
 def validate(candidate: CompactionCandidate, snapshot_seqs: Sequence[int],
-             kept: Sequence[Message], output_reserve: int, threshold: int) -> None:
+             kept: Sequence[Message], summary_cap: int, threshold: int) -> None:
     """The six checks of §10.4; raises `SummaryRejected` naming the first that fails.
 
-    `threshold` is the auto-compaction threshold, or the hard window in overflow recovery."""
+    `summary_cap` is the model's share plus the exact-fact ledger's; `threshold` is the auto-compaction threshold, or the hard window in overflow recovery."""
     hint = "the previous context is unchanged; try /compact again or with another model"
     if not candidate.summary.strip():
         raise SummaryRejected("the model returned an empty summary", hint)
     size = tokens.count_text(candidate.summary)
-    if size > output_reserve:
+    if size > summary_cap:
         raise SummaryRejected(f"the summary is {size:,} tokens, over its cap of "
-                              f"{output_reserve:,}", hint)
+                              f"{summary_cap:,}", hint)
     if candidate.first_retained_seq not in set(snapshot_seqs):
         raise SummaryRejected(f"message #{candidate.first_retained_seq} is not in the context "
                               "being compacted", hint)

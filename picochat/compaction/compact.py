@@ -16,10 +16,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from picochat import ledger as fact_ledger
 from picochat.budget import BudgetLimits, RequestDraft, check_fixed, estimate
 from picochat import crashpoints
 from picochat.compaction.candidate import CompactionCandidate, SummaryRejected
-from picochat.compaction.compactor import ContextCompactor
+from picochat.compaction.compactor import ContextCompactor, SummaryModel
 from picochat.compaction.degraded import trim_candidate
 from picochat.compaction.transcript import Transcript
 from picochat.errors import PicochatError
@@ -47,6 +48,7 @@ class CompactRequest:
     try_summary: bool = True          # False: this turn already tried one (§5.12)
     degraded_fallback: bool = False   # overflow recovery: trim whole turns when the summary fails
     timeout: float = 600.0
+    summary_model: SummaryModel | None = None  # None: the chat model summarizes
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ async def compact_context(store: Store, provider: Provider,
     sid, reason, limits = request.session_id, request.reason, request.limits
     projection = project(store.context_snapshot(sid))
     compactor = ContextCompactor(provider, limits, request.system_prompt, request.tools,
-                                 request.instructions, request.timeout)
+                                 request.instructions, request.timeout, request.summary_model)
     # Both figures of a checkpoint come from the same estimate (§6.2): a provider-reported
     # usage would compare tokens of one tokenizer with tokens of another.
     parts = estimate(limits, RequestDraft(request.system_prompt, projection, request.tools))
@@ -126,8 +128,8 @@ async def compact_context(store: Store, provider: Provider,
                 crashpoints.reached("summary_in_flight")
                 summary = await compactor.summarize(plan, request.focus)
                 transcript = summary.transcript
-                candidate = compactor.candidate(plan, projection, summary.text, reason, before,
-                                                summary.budget.output_reserve, limit)
+                candidate = compactor.candidate(plan, projection, summary, reason, before,
+                                                limit)
             except PicochatError as exc:  # SummaryFailed, SummaryRejected
                 summary_error = exc
                 log.warning("summary_failed session=%s reason=%s kind=%s", sid, reason,
@@ -147,18 +149,20 @@ async def compact_context(store: Store, provider: Provider,
     try:
         checkpoint = await store.io(
             store.commit_context_checkpoint, sid, candidate.base_generation,
-            candidate.new_checkpoint(provider.info.provider_kind, provider.info.model))
+            candidate.new_checkpoint(*_made_by(provider, request, candidate.degraded)))
     except PicochatError as exc:  # StaleGeneration, StorageError: the old context stays
         return _failed(sid, reason, restore(store, sid), exc, summary_error, transcript,
                        before, summary_called)
+    facts = fact_ledger.counts(checkpoint.summary)
     log.info("compaction_committed session=%s checkpoint=%s generation=%d reason=%s "
              "tokens_before=%d tokens_after=%d first_retained_seq=%d degraded=%d kept_turns=%d "
-             "source_messages=%s omitted=%s truncated=%s", sid, checkpoint.id,
+             "source_messages=%s omitted=%s truncated=%s facts_kept=%d facts_dropped=%d",
+             sid, checkpoint.id,
              checkpoint.generation, reason, checkpoint.tokens_before, checkpoint.tokens_after,
              checkpoint.first_retained_seq, int(checkpoint.degraded), candidate.kept_turns,
              transcript.source_messages if transcript else None,
              transcript.omitted if transcript else None,
-             transcript.truncated if transcript else None)
+             transcript.truncated if transcript else None, facts.kept, facts.dropped)
     now = restore(store, sid)
     if not checkpoint.degraded:
         try:
@@ -169,6 +173,13 @@ async def compact_context(store: Store, provider: Provider,
                         exc.kind)
     return CompactOutcome(COMPACTED, reason, now, checkpoint, candidate.kept_turns, before, None,
                           summary_error, transcript, summary_called)
+
+
+def _made_by(provider: Provider, request: CompactRequest, degraded: bool) -> tuple[str, str]:
+    """The checkpoint's provider_kind and model: whoever wrote the summary (§6.2)."""
+    if request.summary_model is not None and not degraded:
+        provider = request.summary_model.provider
+    return provider.info.provider_kind, provider.info.model
 
 
 class TrimImpossible(PicochatError):

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from picochat import ledger as fact_ledger
 from picochat import tokens
 from picochat.budget import BudgetLimits, RequestDraft, estimate
 from picochat.compaction.candidate import CompactionCandidate, SummaryRejected, validate
@@ -19,12 +20,22 @@ from picochat.compaction.prompt import prompt_overhead, summary_request
 from picochat.compaction.transcript import SummaryBudget, Transcript, serialize, summary_budget
 from picochat.cutpoints import find_cut_point, group_turns
 from picochat.errors import PicochatError
+from picochat.ledger import Ledger
 from picochat.messages import Message
 from picochat.projection import ContextProjection
 from picochat.providers.base import Provider, Usage, collect
 from picochat.providers.errors import ProviderError
 
 MIN_SOURCE_TOKENS = 64   # a window leaving less than this for the transcript cannot summarize
+LEDGER_MARGIN = 8        # tokens kept free under the limit when the ledger fills the room
+
+
+def ledger_share(window: int) -> int:
+    """The exact-fact ledger's own share of the summary cap: as much again as the model's
+    text may take (§10.3's output reserve), so a summary can be both prose and facts."""
+    return min(2048, window // 4)
+
+
 SUMMARY_TIMEOUT_S = 600.0
 
 
@@ -81,6 +92,17 @@ class Summary:
     budget: SummaryBudget
     usage: Usage | None
     finish_reason: str | None
+    ledger: Ledger                # the exact facts of the previous ledger and the span
+
+
+@dataclass(frozen=True)
+class SummaryModel:
+    """The model that writes summaries when it is not the chat model
+    (`[context_compaction] summary_model`): its own provider, window and token family."""
+
+    provider: Provider
+    window: int
+    token_factor: float = 1.0
 
 
 class ContextCompactor:
@@ -88,8 +110,10 @@ class ContextCompactor:
 
     def __init__(self, provider: Provider, limits: BudgetLimits, system_prompt: str,
                  tools: tuple[Mapping[str, Any], ...] = (), instructions: str = "",
-                 timeout: float = SUMMARY_TIMEOUT_S) -> None:
+                 timeout: float = SUMMARY_TIMEOUT_S,
+                 summary_model: SummaryModel | None = None) -> None:
         self.provider = provider
+        self.summary_model = summary_model
         self.limits = limits
         self.system_prompt = system_prompt
         self.tools = tools
@@ -100,19 +124,24 @@ class ContextCompactor:
         return plan_compaction(projection, self.limits.counted(self.limits.keep_recent))
 
     async def summarize(self, plan: CompactionPlan, focus: str | None = None) -> Summary:
-        """One provider call: no tools, low temperature, output capped (§10.1)."""
-        overhead = tokens.scale(prompt_overhead(focus, self.instructions), self.limits.token_factor)
-        budget = summary_budget(self.limits.window, overhead)
+        """One provider call: no tools, low temperature, output capped (§10.1). The summary
+        model's window bounds the transcript; the summary lands in the chat model's context,
+        so the smaller window of the two bounds its cap."""
+        model = self.summary_model or SummaryModel(self.provider, self.limits.window,
+                                                   self.limits.token_factor)
+        overhead = tokens.scale(prompt_overhead(focus, self.instructions), model.token_factor)
+        budget = summary_budget(model.window, overhead,
+                                summary_budget(self.limits.window, 0).output_reserve)
         if budget.source_budget < MIN_SOURCE_TOKENS:
             raise SummaryFailed(
-                f"the model's window ({self.limits.window:,} tokens) is too small for a summary "
+                f"the model's window ({model.window:,} tokens) is too small for a summary "
                 "request", "use a model with a larger window")
         transcript = serialize(plan.previous_summary, plan.span,
-                               self.limits.counted(budget.source_budget))
+                               int(budget.source_budget / model.token_factor))
         request = summary_request(transcript.text, budget.output_reserve, focus,
                                   self.instructions)
         try:
-            reply = await collect(self.provider, request, self.timeout)
+            reply = await collect(model.provider, request, self.timeout)
         except TimeoutError:
             raise SummaryFailed(f"the summary call took longer than {self.timeout:g} s",
                                 "the previous context is unchanged; try again") from None
@@ -123,7 +152,30 @@ class ContextCompactor:
             raise SummaryRejected(
                 f"the summary was cut off at its cap of {budget.output_reserve:,} tokens",
                 "the previous context is unchanged; a truncated summary would lose facts")
-        return Summary(reply.text.strip(), transcript, budget, reply.usage, reply.finish)
+        return Summary(reply.text.strip(), transcript, budget, reply.usage, reply.finish,
+                       self.ledger_of(plan))
+
+    @staticmethod
+    def ledger_of(plan: CompactionPlan) -> Ledger:
+        """The previous checkpoint's ledger carried over the span this plan folds."""
+        return fact_ledger.carry(fact_ledger.parse(plan.previous_summary), plan.span)
+
+    def with_ledger(self, text: str, ledger: Ledger, projection: ContextProjection,
+                    limit: int) -> str:
+        """`text` with `ledger` under its Exact Facts, the ledger fitted to its share of the
+        summary cap and to the room `projection` (with the result as its summary) leaves under
+        `limit`: the oldest facts go first, and the summary says how many. The model's own
+        copies of a fact the ledger keeps are left out, so a fact is not paid for twice."""
+        budget = self.limits.counted(ledger_share(self.limits.window))
+        for _ in range(6):
+            fitted = fact_ledger.fit(ledger, max(0, budget))
+            merged = fact_ledger.merge_into(text, fitted)
+            over = self.tokens_of(dataclasses.replace(projection, summary=merged)) - limit
+            if over <= 0 or not fitted.facts:
+                return merged  # fits, or nothing left to evict: validate has the last word
+            budget = min(budget, tokens.count_text(fact_ledger.render_text(fitted))) \
+                - self.limits.counted(over) - LEDGER_MARGIN
+        return merged
 
     def kept_alone(self, plan: CompactionPlan, projection: ContextProjection) -> int:
         """The request size with the kept tail and no summary at all: the floor any summary
@@ -134,20 +186,32 @@ class ContextCompactor:
         """The estimated size of the next request over `projection` (the budget's own sum)."""
         return estimate(self.limits, RequestDraft(self.system_prompt, projection, self.tools)).total
 
-    def candidate(self, plan: CompactionPlan, projection: ContextProjection, summary: str,
-                  reason: str, tokens_before: int, output_reserve: int,
+    def candidate(self, plan: CompactionPlan, projection: ContextProjection, summary: Summary,
+                  reason: str, tokens_before: int,
                   limit: int | None = None) -> CompactionCandidate:
-        """The validated candidate of `plan` with `summary`; raises `SummaryRejected`.
+        """The validated candidate of `plan` with `summary` and its ledger; raises
+        `SummaryRejected`.
 
         `limit` is the size the result must reach: the threshold, or for overflow recovery
         the hard window (a real summary that fits beats dropping turns without one)."""
-        after = dataclasses.replace(projection, summary=summary, raw=plan.kept,
+        limit = self.limits.threshold if limit is None else limit
+        hint = "the previous context is unchanged; try /compact again or with another model"
+        if not summary.text.strip():  # a ledger alone is no summary
+            raise SummaryRejected("the model returned an empty summary", hint)
+        size = tokens.count_text(summary.text)
+        if size > summary.budget.output_reserve:  # the ledger's share is not the model's
+            raise SummaryRejected(f"the summary is {size:,} tokens, over its cap of "
+                                  f"{summary.budget.output_reserve:,}", hint)
+        after = dataclasses.replace(projection, raw=plan.kept,
                                     first_raw_seq=plan.first_retained_seq)
+        text = self.with_ledger(summary.text, summary.ledger, after,
+                                min(limit, tokens_before - 1))  # a compaction must shrink
+        after = dataclasses.replace(after, summary=text)
         candidate = CompactionCandidate(
             parent_checkpoint_id=plan.parent_checkpoint_id, base_generation=plan.base_generation,
-            summary=summary, first_retained_seq=plan.first_retained_seq,
+            summary=text, first_retained_seq=plan.first_retained_seq,
             source_max_seq=plan.source_max_seq, reason=reason, tokens_before=tokens_before,
             tokens_after=self.tokens_of(after), degraded=False, kept_turns=plan.kept_turns)
-        validate(candidate, [m.seq for m in projection.raw], plan.kept, output_reserve,
-                 self.limits.threshold if limit is None else limit)
+        cap = summary.budget.output_reserve + ledger_share(self.limits.window)
+        validate(candidate, [m.seq for m in projection.raw], plan.kept, cap, limit)
         return candidate

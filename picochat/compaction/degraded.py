@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from picochat import ledger as fact_ledger
 from picochat.budget import BudgetLimits
 from picochat.compaction.candidate import CompactionCandidate
 from picochat.compaction.compactor import ContextCompactor
@@ -30,7 +31,7 @@ def breadcrumb(turns: int, first_seq: int, last_seq: int, previous: str | None,
                      "left out too.")
     if previous:
         lines += ["", "The summary of the conversation before them, from an earlier checkpoint:",
-                  "", previous.strip()]
+                  "", fact_ledger.without_ledger(previous).strip()]
     return "\n".join(lines)
 
 
@@ -38,7 +39,8 @@ def trim_candidate(compactor: ContextCompactor, projection: ContextProjection,
                    tokens_before: int, reason: str = "overflow") -> CompactionCandidate | None:
     """Drop the fewest oldest whole turns that bring the request under the threshold (room for
     the answer), else under the hard window; an earlier summary is kept while anything fits
-    with it. None when even the newest turn alone does not fit or nothing older can go."""
+    with it, and the ledger of everything dropped fills what room is left. None when even the
+    newest turn alone does not fit or nothing older can go."""
     limits: BudgetLimits = compactor.limits
     turns = group_turns(projection.raw)
     previous_options = (projection.summary, None) if projection.summary else (None,)
@@ -47,10 +49,13 @@ def trim_candidate(compactor: ContextCompactor, projection: ContextProjection,
             for index in range(1, len(turns)):
                 dropped = [m for t in turns[:index] for m in t.messages]
                 kept = tuple(m for t in turns[index:] for m in t.messages)
-                summary = breadcrumb(index, dropped[0].seq, dropped[-1].seq, previous,
-                                     dropped_previous=bool(projection.summary) and not previous)
-                after = dataclasses.replace(projection, summary=summary, raw=kept,
-                                            first_raw_seq=kept[0].seq)
+                bare = breadcrumb(index, dropped[0].seq, dropped[-1].seq, previous,
+                                  dropped_previous=bool(projection.summary) and not previous)
+                after = dataclasses.replace(projection, raw=kept, first_raw_seq=kept[0].seq)
+                ledger = fact_ledger.carry(fact_ledger.parse(projection.summary), dropped)
+                summary = compactor.with_ledger(bare, ledger, after,
+                                                min(limit, tokens_before - 1))
+                after = dataclasses.replace(after, summary=summary)
                 size = compactor.tokens_of(after)
                 if size <= limit and size < tokens_before:  # a trim that grows is no trim
                     return CompactionCandidate(

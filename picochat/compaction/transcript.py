@@ -45,8 +45,11 @@ class SummaryBudget:
         return self.window - self.output_reserve - self.prompt_overhead - self.safety
 
 
-def summary_budget(window: int, prompt_overhead: int) -> SummaryBudget:
-    return SummaryBudget(window, min(2048, window // 4), min(512, window // 16), prompt_overhead)
+def summary_budget(window: int, prompt_overhead: int, cap: int | None = None) -> SummaryBudget:
+    """`cap`: a tighter output cap (the chat model's, when another model summarizes)."""
+    reserve = min(2048, window // 4)
+    return SummaryBudget(window, reserve if cap is None else min(reserve, cap),
+                         min(512, window // 16), prompt_overhead)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,417 @@
+"""The exact-fact ledger: the verbatim facts of everything a compaction folds, kept by picochat,
+not by the model (issue 19).
+
+A summary model may drop a port or a ticket id, however it is asked; a ledger cannot. When a
+compaction folds a span, `extract` finds its exact facts with fixed patterns (paths, URLs, ports,
+addresses, ids, versions, commands, settings, numbers with units, user corrections), each with
+the seq it came from. `carry` merges them into the previous checkpoint's ledger (a correction
+retires the fact it overrides), `fit` evicts the oldest facts to the ledger's share of the summary
+cap and counts them, and `merge_into` writes the ledger under the summary's `## Exact Facts`,
+after what the model wrote there. The ledger lives in the checkpoint's summary text, so the same
+span gives the same ledger and a restore needs nothing else; `parse` reads it back.
+
+In the summary the ledger is lines a reader can use as they are:
+
+    - #12: port 8443 · /etc/svc/api.toml · OPS-1234
+    - #31 correction: Actually, use port 9090 instead of 8080.
+    - (7 older exact facts, from messages up to #9, were dropped to fit; history_search finds them in the raw history)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from picochat import summary_contract as sc
+from picochat import tokens
+from picochat.messages import Message
+
+FACTS_HEADING = "Exact Facts"
+CORRECTION = "correction"
+SEP = " · "
+TOOL_FACTS = 8         # a tool result adds at most this many facts: a file read is not a fact list
+VALUE_CHARS = 160      # longer values (a long command) are cut, marked with …
+CORRECTION_CHARS = 200
+
+# One pattern, tried left to right at each position: the first alternative that matches wins, so
+# a URL is not also a path and an address with a port is not also a version.
+_FACT = re.compile(
+    r"(?P<url>\b(?:https?|ftp|wss?|ssh|git|postgres(?:ql)?|mysql|redis|mongodb)://[^\s<>\"'`|]+)"
+    r"|(?P<email>\b[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+\b)"
+    r"|(?P<uuid>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b)"
+    r"|(?P<ip>\b(?:\d{1,3}\.){3}\d{1,3}(?:/\d{1,2}|:\d{1,5})?\b)"
+    r"|(?P<hostport>\b(?=[\w.-]*[A-Za-z])[A-Za-z0-9][\w.-]*:\d{2,5}\b(?!:))"
+    r"|(?P<port>\bport\s*(?:[:=]|is|of|to|on)?\s*\d{2,5}\b)"
+    r"|(?P<path>(?<![\w/.])(?:~|\.{1,2})?/(?:[\w.@%+-]+/?)+|\b[\w.-]+\.(?:py|md|toml|json|rs|js|ts|"
+    r"tsx|jsx|yaml|yml|txt|sh|sql|db|cfg|ini|conf|env|html|css|go|c|h|cpp|hpp|java|kt|rb|php|"
+    r"lock|log|csv|xml|gguf|pem|key|crt|service|zip|tar|gz)\b)"
+    r"|(?P<setting>(?<![\w.=-])[A-Za-z_][\w.-]*=(?:\"[^\"\n]{0,80}\"|'[^'\n]{0,80}'|[^\s,;)\]]+))"
+    r"|(?P<version>\bv\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|\b\d+\.\d+\.\d+(?:[-+][\w.]+)?\b"
+    r"|\b[A-Za-z][\w.-]*(?:==|@)\d[\w.]*"
+    r"|\b(?i:version|python|node|go|rust|java|release)\s+v?\d+(?:\.\d+)+\b)"
+    r"|(?P<uid>\b[A-Z][A-Z0-9]*-\d+\b|(?<![\w&])#\d{2,}\b"
+    r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b"
+    r"|\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)+\b)"
+    r"|(?P<number>(?:[$€£]\s?\d[\d,]*(?:\.\d+)?|\b\d[\d,]*(?:\.\d+)?\s?(?:%|ms|µs|ns|s|sec|secs|"
+    r"seconds?|min|mins|minutes?|h|hrs?|hours?|days?|weeks?|KB|MB|GB|TB|KiB|MiB|GiB|TiB|"
+    r"tokens?|USD|EUR|GBP|req/s|rps|qps|px|°C|°F|cores?|CPUs?|GPUs?|workers?|replicas?|"
+    r"threads?|retries|items|rows|users|x))(?![\w/]))",
+)
+_CODE_SPAN = re.compile(r"`([^`\n]{2,%d})`" % VALUE_CHARS)
+_SHELL_FENCE = re.compile(r"```(?:bash|sh|shell|console|zsh|fish|powershell|cmd)\n(.*?)```", re.S)
+_PROMPT_LINE = re.compile(r"^\s*\$ (\S.{0,%d})$" % VALUE_CHARS, re.M)
+_CORRECTION_CUE = re.compile(
+    r"\b(?:actually|instead|correction|rather than|not what|(?:that's|that is|was|is) wrong|"
+    r"change (?:it|that|this)|scratch that|i meant|no longer|don't use|do not use|"
+    r"forget (?:the|that|about)|not \S+ but)\b|^\s*no[,.!]", re.I)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+# in a correction, a value right after one of these (or right before "is wrong") is overridden
+_RETIRES_BEFORE = re.compile(r"(?:instead of|rather than|\bnot|no longer|\bfrom|replac\w*|"
+                             r"don't use|do not use|forget(?: about)?|drop|remove)"
+                             r"(?:\s+(?:the|a|an|port|version|path|file|url|id|ticket|to))*\s*$",
+                             re.I)
+_RETIRES_AFTER = re.compile(r"^\W{0,2}\s*(?:is|was|are|were)\s+(?:wrong|outdated|obsolete|"
+                            r"incorrect|stale|gone|dead)", re.I)
+_TRAILING = ".,;:!?)]}>'\""
+
+_LINE = re.compile(r"^- #(\d+)( correction)?: (.+)$")
+_NOTE = re.compile(r"^- \((\d[\d,]*) older exact facts?, from messages up to #(\d+), "
+                   r"(?:was|were) dropped to fit; history_search finds them in the raw history\)$")
+_HEADING = re.compile(r"^## (.+?)\s*$")
+
+
+@dataclass(frozen=True)
+class Fact:
+    value: str
+    seq: int
+    kind: str  # "correction", or the kind of value: "port", "path", "setting", …
+
+    @property
+    def key(self) -> str:
+        """What makes two facts the same: the value, case and spacing aside."""
+        return " ".join(self.value.split()).casefold()
+
+
+@dataclass(frozen=True)
+class Ledger:
+    facts: tuple[Fact, ...] = ()   # oldest first
+    dropped: int = 0               # facts evicted so far, over every checkpoint of the chain
+    dropped_up_to: int = 0         # the newest seq among them
+    retired: int = field(default=0, compare=False)  # facts a correction overrode (this step)
+
+    @property
+    def kept(self) -> int:
+        return len(self.facts)
+
+
+# --- extraction -----------------------------------------------------------------------------------
+
+
+def extract(messages: Iterable[Message]) -> list[Fact]:
+    """Every exact fact of `messages`, in seq order, each value once (its latest mention)."""
+    found: list[Fact] = []
+    for m in messages:
+        found.extend(_facts_of(m))
+    return _latest_first_seen(found)
+
+
+def _facts_of(m: Message) -> list[Fact]:
+    text = m.content or ""
+    out: list[Fact] = []
+    if m.role == "user":
+        out.extend(Fact(s, m.seq, CORRECTION) for s in corrections(text))
+    values = list(_values(text))
+    for call in m.tool_calls or ():
+        args = (call.get("function") or {}).get("arguments")
+        if isinstance(args, str):
+            values.extend(_values(args))
+    if m.role == "tool":
+        values = values[:TOOL_FACTS]
+    out.extend(Fact(v, m.seq, k) for k, v in values)
+    return out
+
+
+def _values(text: str) -> Iterable[tuple[str, str]]:
+    """(kind, value) in order of appearance; a command or code span is one value, not also
+    the paths and settings inside it."""
+    if not text:
+        return
+    taken: list[tuple[int, int]] = []
+    for block in _SHELL_FENCE.finditer(text):
+        taken.append(block.span())
+        for line in block.group(1).splitlines():
+            line = line.strip().removeprefix("$ ").strip()
+            if line and not line.startswith("#"):
+                yield "command", _clip(line)
+    for m in _PROMPT_LINE.finditer(text):
+        taken.append(m.span())
+        yield "command", _clip(m.group(1).strip())
+    for m in _CODE_SPAN.finditer(text):
+        code = m.group(1).strip()
+        if code and not _inside(m.start(), taken):
+            taken.append(m.span())
+            yield "code", _clip(code)
+    for m in _FACT.finditer(text):
+        if taken and _inside(m.start(), taken):
+            continue
+        kind = m.lastgroup or "fact"
+        value = m.group(0)
+        if kind != "number" and not value.endswith(("\"", "'")):
+            value = value.rstrip(_TRAILING)
+        if kind == "number" and not any(c.isdigit() for c in value):
+            continue
+        if value:
+            yield kind, _clip(value)
+
+
+def _inside(at: int, spans: list[tuple[int, int]]) -> bool:
+    return any(a <= at < b for a, b in spans)
+
+
+def corrections(text: str) -> list[str]:
+    """The sentences of a user message that override something said before."""
+    if not _CORRECTION_CUE.search(text):
+        return []
+    return [_clip(" ".join(s.split()), CORRECTION_CHARS) for s in _SENTENCE.split(text)
+            if s.strip() and _CORRECTION_CUE.search(s)]
+
+
+def _clip(value: str, limit: int = VALUE_CHARS) -> str:
+    value = " ".join(value.replace(SEP.strip(), "-").split())
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def _latest_first_seen(facts: Sequence[Fact]) -> list[Fact]:
+    """One fact per key, at its latest mention, in the order of those mentions."""
+    last: dict[tuple[str, str], int] = {}
+    for i, f in enumerate(facts):
+        last[(f.kind == CORRECTION and CORRECTION or "", f.key)] = i
+    keep = sorted(last.values())
+    return [facts[i] for i in keep]
+
+
+# --- carrying a ledger forward ------------------------------------------------------------------
+
+
+def carry(previous: Ledger, span: Sequence[Message]) -> Ledger:
+    """`previous` plus the facts of `span`; a fact the span corrects is retired, and a value
+    mentioned again moves to its newer seq (so it is evicted later)."""
+    new = extract(span)
+    facts = list(previous.facts)
+    retired = 0
+    for fact in new:
+        if fact.kind == CORRECTION:
+            before = len(facts)
+            facts = [f for f in facts if f.kind == CORRECTION or not retires(fact.value, f)]
+            retired += before - len(facts)
+        elif fact.kind == "setting":
+            name = fact.value.split("=", 1)[0].casefold()
+            before = len(facts)
+            facts = [f for f in facts if not (f.kind == "setting" and f.key != fact.key
+                                              and f.value.split("=", 1)[0].casefold() == name)]
+            retired += before - len(facts)
+        facts.append(fact)
+    merged = _latest_first_seen(facts)
+    merged.sort(key=lambda f: f.seq)
+    return Ledger(tuple(merged), previous.dropped, previous.dropped_up_to, retired)
+
+
+def retires(correction: str, fact: Fact) -> bool:
+    """Whether `correction` overrides `fact`: it names the fact's value right after "instead
+    of", "not", "from", … or right before "is wrong"."""
+    low = correction.casefold()
+    names = {fact.key}
+    if fact.kind in ("port", "version") and " " in fact.key:  # "instead of 8080" names port 8080
+        names.add(fact.key.rsplit(" ", 1)[1].lstrip("v:="))
+    for value in names:
+        start = low.find(value)
+        while start >= 0:
+            end = start + len(value)
+            bounded = ((start == 0 or not low[start - 1].isalnum())
+                       and (end == len(low) or not low[end].isalnum()))
+            if bounded and (_RETIRES_BEFORE.search(low[max(0, start - 40):start])
+                            or _RETIRES_AFTER.match(low[end:end + 24])):
+                return True
+            start = low.find(value, start + 1)
+    return False
+
+
+# --- budget ------------------------------------------------------------------------------------
+
+
+def fit(ledger: Ledger, budget_tokens: int) -> Ledger:
+    """The ledger within `budget_tokens`: the oldest facts go first, and are counted."""
+    if not ledger.facts or tokens.count_text(render_text(ledger)) <= budget_tokens:
+        return ledger
+    # Walk from the newest fact back, adding each one's cost, then check the real count: only
+    # the facts that might fit are tokenized, however long the ledger is.
+    note = tokens.count_text(_note(ledger.dropped + len(ledger.facts), 10 ** 9)) + 1
+    room = budget_tokens - note
+    keep = 0
+    seen_seqs: set[int] = set()
+    for f in reversed(ledger.facts):
+        cost = tokens.count_text(f.value) + 2
+        if f.seq not in seen_seqs:
+            cost += 6  # "- #1234: " and the line break
+        if cost > room:
+            break
+        room -= cost
+        seen_seqs.add(f.seq)
+        keep += 1
+    while True:
+        kept = ledger.facts[len(ledger.facts) - keep:] if keep else ()
+        gone = ledger.facts[: len(ledger.facts) - keep]
+        fitted = Ledger(tuple(kept), ledger.dropped + len(gone),
+                        max([ledger.dropped_up_to] + [f.seq for f in gone]), ledger.retired)
+        if keep == 0 or tokens.count_text(render_text(fitted)) <= budget_tokens:
+            return fitted
+        keep -= 1
+
+
+# --- the ledger in a summary ------------------------------------------------------------------
+
+
+def render(ledger: Ledger) -> list[str]:
+    """The ledger's lines under `## Exact Facts`: one line per seq, corrections on their own."""
+    lines: list[str] = []
+    if ledger.dropped:
+        lines.append(_note(ledger.dropped, ledger.dropped_up_to))
+    group: list[str] = []
+    group_seq: int | None = None
+    for f in ledger.facts:
+        if f.kind == CORRECTION:
+            if group:
+                lines.append(f"- #{group_seq}: " + SEP.join(group))
+                group = []
+            lines.append(f"- #{f.seq} correction: {f.value}")
+            group_seq = None
+            continue
+        if f.seq != group_seq and group:
+            lines.append(f"- #{group_seq}: " + SEP.join(group))
+            group = []
+        group_seq = f.seq
+        group.append(f.value)
+    if group:
+        lines.append(f"- #{group_seq}: " + SEP.join(group))
+    return lines
+
+
+def render_text(ledger: Ledger) -> str:
+    return "\n".join(render(ledger))
+
+
+def _note(dropped: int, up_to: int) -> str:
+    one = dropped == 1
+    return (f"- ({dropped:,} older exact {'fact' if one else 'facts'}, from messages up to "
+            f"#{up_to}, {'was' if one else 'were'} dropped to fit; history_search finds them "
+            "in the raw history)")
+
+
+def parse(summary: str | None) -> Ledger:
+    """The ledger a summary carries (empty for a summary written before ledgers existed)."""
+    facts: list[Fact] = []
+    dropped = up_to = 0
+    for line in _section(summary or "", FACTS_HEADING):
+        if m := _NOTE.match(line):
+            dropped, up_to = int(m.group(1).replace(",", "")), int(m.group(2))
+        elif m := _LINE.match(line):
+            seq = int(m.group(1))
+            if m.group(2):
+                facts.append(Fact(m.group(3), seq, CORRECTION))
+            else:
+                facts.extend(Fact(v.strip(), seq, _kind(v.strip()))
+                             for v in m.group(3).split(SEP) if v.strip())
+    return Ledger(tuple(facts), dropped, up_to)
+
+
+def _kind(value: str) -> str:
+    m = _FACT.fullmatch(value)
+    return (m.lastgroup or "fact") if m else "fact"
+
+
+def merge_into(summary: str, ledger: Ledger) -> str:
+    """`summary` with the ledger under its `## Exact Facts`, after the model's own lines there;
+    a model line that repeats a ledger value, or imitates a ledger line, is left out."""
+    lines = summary.rstrip().splitlines()
+    start = _heading_at(lines, FACTS_HEADING)
+    if start is None:  # no such heading (a degraded breadcrumb): before the last one, or at the end
+        at = _heading_at(lines, sc.HEADINGS[-1])
+        if at is None:
+            lines += ["", f"## {FACTS_HEADING}"]
+            start = len(lines) - 1
+        else:
+            lines[at:at] = [f"## {FACTS_HEADING}", ""]
+            start = at
+    end = next((i for i in range(start + 1, len(lines)) if _HEADING.match(lines[i])), len(lines))
+    known = {f.key for f in ledger.facts if f.kind != CORRECTION}
+    own = [kept for line in lines[start + 1:end] if (kept := _model_line(line, known)) is not None]
+    ours = render(ledger)
+    body = [line for line in own if line.strip()]
+    if ours or len(body) > 1:
+        body = [line for line in body if line.strip() != "- (none)"]
+    body += ours
+    if not body:
+        body = ["- (none)"]
+    tail = lines[end:]
+    return "\n".join(lines[:start + 1] + body + ([""] + tail if tail else [])).rstrip()
+
+
+def _heading_at(lines: list[str], heading: str) -> int | None:
+    return next((i for i, line in enumerate(lines)
+                 if (h := _HEADING.match(line)) and h.group(1) == heading), None)
+
+
+def _model_line(line: str, known: set[str]) -> str | None:
+    """A model's line under Exact Facts without what the ledger already says; None to drop."""
+    stripped = line.strip()
+    if _LINE.match(stripped) or _NOTE.match(stripped) or stripped.startswith("- (") and \
+            "history_search finds them" in stripped:
+        return None
+    if not stripped.startswith("- ") or stripped == "- (none)":
+        return line
+    parts = [p for p in stripped[2:].split(SEP.strip()) if _norm(p) not in known]
+    parts = [p.strip() for p in parts if p.strip()]
+    return ("- " + " · ".join(parts)) if parts else None
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.strip().strip("`*_").strip(_TRAILING).split()).casefold()
+
+
+def _section(summary: str, heading: str) -> list[str]:
+    out: list[str] = []
+    inside = False
+    for line in summary.splitlines():
+        if h := _HEADING.match(line):
+            inside = h.group(1) == heading
+            continue
+        if inside:
+            out.append(line.strip())
+    return out
+
+
+def without_ledger(summary: str) -> str:
+    """`summary` with the ledger's lines taken out of `## Exact Facts` (a degraded checkpoint
+    carries an earlier summary's prose and writes the ledger again, merged)."""
+    out: list[str] = []
+    inside = False
+    for line in summary.splitlines():
+        if h := _HEADING.match(line):
+            inside = h.group(1) == FACTS_HEADING
+        elif inside and (_LINE.match(line.strip()) or _NOTE.match(line.strip())):
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class LedgerCounts:
+    kept: int
+    dropped: int
+
+
+def counts(summary: str | None) -> LedgerCounts:
+    """Facts a summary's ledger keeps and has dropped (for /info, the panel and export)."""
+    ledger = parse(summary)
+    return LedgerCounts(ledger.kept, ledger.dropped)
