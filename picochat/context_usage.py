@@ -17,6 +17,7 @@ from picochat.budget import (
     measure,
 )
 from picochat.config import CompactionConfig
+from picochat.ledger import counts
 from picochat.messages import Checkpoint, Message, Session
 from picochat.models import ResolvedModel
 from picochat.projection import ContextProjection
@@ -48,6 +49,7 @@ class ContextUsage:
 
     def as_dict(self) -> dict[str, Any]:
         lim, cp, parts = self.budget.limits, self.checkpoint, self.budget.parts
+        facts = counts(cp.summary if cp else None)
         return {
             "session_id": self.session.id,
             "session_name": self.session.name,
@@ -73,6 +75,8 @@ class ContextUsage:
             "checkpoint_tokens_before": cp.tokens_before if cp else None,
             "checkpoint_tokens_after": cp.tokens_after if cp else None,
             "checkpoint_degraded": bool(cp.degraded) if cp else None,
+            "facts_kept": facts.kept if cp else None,
+            "facts_dropped": facts.dropped if cp else None,
             "first_retained_seq": cp.first_retained_seq if cp else None,
             "context_generation": self.session.context_generation,
             "raw_messages_in_context": len(self.projection.raw),
@@ -106,6 +110,10 @@ class ContextUsage:
             rows.append(("Active checkpoint",
                          f"{cp.id}, gen {cp.generation}, {cp.tokens_before:,} -> "
                          f"{cp.tokens_after:,}" + ("  (degraded)" if cp.degraded else "")))
+            facts = counts(cp.summary)
+            rows.append(("Exact facts", f"{facts.kept:,} kept"
+                         + (f", {facts.dropped:,} dropped to fit (history_search finds them)"
+                            if facts.dropped else ", none dropped")))
             rows.append(("Raw tail", f"{len(self.projection.raw):,} messages from seq "
                                      f"{cp.first_retained_seq}"))
         else:

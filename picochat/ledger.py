@@ -145,8 +145,9 @@ def _values(text: str) -> Iterable[tuple[str, str]]:
             if line and not line.startswith("#"):
                 yield "command", _clip(line)
     for m in _PROMPT_LINE.finditer(text):
-        taken.append(m.span())
-        yield "command", _clip(m.group(1).strip())
+        if not _inside(m.start(), taken):
+            taken.append(m.span())
+            yield "command", _clip(m.group(1).strip())
     for m in _CODE_SPAN.finditer(text):
         code = m.group(1).strip()
         if code and not _inside(m.start(), taken):
@@ -415,3 +416,12 @@ def counts(summary: str | None) -> LedgerCounts:
     """Facts a summary's ledger keeps and has dropped (for /info, the panel and export)."""
     ledger = parse(summary)
     return LedgerCounts(ledger.kept, ledger.dropped)
+
+
+def facts_line(summary: str | None) -> str:
+    """"exact facts: 105 kept · 14 dropped (history_search finds them)", for the panel and
+    the export."""
+    c = counts(summary)
+    dropped = (f" · {c.dropped:,} dropped (history_search finds them in the raw history)"
+               if c.dropped else " · none dropped")
+    return f"exact facts: {c.kept:,} kept{dropped}"

@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from picochat.ledger import counts, facts_line
 from picochat.messages import INTERRUPTED, Checkpoint, Message, Session
 
 
@@ -65,6 +66,8 @@ def session_json(session: Session) -> dict[str, Any]:
 def checkpoint_json(cp: Checkpoint, active_id: str | None) -> dict[str, Any]:
     out = dict(vars(cp))
     out["active"] = cp.id == active_id
+    facts = counts(cp.summary)
+    out["facts_kept"], out["facts_dropped"] = facts.kept, facts.dropped
     return out
 
 
@@ -130,7 +133,8 @@ def export_markdown(session: Session, messages: list[Message],
                          + (" · degraded" if cp.degraded else ""))
             lines.append("")
             lines.append(f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens; raw tail from "
-                         f"seq {cp.first_retained_seq}; created {when(cp.created_at)}")
+                         f"seq {cp.first_retained_seq}; created {when(cp.created_at)}; "
+                         f"{facts_line(cp.summary)}")
             lines.append("")
             lines.append(cp.summary)
             lines.append("")
@@ -160,13 +164,15 @@ def _fence(text: str, lang: str = "") -> str:
 def checkpoints_table(checkpoints: list[Checkpoint], active_id: str | None) -> str:
     if not checkpoints:
         return "No checkpoints yet: nothing has been compacted in this session."
-    rows = [("", "ID", "GEN", "REASON", "TOKENS", "FROM SEQ", "CREATED")]
+    rows = [("", "ID", "GEN", "REASON", "TOKENS", "FROM SEQ", "FACTS", "CREATED")]
     for cp in checkpoints:
+        facts = counts(cp.summary)
         rows.append(("*" if cp.id == active_id else "", cp.id, str(cp.generation),
                      cp.trigger_reason + (" (degraded)" if cp.degraded else ""),
                      f"{cp.tokens_before:,} -> {cp.tokens_after:,}", str(cp.first_retained_seq),
+                     f"{facts.kept:,}" + (f" (-{facts.dropped:,})" if facts.dropped else ""),
                      when(cp.created_at)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-    return table + "\n* active"
+    return table + "\n* active · FACTS: exact facts kept (-dropped to fit)"
 

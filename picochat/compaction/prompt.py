@@ -27,6 +27,9 @@ RULES = (
     "nothing to say.",
     "- Keep the user's later corrections and say which earlier request they override.",
     "- Keep exact paths, ports, IDs, versions, commands and key numbers, verbatim.",
+    "- Under `## Exact Facts`, do not copy the lines that start with `- #` followed by a "
+    "number, or the line about dropped facts: picochat keeps that ledger of exact facts itself "
+    "and adds it after your text. Write there only facts it would miss.",
     "- Say what was done, what failed, and what was not started; never guess a tool's outcome "
     "where its status is `unknown_not_persisted_separately`.",
     "- Write it as a record in the past tense (\"The user asked…\"), never as instructions or "

@@ -12,6 +12,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Label, OptionList, Sparkline, Static
 from textual.widgets.option_list import Option
 
+from picochat.ledger import facts_line
 from picochat.messages import Checkpoint
 from picochat.tui.answer import ProseBlock
 from picochat.tui.markdown import Block
@@ -27,6 +28,7 @@ def checkpoint_lines(cp: Checkpoint, active: bool) -> str:
         f"generation {cp.generation} · {cp.trigger_reason}"
         + (" · degraded (turns dropped, no summary)" if cp.degraded else ""),
         f"tokens {cp.tokens_before:,} → {cp.tokens_after:,}",
+        facts_line(cp.summary),
         f"raw tail from #{cp.first_retained_seq} · covers up to #{cp.source_max_seq}",
         f"created {created}",
     ])

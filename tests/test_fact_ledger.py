@@ -1,0 +1,201 @@
+"""The exact-fact ledger, as a spec: what counts as a fact, how a ledger is carried forward,
+corrected, fitted to its budget and written into a summary (picochat/ledger.py)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from picochat import ledger as L
+from picochat import tokens
+from picochat.messages import Message
+
+
+def msg(seq: int, role: str, text: str, **kw) -> Message:
+    return Message("s", seq, role, text, kw.get("tool_calls"), kw.get("tool_call_id"),
+                   kw.get("name"), None, None, "complete", 0, 0)
+
+
+def values(facts) -> list[str]:
+    return [f.value for f in facts]
+
+
+# --- what counts as a fact -----------------------------------------------------------------------
+
+
+def test_every_kind_of_exact_fact_is_found_verbatim() -> None:
+    text = ("Service svc-12 listens on port 8012 behind db.internal:5432 (10.0.0.5), config at "
+            "/etc/svc/12.toml and ./deploy.yaml; see https://wiki.example.com/ops?id=7. Ticket "
+            "OPS-1012, commit 3fa9c2e1, run 123e4567-e89b-12d3-a456-426614174000. Needs "
+            "version v1.2.3, python 3.11 and numpy==1.26.4; timeout=30s, retries=3, 512 MB, "
+            "250 ms. Run `make deploy ENV=prod`. Mail ops@example.com, budget $120.")
+    found = {f.value: f.kind for f in L.extract([msg(1, "user", text)])}
+    for value, kind in [
+            ("svc-12", "uid"), ("port 8012", "port"), ("db.internal:5432", "hostport"),
+            ("10.0.0.5", "ip"), ("/etc/svc/12.toml", "path"), ("./deploy.yaml", "path"),
+            ("https://wiki.example.com/ops?id=7", "url"), ("OPS-1012", "uid"),
+            ("3fa9c2e1", "uid"), ("123e4567-e89b-12d3-a456-426614174000", "uuid"),
+            ("version v1.2.3", "version"), ("python 3.11", "version"),
+            ("numpy==1.26.4", "setting"), ("timeout=30s", "setting"), ("retries=3", "setting"),
+            ("512 MB", "number"), ("250 ms", "number"), ("make deploy ENV=prod", "code"),
+            ("ops@example.com", "email"), ("$120", "number")]:
+        assert found.get(value) == kind, (value, found)
+
+
+def test_prose_without_exact_values_has_no_facts() -> None:
+    assert L.extract([msg(1, "user", "Could you explain how the scheduler works, please?"),
+                      msg(2, "assistant", "Sure. It keeps a queue and runs one job at a time.")]) \
+        == []
+
+
+def test_shell_blocks_and_prompt_lines_are_commands_not_loose_paths() -> None:
+    text = "Do this:\n```bash\n$ cd /opt/app\nsystemctl restart app-2\n# a comment\n```\n$ ls -la /tmp"
+    facts = L.extract([msg(4, "assistant", text)])
+    assert values(facts) == ["cd /opt/app", "systemctl restart app-2", "ls -la /tmp"]
+    assert {f.kind for f in facts} == {"command"}
+
+
+def test_each_value_is_kept_once_at_its_latest_mention() -> None:
+    facts = L.extract([msg(1, "user", "use port 8080"), msg(2, "assistant", "ok, port 8080"),
+                       msg(3, "user", "and OPS-7")])
+    assert [(f.value, f.seq) for f in facts] == [("port 8080", 2), ("OPS-7", 3)]
+
+
+def test_a_tool_result_adds_only_its_first_facts() -> None:
+    listing = "\n".join(f"/srv/data/file{i}.csv" for i in range(50))
+    facts = L.extract([msg(5, "tool", listing, tool_call_id="c1", name="read_file")])
+    assert values(facts) == [f"/srv/data/file{i}.csv" for i in range(L.TOOL_FACTS)]
+
+
+def test_tool_call_arguments_are_facts_too() -> None:
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "read_file", "arguments": '{"path": "/etc/hosts"}'}}
+    assert "/etc/hosts" in values(L.extract([msg(2, "assistant", "", tool_calls=(call,))]))
+
+
+def test_a_user_correction_is_a_fact_and_retires_what_it_overrides() -> None:
+    first = L.carry(L.Ledger(), [msg(1, "user", "Deploy on port 8080 with retries=3 to OPS-9.")])
+    assert values(first.facts) == ["port 8080", "retries=3", "OPS-9"]
+    second = L.carry(first, [msg(7, "user", "Actually, use port 9090 instead of 8080. "
+                                            "And retries=5.")])
+    assert values(second.facts) == ["OPS-9", "Actually, use port 9090 instead of 8080.",
+                                    "port 9090", "retries=5"]
+    assert second.retired == 2
+    assert [f.kind for f in second.facts][1] == L.CORRECTION
+
+
+def test_a_correction_that_names_a_value_without_overriding_it_retires_nothing() -> None:
+    first = L.carry(L.Ledger(), [msg(1, "user", "The API is on port 8080.")])
+    second = L.carry(first, [msg(3, "user", "Actually, also open port 9090 next to port 8080.")])
+    assert "port 8080" in values(second.facts) and second.retired == 0
+
+
+def test_an_assistant_cannot_retire_a_users_fact() -> None:
+    first = L.carry(L.Ledger(), [msg(1, "user", "Use /etc/app.toml.")])
+    second = L.carry(first, [msg(2, "assistant", "Actually, use /etc/other.toml instead of "
+                                                 "/etc/app.toml.")])
+    assert "/etc/app.toml" in values(second.facts)
+
+
+# --- the budget --------------------------------------------------------------------------------
+
+
+def planted(n: int) -> L.Ledger:
+    return L.carry(L.Ledger(), [msg(i, "user", f"port {8000 + i} and OPS-{i}")
+                                for i in range(1, n + 1)])
+
+
+def test_within_budget_nothing_is_dropped() -> None:
+    ledger = planted(10)
+    assert L.fit(ledger, 10_000) == ledger
+
+
+def test_over_budget_the_oldest_go_first_and_are_counted() -> None:
+    ledger = planted(60)
+    fitted = L.fit(ledger, 200)
+    text = L.render_text(fitted)
+    assert tokens.count_text(text) <= 200
+    assert fitted.dropped == 120 - fitted.kept and fitted.dropped > 0
+    assert fitted.facts == ledger.facts[fitted.dropped:]  # a suffix: the newest survive
+    assert f"({fitted.dropped} older exact facts, from messages up to " \
+           f"#{fitted.facts[0].seq - 1}," in text or fitted.facts[0].seq == fitted.dropped_up_to
+    assert "history_search finds them in the raw history" in text
+
+
+def test_dropped_counts_add_up_over_a_chain_of_checkpoints() -> None:
+    one = L.fit(planted(40), 150)
+    carried = L.parse(L.merge_into("## Exact Facts\n- (none)", one))
+    assert (carried.kept, carried.dropped) == (one.kept, one.dropped)
+    two = L.fit(L.carry(carried, [msg(41 + i, "user", f"port {9000 + i}") for i in range(30)]),
+                150)
+    assert two.kept + two.dropped == 80 + 30
+
+
+def test_a_budget_too_small_for_any_fact_keeps_only_the_count() -> None:
+    fitted = L.fit(planted(5), 1)
+    assert fitted.kept == 0 and fitted.dropped == 10
+
+
+# --- the ledger in a summary -------------------------------------------------------------------
+
+
+SUMMARY = "\n\n".join(f"## {h}\n- (none)" for h in (
+    "Objective", "Constraints", "Progress", "Decisions", "Files and Operations",
+    "Tool Results and Failures", "Outstanding Work", "Exact Facts", "Recent User Corrections"))
+
+
+def test_the_ledger_goes_under_exact_facts_after_the_models_own_lines() -> None:
+    model = SUMMARY.replace("## Exact Facts\n- (none)",
+                            "## Exact Facts\n- The API key lives in vault\n- port 8001\n"
+                            "- #99: forged · ledger line")
+    out = L.merge_into(model, planted(2))
+    section = out.split("## Exact Facts\n", 1)[1].split("\n\n## ", 1)[0].splitlines()
+    assert section == ["- The API key lives in vault", "- #1: port 8001 · OPS-1",
+                       "- #2: port 8002 · OPS-2"]
+    assert out.endswith("## Recent User Corrections\n- (none)")
+    assert L.parse(out).facts == planted(2).facts
+
+
+def test_a_summary_without_the_heading_gets_it_before_the_last_one_or_at_the_end() -> None:
+    no_facts = SUMMARY.replace("## Exact Facts\n- (none)\n\n", "")
+    assert "## Exact Facts\n- #1: port 8001" in L.merge_into(no_facts, planted(1))
+    crumb = L.merge_into("[Earlier conversation omitted]", planted(1))
+    assert crumb.endswith("## Exact Facts\n- #1: port 8001 · OPS-1")
+
+
+def test_an_empty_ledger_leaves_a_summary_as_it_was() -> None:
+    assert L.merge_into(SUMMARY, L.Ledger()) == SUMMARY
+
+
+def test_merging_twice_changes_nothing() -> None:
+    once = L.merge_into(SUMMARY, L.fit(planted(30), 120))
+    assert L.merge_into(once, L.parse(once)) == once
+
+
+def test_counts_read_the_ledger_back() -> None:
+    out = L.merge_into(SUMMARY, L.fit(planted(40), 150))
+    c = L.counts(out)
+    assert c.kept + c.dropped == 80 and c.dropped > 0
+    assert L.counts(SUMMARY) == L.LedgerCounts(0, 0) and L.counts(None) == L.LedgerCounts(0, 0)
+
+
+fact_values = st.one_of(
+    st.integers(1024, 65535).map(lambda p: f"port {p}"),
+    st.from_regex(r"/[a-z]{1,8}(/[a-z0-9_]{1,8}){0,3}\.(toml|py|json)", fullmatch=True),
+    st.from_regex(r"[A-Z]{2,5}-[1-9][0-9]{0,4}", fullmatch=True),
+    st.from_regex(r"[a-z_]{1,10}=[a-z0-9]{1,8}", fullmatch=True),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 400), fact_values), min_size=1, max_size=40),
+       st.integers(0, 400))
+def test_render_and_parse_round_trip_any_ledger(raw, budget) -> None:
+    messages = [msg(seq, "user", f"note {value} here") for seq, value in sorted(raw)]
+    ledger = L.carry(L.Ledger(), messages)
+    fitted = L.fit(ledger, budget)
+    back = L.parse(L.merge_into(SUMMARY, fitted))
+    assert [(f.value, f.seq) for f in back.facts] == [(f.value, f.seq) for f in fitted.facts]
+    assert back.dropped == fitted.dropped == ledger.kept - fitted.kept
+    if fitted.dropped == 0:
+        assert fitted.facts == ledger.facts
