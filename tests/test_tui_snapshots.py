@@ -39,11 +39,12 @@ def fixed_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     s.close()
 
 
-def app_with_history(store, turns: int = 3, config: Config = CONFIG) -> PicochatApp:
+def app_with_history(store, turns: int = 3, config: Config = CONFIG,
+                     context: int = 12) -> PicochatApp:
     session = store.create_session("demo")
     for i in range(turns):
         store.append_message(session.id, "user", f"Question {i}: which port does service "
-                             f"{i} use? " + "Some context. " * 12, turn_id=f"t{i}")
+                             f"{i} use? " + "Some context. " * context, turn_id=f"t{i}")
         store.append_message(session.id, "assistant", f"Service **{i}** listens on port "
                              f"`{8000 + i}`.\n\n- started by `svc-{i}.service`\n- owner: "
                              "team blue", turn_id=f"t{i}")
@@ -86,7 +87,8 @@ def test_checkpoint_panel_after_compact(snap_compare, fixed_store):
         await pilot.press("f2")
         await pilot.pause(0.3)
 
-    assert snap(snap_compare, app_with_history(fixed_store, turns=6), before)
+    # enough context that a summary (with its ledger of ports and ids) is smaller than it
+    assert snap(snap_compare, app_with_history(fixed_store, turns=6, context=60), before)
 
 
 def test_info_card(snap_compare, fixed_store):
