@@ -1,0 +1,294 @@
+"""The summary quality gate (design §10.4, issue 19): junk never becomes a checkpoint.
+
+§10.4 only asked for a non-empty summary under its cap, and a real small model (SmolLM2-135M)
+passed that with replies that were no summary at all: the transcript echoed back down to its
+`TRANSCRIPT>>>` line, "I'm ready to continue the conversation", pages of `[1] [2] [3]`. Once
+committed, such a reply replaces the history it claims to summarize, and its facts are gone
+from what the model sees. `check_summary` names what is wrong, or returns the summary with its
+nine headings in canonical form, so later code (the fact ledger) can find `## Exact Facts`.
+
+Checks, in the order they are reported (the first that fails is the one the user reads):
+
+1. **echo**: the reply copies the transcript: one of its delimiters (`<<<TRANSCRIPT`, the
+   previous-summary markers, the summary message's own brackets) outside inline code, a record
+   header line such as `### #12 user` (or a bare `### #12`), or three consecutive content lines
+   that are also consecutive lines of the records (blank lines skipped, lines under 20
+   characters never counted). Never counted: lines of the previous summary (the model is told
+   to keep them), lines in code fences (a verbatim command or config is what the prompt asks
+   for), bullet lines (a user's own list kept as is; the offline summarizer's `- <sentence>`).
+   Two copied lines pass: a request and its answer quoted under one heading are a summary.
+2. **continuation**: the reply goes on with the chat instead of recording it: an unbulleted
+   `Assistant:` or `AI:` line; a `User:` or `Human:` line as the reply's last line (the next
+   turn, invented; elsewhere `User: postgres` may be a fact); a chat-template token
+   (`<|im_start|>`, `[INST]`, `<end_of_turn>`, `</s>`, …) at the start or end of an unbulleted
+   line outside code; more than one line, or one line over 120 characters, before the first
+   heading; or no heading at all and the reply talks to the reader in the first or second
+   person ("I'm ready to continue…"; quoted text excluded). A summary that says in prose that
+   "the user said …" passes.
+3. **cut_off**: the provider said `length`; or a code fence is left open; or the missing
+   headings are exactly the last ones and the reply is near its cap: ≥ 75 % of `max_tokens` by
+   picochat's tokenizer, because o200k counts a small model's output low (73–96 % of the cap
+   in ten replies SmolLM2 ended with `length`, six of them under 90 %).
+4. **headings**: one of the nine headings is missing or repeated (the fact ledger merges into
+   the one `## Exact Facts`); an empty reply fails here, unless the provider said `length`
+   (a reasoning model that spent its cap thinking was cut off).
+
+Echo and continuation come first because they say this model cannot do the job (retrying it
+rarely helps; another summary model does); a cut-off says the cap was too small, and explains
+the headings it lacks; missing headings are the catch-all. Every rejection is a
+`SummaryRejected`, so the caller's §17 handling (old context, old projection, or degraded) is
+the same as for the other §10.4 checks.
+
+Normalization: the nine headings become `## Heading` lines, written in any case, with `#` to
+`####`, bold (`**Objective**`, `**Objective:**`, `## **Objective**`), a number
+(`## 1. Objective`), a trailing colon (a bare name needs the colon: a line saying only
+`Progress` may be prose), or as a bold label with its text on the same line
+(`**Objective:** Deploy…`, split in two). Headings in code blocks do not count, but a
+```markdown fence around the whole reply is removed (a fence left open inside it is still
+caught by check 3). One short line before the first heading
+("Here is the summary:") is dropped, and the ends are trimmed. Nothing else changes, so the
+result passes the gate again unchanged. Headings out of order are accepted as they are.
+"""
+
+from __future__ import annotations
+
+import re
+
+from picochat import summary_contract as sc
+from picochat import tokens
+from picochat.compaction.candidate import SummaryRejected
+
+CHECKS = ("echo", "continuation", "cut_off", "headings")
+HINT = "the previous context is unchanged; try /compact again or use another model"
+CUT_OFF_HINT = "the previous context is unchanged; a truncated summary would lose facts"
+
+PREAMBLE_CHARS = 120      # one line this short before the first heading is a greeting, dropped
+ECHO_RUN = 3              # consecutive copied record lines that make an echo
+ECHO_MIN_CHARS = 20       # shorter lines ("Done.", "- (none)") are too common to call copied
+NEAR_CAP = 0.75           # see the module docstring, check 3
+
+_DELIMITERS = (sc.TRANSCRIPT_BEGIN, sc.TRANSCRIPT_END, sc.PREVIOUS_SUMMARY_BEGIN,
+               sc.PREVIOUS_SUMMARY_END, sc.SUMMARY_OPEN, sc.SUMMARY_CLOSE)
+_NAMES = "|".join(re.escape(h).replace(r"\ ", r"\s+") for h in sc.HEADINGS)
+_CANONICAL = {h.lower(): h for h in sc.HEADINGS}
+_HEADING = re.compile(
+    rf"^\s*(?P<hashes>#{{1,4}})?\s*(?:\d{{1,2}}[.)]\s*)?(?P<b1>\*\*|__)?\s*(?P<name>{_NAMES})"
+    r"\s*(?P<c1>:)?\s*(?P<b2>\*\*|__)?\s*(?P<c2>:)?\s*$", re.I)
+_LABEL = re.compile(  # **Objective:** text on the same line
+    rf"^\s*(?:#{{1,4}}\s*)?(?P<b1>\*\*|__)(?P<name>{_NAMES})\s*:?\s*(?P=b1)\s*:?\s+(?P<rest>\S.*)$",
+    re.I)
+_RECORD_HEADER = re.compile(r"^\s*(#{1,6}\s*#\d+)(?:\s+(user|assistant|tool|system)\b|\s|$)")
+_FENCE = re.compile(r"^\s*```")
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
+_SPEAKER = re.compile(r"^\s*(?:\*\*|__)?(user|assistant|human|ai)\s*(?:\*\*|__)?\s*:", re.I)
+_MODEL_SPEAKERS = ("assistant", "ai")
+_WRAPPER = re.compile(r"^\s*```\s*(?:markdown|md)?\s*$", re.I)
+_TEMPLATE = (r"<\|[a-z_]{2,20}\|>|\[/?INST\]|<(?:start|end)_of_turn>|</s>")
+_TEMPLATE_AT_EDGE = re.compile(rf"^\s*(?:{_TEMPLATE})|(?:{_TEMPLATE})\s*$", re.I)
+_BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s")
+_QUOTED = re.compile(r"\"[^\"\n]*\"|“[^”\n]*”")
+_ADDRESS = re.compile(r"\bI(?:'m|'ll|'ve|'d)?\b|(?i:\b(?:me|my|you|your|you're|let's)\b)")
+
+
+class SummaryJunk(SummaryRejected):
+    """A summary came back but is not one: `check` names which rule it broke."""
+
+    kind = "summary_rejected"
+
+    def __init__(self, message: str, hint: str | None = HINT, *, check: str) -> None:
+        if check not in CHECKS:
+            raise ValueError(f"unknown summary check {check!r}")
+        super().__init__(message, hint)
+        self.check = check
+
+
+def check_summary(text: str, transcript: str, *, max_tokens: int, finish: str | None) -> str:
+    """Return the summary normalized, or raise SummaryJunk naming the first failed check."""
+    lines = _unwrap(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+    fenced = _fenced(lines)
+    headings = {i: h for i, h in ((i, _heading(line)) for i, line in enumerate(lines))
+                if h and not fenced[i]}
+    labels = {i: m for i, line in enumerate(lines)
+              if not fenced[i] and i not in headings and (m := _LABEL.match(line))}
+    first = min([*headings, *labels], default=None)
+    found = [*headings.values(), *(_CANONICAL[_flat(m["name"])] for m in labels.values())]
+
+    _check_echo(lines, fenced, transcript)
+    _check_continuation(text, lines, fenced, first)
+    _check_cut_off(text, lines, found, max_tokens, finish)
+    _check_headings(text, found)
+
+    out: list[str] = []
+    for i, line in enumerate(lines[first:], start=first):
+        if i in headings:
+            out.append(f"## {headings[i]}")
+        elif i in labels:
+            out += [f"## {_CANONICAL[_flat(labels[i]['name'])]}", labels[i]["rest"].rstrip()]
+        else:
+            out.append(line)
+    return "\n".join(out).strip()
+
+
+# --- the four checks ------------------------------------------------------------------------
+
+
+def _check_echo(lines: list[str], fenced: list[bool], transcript: str) -> None:
+    outside = _INLINE_CODE.sub("", "\n".join(l for l, f in zip(lines, fenced) if not f))
+    for marker in _DELIMITERS:
+        if marker in outside:
+            raise SummaryJunk(f"the summary copies the transcript instead of summarizing it "
+                              f"(it contains the transcript's marker {marker!r})", check="echo")
+    for line, f in zip(lines, fenced):
+        if not f and (m := _RECORD_HEADER.match(line)):
+            header = " ".join(g for g in m.groups() if g)  # ids and a role: never its text
+            raise SummaryJunk(f"the summary copies the transcript instead of summarizing it "
+                              f"(it contains the record header {header!r})", check="echo")
+    run = _longest_copied_run([l for l, f in zip(lines, fenced) if not f], transcript)
+    if run >= ECHO_RUN:
+        raise SummaryJunk(f"the summary copies the transcript instead of summarizing it "
+                          f"({run} lines in a row are the conversation's own)", check="echo")
+
+
+def _check_continuation(text: str, lines: list[str], fenced: list[bool],
+                        first: int | None) -> None:
+    def junk(why: str) -> SummaryJunk:
+        return SummaryJunk(f"the model went on with the chat instead of summarizing it ({why})",
+                           check="continuation")
+
+    speakers = [(i, m[1].lower()) for i, (line, f) in enumerate(zip(lines, fenced))
+                if not f and (m := _SPEAKER.match(line))]
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for i, who in speakers:
+        # `User: postgres` may be a fact; a user line ending the reply is the model inventing
+        # what the user says next
+        if who in _MODEL_SPEAKERS or i == last:
+            name = "AI" if who == "ai" else who.capitalize()
+            raise junk(f"a line starts with '{name}:'")
+    for line, f in zip(lines, fenced):
+        if f:
+            continue
+        if not _bullet(line) and _TEMPLATE_AT_EDGE.search(_INLINE_CODE.sub("", line)):
+            raise junk("it contains a chat-template token")
+    if first is not None:
+        preamble = [line.strip() for line in lines[:first] if line.strip()]
+        if len(preamble) > 1 or (preamble and len(preamble[0]) > PREAMBLE_CHARS):
+            raise junk(f"{len(preamble)} line{'s' if len(preamble) > 1 else ''} of other text "
+                       "come before the first heading")
+    elif text.strip() and _ADDRESS.search(_QUOTED.sub("", text)):
+        raise junk("it talks to the reader and has none of the summary headings")
+
+
+def _check_cut_off(text: str, lines: list[str], found: list[str], max_tokens: int,
+                   finish: str | None) -> None:
+    if finish == "length":
+        raise SummaryJunk(f"the summary was cut off at its cap of {max_tokens:,} tokens",
+                          CUT_OFF_HINT, check="cut_off")
+    if sum(1 for line in lines if _FENCE.match(line)) % 2:
+        raise SummaryJunk("the summary was cut off inside a code block", CUT_OFF_HINT,
+                          check="cut_off")
+    present = set(found)
+    k = sum(1 for h in sc.HEADINGS if h in present)
+    tail_missing = 0 < k < len(sc.HEADINGS) and present == set(sc.HEADINGS[:k])
+    if tail_missing and max_tokens > 0 and tokens.count_text(text) >= NEAR_CAP * max_tokens:
+        raise SummaryJunk(f"the summary was cut off near its cap of {max_tokens:,} tokens, "
+                          f"before {_names(sc.HEADINGS[k:])}", CUT_OFF_HINT, check="cut_off")
+
+
+def _check_headings(text: str, found: list[str]) -> None:
+    if not text.strip():
+        raise SummaryJunk("the model returned an empty summary", check="headings")
+    missing = [h for h in sc.HEADINGS if h not in found]
+    if len(missing) == len(sc.HEADINGS):
+        raise SummaryJunk("the summary has none of the nine required headings "
+                          f"({', '.join(sc.HEADINGS)})", check="headings")
+    if missing:
+        raise SummaryJunk(f"the summary lacks {_names(missing)}", check="headings")
+    repeated = [h for h in sc.HEADINGS if found.count(h) > 1]
+    if repeated:
+        raise SummaryJunk(f"the summary repeats {_names(repeated)}", check="headings")
+
+
+# --- reading the text -----------------------------------------------------------------------
+
+
+def _heading(line: str) -> str | None:
+    """The canonical heading `line` stands for, or None. A bare name needs a colon to count:
+    a line that only says `Progress` may be prose."""
+    m = _HEADING.match(line)
+    if not m or bool(m["b1"]) != bool(m["b2"]):
+        return None
+    if not (m["hashes"] or m["b1"] or m["c1"] or m["c2"]):
+        return None
+    return _CANONICAL[_flat(m["name"])]
+
+
+def _unwrap(lines: list[str]) -> list[str]:
+    """The lines without a ```markdown fence around the whole summary (after at most one
+    preamble line): a wrapped summary is still a summary."""
+    body = [i for i, line in enumerate(lines) if line.strip()]
+    opens = [i for i in body[:2] if _WRAPPER.match(lines[i])]
+    if not opens or len(body) < 3 or lines[body[-1]].strip() != "```":
+        return lines
+    return lines[:opens[0]] + lines[opens[0] + 1:body[-1]] + lines[body[-1] + 1:]
+
+
+def _fenced(lines: list[str]) -> list[bool]:
+    """For each line, whether it sits inside (or opens or closes) a ``` code block."""
+    out, inside = [], False
+    for line in lines:
+        fence = bool(_FENCE.match(line))
+        out.append(inside or fence)
+        if fence:
+            inside = not inside
+    return out
+
+
+def _longest_copied_run(summary_lines: list[str], transcript: str) -> int:
+    """The most consecutive summary lines that are also consecutive record lines of
+    `transcript`. Blank lines are skipped on both sides; bullet lines, short lines and lines of
+    the previous summary never count."""
+    previous, records = _split_previous(transcript)
+    keep = set(_content(previous))
+    record_lines = [l for l in _content(records) if not _RECORD_HEADER.match(l)
+                    and l not in _DELIMITERS]
+    at: dict[str, list[int]] = {}
+    for j, line in enumerate(record_lines):
+        at.setdefault(line, []).append(j)
+
+    def copied(line: str) -> list[int]:
+        if (len(line) < ECHO_MIN_CHARS or line in keep or _bullet(line)
+                or line.lstrip("#").strip().lower() in _CANONICAL):
+            return []
+        return at.get(line, [])
+
+    best, runs = 0, {}  # runs: record index -> run length ending at the previous summary line
+    for line in _content("\n".join(summary_lines)):
+        runs = {j: runs.get(j - 1, 0) + 1 for j in copied(line)}
+        best = max(best, *runs.values(), 0)
+    return best
+
+
+def _split_previous(transcript: str) -> tuple[str, str]:
+    """(the previous summary block, the rest of the transcript)."""
+    if sc.PREVIOUS_SUMMARY_BEGIN in transcript and sc.PREVIOUS_SUMMARY_END in transcript:
+        head, rest = transcript.split(sc.PREVIOUS_SUMMARY_BEGIN, 1)
+        previous, tail = rest.split(sc.PREVIOUS_SUMMARY_END, 1)
+        return previous, head + tail
+    return "", transcript
+
+
+def _bullet(line: str) -> bool:
+    return bool(_BULLET.match(line))
+
+
+def _content(text: str) -> list[str]:
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+
+
+def _flat(name: str) -> str:
+    return " ".join(name.split()).lower()
+
+
+def _names(headings: tuple[str, ...] | list[str]) -> str:
+    word = "the heading" if len(headings) == 1 else "the headings"
+    return f"{word} {', '.join(headings)}"
