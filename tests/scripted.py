@@ -16,6 +16,7 @@ from picochat.providers.base import (
     Usage,
 )
 from picochat.providers.offline import reply_for
+from picochat import summary_contract as sc
 from picochat import tokens
 
 
@@ -127,3 +128,10 @@ class Streaming(Recorder):
         text = before + " " + after if after else before
         yield Usage(tokens.count_provider_messages(request.messages), tokens.count_text(text))
         yield Finish("stop")
+
+
+def well_formed(objective: str, **sections: str) -> str:
+    """A summary that passes the quality gate: the nine headings, `objective` under the first,
+    `sections` (by heading, spaces as underscores) under theirs, `- (none)` elsewhere."""
+    body = {"Objective": objective, **{k.replace("_", " "): v for k, v in sections.items()}}
+    return "\n\n".join(f"## {h}\n{body.get(h, '- (none)')}" for h in sc.HEADINGS)

@@ -19,7 +19,7 @@ from picochat.compaction.transcript import UNKNOWN_TOOL_STATUS, serialize, summa
 from picochat.messages import Message
 from picochat.projection import restore
 from picochat.providers.errors import ProviderUnavailable
-from tests.scripted import Recorder, waiter
+from tests.scripted import Recorder, waiter, well_formed
 
 FILLER = "The quick brown fox jumps over the lazy dog near port 8080. "
 
@@ -194,7 +194,8 @@ def test_a_failed_summary_commits_nothing_and_keeps_the_old_checkpoint(store):
 
 @pytest.mark.parametrize("summary, words", [
     ("   ", "empty summary"),
-    ("## Objective\n" + "word " * 3_000, "over its cap"),
+    ("\n".join(f"## {h}\n- ok" for h in sc.HEADINGS) + "\n" + "word " * 3_000,
+     "over its cap"),
 ])
 def test_candidate_checks_reject_bad_summaries(store, summary, words):
     s = store.create_session("c")
@@ -207,7 +208,7 @@ def test_candidate_checks_reject_bad_summaries(store, summary, words):
 def test_a_summary_that_does_not_shrink_the_context_is_rejected(store):
     s = store.create_session("g")
     talk(store, s.id, 3, words=10)
-    outcome = compact(store, Recorder(summaries=["## Objective\n" + "fact " * 900]), s.id,
+    outcome = compact(store, Recorder(summaries=[well_formed("fact " * 900)]), s.id,
                       keep=10)
     assert outcome.status == "failed" and "would not shrink" in outcome.error.message
 
@@ -364,7 +365,7 @@ def test_an_unusable_active_pointer_does_not_block_compaction_forever(store):
 def test_a_degraded_trim_keeps_the_earlier_summary_when_it_fits(store):
     s = store.create_session("keep-prev")
     talk(store, s.id, 10, words=60)
-    first = compact(store, Recorder(summaries=["## Objective\n- PORT=8443 for the api"]), s.id,
+    first = compact(store, Recorder(summaries=[well_formed("- PORT=8443 for the api")]), s.id,
                     window=4_096).checkpoint
     assert first is not None
     talk(store, s.id, 10, words=60, start=10)

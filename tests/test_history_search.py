@@ -13,11 +13,11 @@ from picochat.projection import restore
 from picochat.storage import open_store
 from picochat.storage.schema import MIGRATIONS
 from picochat.storage.store import fts_query
-from tests.scripted import Recorder
+from tests.scripted import Recorder, well_formed
 from tests.test_compaction_engine import talk
 
 
-def compact(store, sid, summary="## Objective\n- the user asked about many things"):
+def compact(store, sid, summary=well_formed("- the user asked about many things")):
     request = CompactRequest(session_id=sid, reason="manual",
                              limits=budget_limits(8_192, None, 1_024, 800), system_prompt="sys")
     return asyncio.run(compact_context(store, Recorder(summaries=[summary]), request))
@@ -25,17 +25,18 @@ def compact(store, sid, summary="## Objective\n- the user asked about many thing
 
 def test_a_fact_only_the_raw_log_still_holds_is_found_after_compaction(store):
     s = store.create_session("f")
-    fact = store.append_message(s.id, "user", "The vault token rotates every 37 days on "
-                                "host kv-prod-9.", turn_id="t0")
+    # prose, no exact value the fact ledger would keep: only the raw log holds it
+    fact = store.append_message(s.id, "user", "The vault token rotates every full moon on "
+                                "the kestrel host.", turn_id="t0")
     store.append_message(s.id, "assistant", "Noted.", turn_id="t0")
     talk(store, s.id, 10, start=1)
     outcome = compact(store, s.id)
     assert outcome.compacted and outcome.checkpoint.first_retained_seq > fact.seq
     projection = restore(store, s.id)
-    assert "kv-prod-9" not in str(projection.provider_messages("sys"))  # gone from the context
+    assert "kestrel" not in str(projection.provider_messages("sys"))  # gone from the context
     hits = store.search_messages(s.id, "which host has the vault token?")
     assert hits[0].seq == fact.seq and hits[0].role == "user"
-    assert "«kv»" in hits[0].snippet or "«vault»" in hits[0].snippet
+    assert "«host»" in hits[0].snippet or "«vault»" in hits[0].snippet
 
 
 def test_best_matches_first_limit_and_other_sessions_apart(store):
@@ -103,9 +104,10 @@ def test_upgrading_a_version_3_database_indexes_its_old_messages(tmp_path: Path)
 def test_timeline_recall_finds_an_earlier_summary(store):
     s = store.create_session("t")
     talk(store, s.id, 10)
-    first = compact(store, s.id, "## Exact Facts\n- the deploy key is in /etc/keys/deploy.pem")
+    first = compact(store, s.id, well_formed(
+        "- (none)", Exact_Facts="- the deploy key is in /etc/keys/deploy.pem"))
     talk(store, s.id, 10, start=10)
-    compact(store, s.id, "## Objective\n- later work on the frontend")
+    compact(store, s.id, well_formed("- later work on the frontend"))
     found = store.search_timeline(s.id, "where is the deploy key?")
     assert found[0] == (f"context_checkpoint:{first.checkpoint.id}", first.checkpoint.summary)
     assert store.search_timeline(s.id, "???") == []

@@ -126,7 +126,7 @@ async def compact_context(store: Store, provider: Provider,
             summary_called = True
             try:
                 crashpoints.reached("summary_in_flight")
-                summary = await compactor.summarize(plan, request.focus)
+                summary = await compactor.summarize(plan, request.focus, limit - floor)
                 transcript = summary.transcript
                 candidate = compactor.candidate(plan, projection, summary, reason, before,
                                                 limit)

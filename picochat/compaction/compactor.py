@@ -16,6 +16,7 @@ from picochat import ledger as fact_ledger
 from picochat import tokens
 from picochat.budget import BudgetLimits, RequestDraft, estimate
 from picochat.compaction.candidate import CompactionCandidate, SummaryRejected, validate
+from picochat.compaction.gate import check_summary
 from picochat.compaction.prompt import prompt_overhead, summary_request
 from picochat.compaction.transcript import SummaryBudget, Transcript, serialize, summary_budget
 from picochat.cutpoints import find_cut_point, group_turns
@@ -123,10 +124,12 @@ class ContextCompactor:
     def plan(self, projection: ContextProjection) -> CompactionPlan | None:
         return plan_compaction(projection, self.limits.counted(self.limits.keep_recent))
 
-    async def summarize(self, plan: CompactionPlan, focus: str | None = None) -> Summary:
-        """One provider call: no tools, low temperature, output capped (§10.1). The summary
-        model's window bounds the transcript; the summary lands in the chat model's context,
-        so the smaller window of the two bounds its cap."""
+    async def summarize(self, plan: CompactionPlan, focus: str | None = None,
+                        room: int | None = None) -> Summary:
+        """One provider call: no tools, low temperature, output capped (§10.1), and the reply
+        through the quality gate. The summary model's window bounds the transcript; the
+        summary lands in the chat model's context, so the smaller window of the two bounds
+        its cap. `room`: what the context leaves for the whole summary (see `prose_cap`)."""
         model = self.summary_model or SummaryModel(self.provider, self.limits.window,
                                                    self.limits.token_factor)
         overhead = tokens.scale(prompt_overhead(focus, self.instructions), model.token_factor)
@@ -138,8 +141,9 @@ class ContextCompactor:
                 "request", "use a model with a larger window")
         transcript = serialize(plan.previous_summary, plan.span,
                                int(budget.source_budget / model.token_factor))
-        request = summary_request(transcript.text, budget.output_reserve, focus,
-                                  self.instructions)
+        ledger = self.ledger_of(plan)
+        max_tokens = self.prose_cap(budget.output_reserve, ledger, room)
+        request = summary_request(transcript.text, max_tokens, focus, self.instructions)
         try:
             reply = await collect(model.provider, request, self.timeout)
         except TimeoutError:
@@ -148,12 +152,21 @@ class ContextCompactor:
         except ProviderError as exc:
             raise SummaryFailed(f"the summary call failed: {exc.message}",
                                 exc.hint or "the previous context is unchanged") from exc
-        if reply.finish == "length":
-            raise SummaryRejected(
-                f"the summary was cut off at its cap of {budget.output_reserve:,} tokens",
-                "the previous context is unchanged; a truncated summary would lose facts")
-        return Summary(reply.text.strip(), transcript, budget, reply.usage, reply.finish,
-                       self.ledger_of(plan))
+        text = check_summary(reply.text, transcript.text, max_tokens=max_tokens,
+                             finish=reply.finish)
+        return Summary(text, transcript, budget, reply.usage, reply.finish, ledger)
+
+    def prose_cap(self, reserve: int, ledger: Ledger, room: int | None) -> int:
+        """The model's output cap: facts first. When the context has less `room` for the
+        summary than prose and ledger could take, the prose gives way (to a third of its cap
+        at least): a fact cannot be rebuilt from prose, prose can be rebuilt from facts and
+        the raw history."""
+        if room is None:
+            return reserve
+        share = self.limits.counted(ledger_share(self.limits.window))
+        facts = tokens.count_text(fact_ledger.render_text(fact_ledger.fit(ledger, share)))
+        left = room - tokens.scale(facts, self.limits.token_factor) - LEDGER_MARGIN
+        return max(reserve // 3, min(reserve, left))
 
     @staticmethod
     def ledger_of(plan: CompactionPlan) -> Ledger:
