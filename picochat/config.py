@@ -51,6 +51,7 @@ class CompactionConfig:
     reserve_tokens: int = 16384
     keep_recent_tokens: int = 20000
     instructions: str = ""
+    summary_model: str | None = None  # None: the chat model writes the summaries
 
 
 @dataclass(frozen=True)
@@ -270,8 +271,8 @@ class _Validator:
 
     def compaction(self, entry: dict[str, Any]) -> CompactionConfig:
         table = "context_compaction"
-        self.unknown_keys(table, entry,
-                          ("enabled", "reserve_tokens", "keep_recent_tokens", "instructions"))
+        self.unknown_keys(table, entry, ("enabled", "reserve_tokens", "keep_recent_tokens",
+                                         "instructions", "summary_model"))
         d = CompactionConfig()
         enabled = entry.get("enabled", d.enabled)
         if not isinstance(enabled, bool):
@@ -279,11 +280,17 @@ class _Validator:
         reserve = self.opt_int(table, entry, "reserve_tokens", minimum=0)
         keep = self.opt_int(table, entry, "keep_recent_tokens", minimum=0)
         instructions = self.opt_str(table, entry, "instructions")
+        summary_model = self.opt_str(table, entry, "summary_model")
+        if summary_model is not None and not summary_model.strip():
+            raise self.fail(table, "summary_model", "is empty",
+                            'name a [models] key, a litellm model string or "offline", '
+                            "or remove the line to summarize with the chat model")
         return CompactionConfig(
             enabled=enabled,
             reserve_tokens=d.reserve_tokens if reserve is None else reserve,
             keep_recent_tokens=d.keep_recent_tokens if keep is None else keep,
             instructions=instructions or "",
+            summary_model=summary_model,
         )
 
     def tools(self, entry: dict[str, Any]) -> ToolsConfig:
@@ -382,22 +389,28 @@ STARTER_HEADER = """\
 """
 
 
+# Commented out under [context_compaction]: unset, the chat model writes the summaries.
+STARTER_SUMMARY_MODEL = """\
+# The model that writes summaries: a [models] key, a litellm model string, or "offline" (the
+# built-in extractive summarizer). Default: the chat model.
+# summary_model = "offline"
+"""
+
+
 def starter_config_text() -> str:
     """The text `config init` writes: comments, then the defaults as TOML (by tomli-w)."""
     import tomli_w
 
     d = Config()
-    body = {
-        "context_compaction": {
-            "enabled": d.context_compaction.enabled,
-            "reserve_tokens": d.context_compaction.reserve_tokens,
-            "keep_recent_tokens": d.context_compaction.keep_recent_tokens,
-            "instructions": d.context_compaction.instructions,
-        },
-        "tools": {"enabled": list(d.tools.enabled)},
-        "ui": {"theme": d.ui.theme},
-    }
-    return STARTER_HEADER + "\n" + tomli_w.dumps(body)
+    compaction = {"context_compaction": {
+        "enabled": d.context_compaction.enabled,
+        "reserve_tokens": d.context_compaction.reserve_tokens,
+        "keep_recent_tokens": d.context_compaction.keep_recent_tokens,
+        "instructions": d.context_compaction.instructions,
+    }}
+    rest = {"tools": {"enabled": list(d.tools.enabled)}, "ui": {"theme": d.ui.theme}}
+    return (STARTER_HEADER + "\n" + tomli_w.dumps(compaction) + STARTER_SUMMARY_MODEL + "\n"
+            + tomli_w.dumps(rest))
 
 
 def effective_config_text(config: Config) -> str:
@@ -414,7 +427,7 @@ def effective_config_text(config: Config) -> str:
         body["models"] = {n: drop_none(vars(m)) for n, m in config.models.items()}
     if config.agents:
         body["agents"] = {n: drop_none(vars(a)) for n, a in config.agents.items()}
-    body["context_compaction"] = dict(vars(config.context_compaction))
+    body["context_compaction"] = drop_none(vars(config.context_compaction))
     body["tools"] = {"enabled": list(config.tools.enabled)}
     body["ui"] = {"theme": config.ui.theme}
     source = str(config.source) if config.source else "built-in defaults (no config file)"

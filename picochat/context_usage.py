@@ -46,6 +46,7 @@ class ContextUsage:
     budget: ContextBudget
     projection: ContextProjection
     checkpoint: Checkpoint | None
+    summary_model: ResolvedModel | None = None  # None: the chat model writes the summaries
 
     def as_dict(self) -> dict[str, Any]:
         lim, cp, parts = self.budget.limits, self.checkpoint, self.budget.parts
@@ -55,6 +56,7 @@ class ContextUsage:
             "session_name": self.session.name,
             "model": self.model.name,
             "offline": self.model.offline,
+            "summary_model": self.summary_model.name if self.summary_model else None,
             "window_source": self.model.window_source,
             "configured_window_tokens": lim.configured_window,
             "effective_window_tokens": lim.window,
@@ -97,6 +99,8 @@ class ContextUsage:
         rows = [
             ("Session", f"{self.session.name} ({self.session.id})"),
             ("Model", model),
+            ("Summaries by", self.summary_model.label if self.summary_model
+             else "the chat model"),
             ("Context window", side(lim.window, lim.configured_window)
              + f"  [{self.model.window_source}]"),
             ("Reserve", side(lim.reserve, lim.configured_reserve)),
@@ -135,11 +139,13 @@ def context_usage(session: Session, projection: ContextProjection, model: Resolv
                   compaction: CompactionConfig, system_prompt: str,
                   checkpoint: Checkpoint | None, tools: tuple[Any, ...] = (),
                   calibration: Calibration | None = None,
-                  window_override: int | None = None) -> ContextUsage:
+                  window_override: int | None = None,
+                  summary_model: ResolvedModel | None = None) -> ContextUsage:
     budget = measure(limits_for(model, compaction, window_override),
                      RequestDraft(system_prompt, projection, tools), model.provider_kind,
                      model.model, calibration)
-    return ContextUsage(session, model, compaction.enabled, budget, projection, checkpoint)
+    return ContextUsage(session, model, compaction.enabled, budget, projection, checkpoint,
+                        summary_model)
 
 
 def limits_for(model: ResolvedModel, compaction: CompactionConfig,

@@ -115,6 +115,25 @@ def resolve_model(config: Config, name: str, origin: str | None = None) -> Resol
     )
 
 
+SUMMARY_MODEL_KEY = "[context_compaction] summary_model"
+
+
+def resolve_summary_model(config: Config) -> ResolvedModel | None:
+    """The model `[context_compaction] summary_model` names, None when unset (the chat model
+    summarizes). Resolved like the chat model, and its key checked now, so a bad setting is one
+    line before anything is written rather than a failed compaction later."""
+    name = config.context_compaction.summary_model
+    if name is None:
+        return None
+    resolved = resolve_model(config, name, _in_file(config, SUMMARY_MODEL_KEY))
+    missing = _missing_key(resolved)
+    if missing:
+        raise ConfigError(f"{_in_file(config, SUMMARY_MODEL_KEY)}: no API key for "
+                          f"{resolved.model}: {missing} is not set",
+                          f"export {missing}=…, or set summary_model to \"offline\"")
+    return resolved
+
+
 def provider_kind(model: str) -> str:
     if model == OFFLINE:
         return OFFLINE
@@ -177,14 +196,27 @@ def create_provider(resolved: ResolvedModel) -> Provider:
         from picochat.providers.offline import OfflineProvider
 
         return OfflineProvider()
-    from picochat.providers.litellm_provider import KEY_ENV, READ_TIMEOUT_S, LiteLLMProvider
+    from picochat.providers.litellm_provider import READ_TIMEOUT_S, LiteLLMProvider
 
+    missing = _missing_key(resolved)
+    if missing:
+        raise ConfigError(f"no API key for {resolved.model}: {missing} is not set",
+                          f"export {missing}=…, or use --model offline")
     key = os.environ.get(resolved.api_key_env) if resolved.api_key_env else None
-    implicit = KEY_ENV.get(resolved.provider_kind)
-    if key is None and not resolved.api_base and implicit and not os.environ.get(implicit):
-        raise ConfigError(f"no API key for {resolved.model}: {implicit} is not set",
-                          f"export {implicit}=…, or use --model offline")
     return LiteLLMProvider(model=resolved.model, provider_kind=resolved.provider_kind,
                            api_base=resolved.api_base, api_key=key,
                            api_key_env=resolved.api_key_env,
                            read_timeout=resolved.timeout or READ_TIMEOUT_S)
+
+
+def _missing_key(resolved: ResolvedModel) -> str | None:
+    """The env var a hosted model's key must be in, when it is not set (none: an `api_base`
+    server, a configured `api_key_env`, or a provider picochat knows no key variable for)."""
+    if resolved.offline or resolved.api_base:
+        return None
+    if resolved.api_key_env and os.environ.get(resolved.api_key_env):
+        return None
+    from picochat.providers.litellm_provider import KEY_ENV
+
+    implicit = KEY_ENV.get(resolved.provider_kind)
+    return implicit if implicit and not os.environ.get(implicit) else None

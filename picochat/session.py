@@ -46,11 +46,18 @@ from picochat.compaction.compact import (
     ContextMisfit,
     compact_context,
 )
+from picochat.compaction.candidate import SummaryRejected
+from picochat.compaction.compactor import SummaryModel
 from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextUsage, limits_for
 from picochat.errors import PicochatError
 from picochat.messages import INTERRUPTED, Message
-from picochat.models import ResolvedModel
+from picochat.models import (
+    SUMMARY_MODEL_KEY,
+    ResolvedModel,
+    create_provider,
+    resolve_summary_model,
+)
 from picochat.projection import ContextProjection, project, restore
 from picochat.agent_loop import (
     MAX_TOOL_STEPS,
@@ -142,6 +149,14 @@ TurnEvent = Union[TurnStarted, TextDelta, CompactionStarted, Compacted, ToolRan,
 TurnOutcome = Union[TurnFinished, TurnFailed]
 
 
+def summary_model_advice(times: int, chat_offline: bool) -> str:
+    """What to do when the chat model's summaries fail the checks: summarize with another."""
+    failed = ("the chat model's summary failed the quality check" if times == 1 else
+              f"the chat model's summaries failed the quality check {times} times in a row")
+    example = "a [models] key" if chat_offline else '"offline" or a stronger model'
+    return f"{failed}: set {SUMMARY_MODEL_KEY} (e.g. {example}) to summarize with another model"
+
+
 def _internal(exc: Exception, session_id: str, turn_id: str) -> PicochatError:
     """A bug inside a turn, logged with its traceback (code locations, no text) and turned
     into the one line the user sees, so the turn still ends in an outcome."""
@@ -228,11 +243,16 @@ class SessionWorker:
     def __init__(self, store: Store, session_id: str, model: ResolvedModel, provider: Provider,
                  system_prompt: str, total_timeout: float = TOTAL_TIMEOUT_S,
                  compaction: CompactionConfig = CompactionConfig(),
-                 tools: tuple[dict[str, Any], ...] = (), tool_root: Path | None = None) -> None:
+                 tools: tuple[dict[str, Any], ...] = (), tool_root: Path | None = None,
+                 summary_model: ResolvedModel | None = None,
+                 summary_provider: Provider | None = None) -> None:
         self.store = store
         self.session_id = session_id
         self.model = model
         self.provider = provider
+        self.summary_model = summary_model        # None: the chat model writes the summaries
+        self._summary_provider = summary_provider  # opened on the first summary, closed with us
+        self.rejected_in_a_row = 0  # summaries rejected since the last real checkpoint
         self.system_prompt = system_prompt
         self.total_timeout = total_timeout
         self.compaction = compaction
@@ -253,12 +273,14 @@ class SessionWorker:
     def from_config(cls, store: Store, session_id: str, model: ResolvedModel,
                     provider: Provider, config: Config) -> "SessionWorker":
         """The worker the CLI and the app both run: the session's own system prompt (else the
-        agent's), the model's timeout, the compaction settings and the enabled tools."""
+        agent's), the model's timeout, the compaction settings (summary model included) and
+        the enabled tools."""
         own = store.session(session_id).system_prompt
         return cls(store, session_id, model, provider,
                    config.agent.system_prompt if own is None else own,
                    total_timeout=model.timeout or TOTAL_TIMEOUT_S,
-                   compaction=config.context_compaction, tools=schemas(config.tools.enabled))
+                   compaction=config.context_compaction, tools=schemas(config.tools.enabled),
+                   summary_model=resolve_summary_model(config))
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -299,6 +321,8 @@ class SessionWorker:
             await asyncio.wait([self._task])
             self._task = None
         await self.provider.aclose()
+        if self._summary_provider is not None:
+            await self._summary_provider.aclose()
 
     async def __aenter__(self) -> "SessionWorker":
         return await self.start()
@@ -423,7 +447,8 @@ class SessionWorker:
         snapshot = self.store.context_snapshot(self.session_id)
         projection = project(snapshot)
         return ContextUsage(snapshot.session, self.model, self.compaction.enabled,
-                            self.budget(projection), projection, snapshot.checkpoint)
+                            self.budget(projection), projection, snapshot.checkpoint,
+                            self.summary_model)
 
     def set_system_prompt(self, prompt: str | None, default: str) -> "asyncio.Future[str]":
         """`/system`: saved with the session (None: back to `default`), queued so a running
@@ -463,8 +488,39 @@ class SessionWorker:
             system_prompt=self.system_prompt, tools=self.tools, focus=focus,
             instructions=self.compaction.instructions, try_summary=try_summary,
             degraded_fallback=degraded_fallback,
-            timeout=self.total_timeout)
-        return await compact_context(self.store, self.provider, request)
+            timeout=self.total_timeout, summary_model=self._summarizer())
+        outcome = await compact_context(self.store, self.provider, request)
+        self._tally(outcome)
+        return outcome
+
+    def _summarizer(self) -> SummaryModel | None:
+        """`[context_compaction] summary_model` as the compactor takes it; its provider is
+        opened on the first summary. Its own window bounds the transcript (the agent's
+        token_limit is the chat context's, not the summarizer's)."""
+        if self.summary_model is None:
+            return None
+        if self._summary_provider is None:
+            self._summary_provider = create_provider(self.summary_model)
+        return SummaryModel(self._summary_provider, self.summary_model.model_window,
+                            self.summary_model.token_factor)
+
+    def _tally(self, outcome: CompactOutcome) -> None:
+        """Count the summaries rejected in a row (a real checkpoint resets the count). While
+        the chat model writes them, a rejection's hint names the setting that hands the job
+        to another model, so every front end's failure line says what to do about it."""
+        if outcome.compacted and not outcome.degraded:
+            self.rejected_in_a_row = 0
+            return
+        rejected = next((e for e in (outcome.error, outcome.summary_error)
+                         if isinstance(e, SummaryRejected)), None)
+        if rejected is None or not outcome.summary_called:  # no summary was written to judge
+            return
+        self.rejected_in_a_row += 1
+        log.info("summary_rejected_in_a_row session=%s count=%d summary_model=%s",
+                 self.session_id, self.rejected_in_a_row, self.summary_model is not None)
+        if self.summary_model is None:  # this error is the outcome's own: extend its hint
+            advice = summary_model_advice(self.rejected_in_a_row, self.model.offline)
+            rejected.hint = f"{rejected.hint}; {advice}" if rejected.hint else advice
 
     # --- one turn ------------------------------------------------------------------------------
 

@@ -48,7 +48,8 @@ def _write(path: Path, text: str | bytes) -> bytes:
 
 MODEL_KEYS = ("model", "api_base", "api_key_env", "token_limit", "timeout")
 TOP_KEYS = ("default_model", "models", "agents", "context_compaction", "tools", "ui")
-COMPACTION_KEYS = ("enabled", "reserve_tokens", "keep_recent_tokens", "instructions")
+COMPACTION_KEYS = ("enabled", "reserve_tokens", "keep_recent_tokens", "instructions",
+                   "summary_model")
 TOOLS = ("history_search", "timeline_recall", "read_file")
 
 BAD_CONFIGS = {

@@ -222,10 +222,14 @@ def _worker(app: App, session: Session, resolved: Any, provider: Any) -> Any:
 
 
 def _model(app: App, session: Session | None) -> Any:
-    from picochat.models import choose_model, resolve_model
+    """The chat model; a bad `[context_compaction] summary_model` fails here too, before
+    anything is written (the worker resolves it again)."""
+    from picochat.models import choose_model, resolve_model, resolve_summary_model
 
     name, origin = choose_model(app.config, app.opt("model"), session.model if session else None)
-    return resolve_model(app.config, name, origin)
+    resolved = resolve_model(app.config, name, origin)
+    resolve_summary_model(app.config)
+    return resolved
 
 
 async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: str) -> int:
@@ -478,6 +482,7 @@ def _uncompact(app: App, session: Session) -> int:
 
 def cmd_info(app: App) -> int:
     from picochat.context_usage import context_usage
+    from picochat.models import resolve_summary_model
     from picochat.projection import project
 
     session = app.session()
@@ -488,7 +493,8 @@ def cmd_info(app: App) -> int:
 
     usage = context_usage(snapshot.session, project(snapshot), resolved,
                           config.context_compaction, config.agent.system_prompt,
-                          snapshot.checkpoint, schemas(config.tools.enabled))
+                          snapshot.checkpoint, schemas(config.tools.enabled),
+                          summary_model=resolve_summary_model(config))
     if app.opt("json"):
         dump_json(usage.as_dict())
     else:
