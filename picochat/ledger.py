@@ -31,6 +31,7 @@ FACTS_HEADING = "Exact Facts"
 CORRECTION = "correction"
 SEP = " · "
 TOOL_FACTS = 8         # a tool result adds at most this many facts: a file read is not a fact list
+# An answer adds no numbers with units and no bare code words (`--model`): those are talk.
 VALUE_CHARS = 160      # longer values (a long command) are cut, marked with …
 CORRECTION_CHARS = 200
 
@@ -79,6 +80,7 @@ _LINE = re.compile(r"^- #(\d+)( correction)?: (.+)$")
 _NOTE = re.compile(r"^- \((\d[\d,]*) older exact facts?, from messages up to #(\d+), "
                    r"(?:was|were) dropped to fit; history_search finds them in the raw history\)$")
 _HEADING = re.compile(r"^## (.+?)\s*$")
+_SEQ_PREFIX = re.compile(r"^\s*#\d+(?: correction)?:\s*")
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,9 @@ def _facts_of(m: Message) -> list[Fact]:
             values.extend(_values(args))
     if m.role == "tool":
         values = values[:TOOL_FACTS]
+    elif m.role == "assistant":  # the user's numbers are requirements, the model's are talk
+        values = [(k, v) for k, v in values if k != "number"
+                  and (k != "code" or any(c in v for c in " /=."))]
     out.extend(Fact(v, m.seq, k) for k, v in values)
     return out
 
@@ -371,9 +376,11 @@ def _model_line(line: str, known: set[str]) -> str | None:
         return None
     if not stripped.startswith("- ") or stripped == "- (none)":
         return line
-    parts = [p for p in stripped[2:].split(SEP.strip()) if _norm(p) not in known]
-    parts = [p.strip() for p in parts if p.strip()]
-    return ("- " + " · ".join(parts)) if parts else None
+    # a piece copied from a ledger line ("#12: port 8080") loses its seq: only the ledger
+    # writes seqs, so a model's line can never be read back as part of the ledger
+    parts = [_SEQ_PREFIX.sub("", p).strip() for p in stripped[2:].split(SEP.strip())]
+    parts = [p for p in parts if p and _norm(p) not in known]
+    return ("- " + SEP.join(parts)) if parts else None
 
 
 def _norm(text: str) -> str:

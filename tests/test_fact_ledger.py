@@ -199,3 +199,20 @@ def test_render_and_parse_round_trip_any_ledger(raw, budget) -> None:
     assert back.dropped == fitted.dropped == ledger.kept - fitted.kept
     if fitted.dropped == 0:
         assert fitted.facts == ledger.facts
+
+
+def test_an_answer_adds_its_paths_and_commands_but_not_its_talk() -> None:
+    answer = ("Your request was about 1,592 tokens. Set it with `--model` or run "
+              "`picochat config init`; the file is /etc/app.toml.")
+    assert values(L.extract([msg(2, "assistant", answer)])) == [
+        "picochat config init", "/etc/app.toml"]
+    assert "1,592 tokens" in values(L.extract([msg(1, "user", answer)]))
+
+
+def test_pieces_a_model_copied_from_the_ledger_never_read_back_as_ledger_lines() -> None:
+    # an extractive summarizer split a ledger line on " · " and joined the pieces again
+    model = SUMMARY.replace("## Exact Facts\n- (none)", "## Exact Facts\n"
+                            "- /etc/a.toml · #10: port 8005 · #12: port 8006 · OPS-3")
+    out = L.merge_into(model, L.carry(L.Ledger(), [msg(12, "user", "port 8006")]))
+    assert "- /etc/a.toml · port 8005 · OPS-3\n- #12: port 8006" in out
+    assert [(f.value, f.seq) for f in L.parse(out).facts] == [("port 8006", 12)]

@@ -37,9 +37,13 @@ def compaction_note(outcome: Any) -> str | None:
     there was nothing to compact (the turn's own error then says why it failed)."""
     cp = outcome.checkpoint
     if outcome.compacted:
-        kind = "degraded: older turns left out, no summary" if cp.degraded else outcome.reason
-        return (f"context compacted ({kind}): {cp.tokens_before:,} -> {cp.tokens_after:,} "
+        kind = ("degraded: older turns left out with their exact facts, no summary"
+                if cp.degraded else outcome.reason)
+        line = (f"context compacted ({kind}): {cp.tokens_before:,} -> {cp.tokens_after:,} "
                 f"tokens; kept {outcome.kept_turns} turns from seq {cp.first_retained_seq}")
+        if cp.degraded and outcome.summary_error is not None:  # why there is no summary
+            line += f"; no summary because {outcome.summary_error.user_line()}"
+        return line
     if outcome.error is not None:
         if outcome.reason == "overflow":
             return None  # the turn fails, and its error says why

@@ -439,7 +439,10 @@ class PicochatApp(App[None]):
     async def compacted(self, outcome: Any, announce: bool) -> None:
         if outcome.compacted:
             await self.checkpoint_moved()
-            if announce:
+            if announce and outcome.degraded:  # no summary: say why, and what to do
+                self.notify(literal(report.compaction_note(outcome) or ""), severity="warning",
+                            title="Context compacted without a summary")
+            elif announce:
                 cp = outcome.checkpoint
                 self.notify(literal(f"{outcome.reason} compaction: {cp.tokens_before:,} → "
                                     f"{cp.tokens_after:,} tokens"), title="Context compacted")

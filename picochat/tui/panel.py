@@ -26,7 +26,7 @@ def checkpoint_lines(cp: Checkpoint, active: bool) -> str:
     return "\n".join([
         f"{'Active' if active else 'Earlier'} checkpoint {cp.id}",
         f"generation {cp.generation} · {cp.trigger_reason}"
-        + (" · degraded (turns dropped, no summary)" if cp.degraded else ""),
+        + (" · degraded (turns dropped with their exact facts kept, no summary)" if cp.degraded else ""),
         f"tokens {cp.tokens_before:,} → {cp.tokens_after:,}",
         facts_line(cp.summary),
         f"raw tail from #{cp.first_retained_seq} · covers up to #{cp.source_max_seq}",
