@@ -2,12 +2,14 @@
 
 Facts are the last thing a capped summary gives up, they are the ledger's facts in the ledger's
 own lines, they carry forward from summary to summary, and the same request always gets the
-same summary.
+same summary. The planted-facts run of the issue goes through the real session engine.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +18,13 @@ from picochat import ledger as fact_ledger
 from picochat import summary_contract as sc
 from picochat import tokens
 from picochat.compaction.transcript import serialize
+from picochat.config import load_config
 from picochat.messages import COMPLETE, Message
+from picochat.models import resolve_model
+from picochat.projection import restore
 from picochat.providers.base import ProviderRequest
-from picochat.providers.offline import reply_for
+from picochat.providers.offline import OfflineProvider, reply_for
+from picochat.session import SessionWorker
 
 BIG = 100_000  # a transcript budget that cuts nothing
 
@@ -182,3 +188,91 @@ def test_the_same_request_gets_the_same_summary_in_any_process():
     assert outputs == {here}
     assert here == summary_of(span, previous, cap=300)
     assert "dropped to fit" in here  # the run did have to evict facts, deterministically
+
+
+# --- the issue's planted-facts run, through the engine --------------------------------------------
+
+SMALL = """\
+default_model = "small"
+
+[models.small]
+model = "offline"
+token_limit = 3000
+
+[context_compaction]
+reserve_tokens = 1024
+keep_recent_tokens = 600
+"""
+TICKET = re.compile(r"\bOPS-\d+\b")
+
+
+class Recording(OfflineProvider):
+    """The offline model, keeping every chat request and every summary it wrote."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.turns: list[ProviderRequest] = []
+        self.summaries: list[tuple[str, str, int]] = []  # (transcript, reply, cap)
+
+    def stream(self, request: ProviderRequest):
+        if request.purpose == "summary":
+            text = "\n".join(str(m.get("content") or "") for m in request.messages)
+            self.summaries.append((text.split(sc.TRANSCRIPT_BEGIN, 1)[1], reply_for(request),
+                                   request.max_tokens))
+        else:
+            self.turns.append(request)
+        return super().stream(request)
+
+
+def test_forty_planted_turns_keep_every_folded_fact_while_the_ledger_has_room(store, tmp_path):
+    (tmp_path / "config.toml").write_text(SMALL)
+    config = load_config(tmp_path / "config.toml")
+    model = resolve_model(config, "small")
+    provider = Recording()
+    sid = store.create_session("planted").id
+    within = beyond = 0
+
+    async def run() -> None:
+        nonlocal within, beyond
+        async with SessionWorker.from_config(store, sid, model, provider, config) as w:
+            for i in range(1, 41):
+                handle = w.submit_turn(planted(i))
+                [e async for e in handle]
+                await handle.result()
+                received = "\n".join(str(m.get("content") or "")
+                                     for m in provider.turns[-1].messages)
+                context = restore(store, sid)
+                users = [m for m in store.history(sid) if m.role == "user"]
+                folded = [(n, m.seq) for n, m in enumerate(users, 1)
+                          if context.first_raw_seq and m.seq < context.first_raw_seq]
+                ledger = fact_ledger.parse(context.summary)
+                for n, seq in folded:
+                    if not ledger.dropped or seq > ledger.dropped_up_to:
+                        for fact in facts_of(n):
+                            assert fact in received, (i, n, fact)
+                if folded and not ledger.dropped:
+                    within = len(folded)
+                elif ledger.dropped:
+                    beyond += 1
+                # no half ticket id ("OPS-10" of OPS-1012) ever reaches the model
+                assert set(TICKET.findall(received)) <= {f"OPS-{1000 + n}" for n in range(1, 41)}
+
+    asyncio.run(run())
+    checkpoints = store.checkpoints(sid)
+    # each compaction frees room for several turns (the old summary grew until it re-triggered
+    # one every turn), and none had to fall back to dropping turns
+    assert len(checkpoints) <= 15 and not any(c.degraded for c in checkpoints)
+    assert within >= 20  # 100 % of 20+ folded turns while the ledger had room
+    assert beyond  # and the run went past it, where the newest facts were still all there
+    # item 5 itself: each summary the offline model wrote kept every fact of its transcript,
+    # or filled its cap with the newest ones and counted the rest
+    whole = 0
+    for transcript, reply, cap in provider.summaries:
+        assert tokens.count_text(reply) <= cap and headings(reply) == list(sc.HEADINGS)
+        wanted = set(re.findall(r"port 80\d\d\b|/etc/svc/\d\d\.toml|OPS-10\d\d\b", transcript))
+        if fact_ledger.parse(reply).dropped:
+            assert tokens.count_text(reply) > cap - 40
+        else:
+            assert all(v in reply for v in wanted)
+            whole += 1
+    assert whole >= 4
