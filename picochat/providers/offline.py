@@ -148,8 +148,9 @@ def _text(message: dict[str, Any]) -> str:
 
 
 def _quote(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    """`text` on one line, clipped at a word: half a ticket id quoted back would read as a
+    different id to the next summary and to the exact-fact ledger."""
+    return offline_summary.clip(" ".join(text.split()), limit)
 
 
 def _pieces(text: str) -> list[str]:

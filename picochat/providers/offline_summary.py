@@ -1,38 +1,81 @@
-"""Extractive summaries for the offline model, in the nine-heading structure of design §10.2.
+"""The offline model's summaries: extractive, deterministic, and within their cap, fact-complete.
 
-No model, no guessing: every line of the summary is copied or trimmed from the transcript, and
-a previous summary's lines are carried forward, so repeated offline compaction keeps facts.
+The summary request carries only text (design §10.3): the previous summary, then one record per
+message (`### #12 user` and its body). From the records this module rebuilds lightweight
+`Message` values and asks the exact-fact ledger (`picochat.ledger`) for their facts, so the
+offline summary finds what the compactor's ledger finds, with the same patterns and the same
+`- #12: a · b` lines. The previous summary's Exact Facts are read back (`ledger.parse` for the
+ledger's lines, the rest as plain items) and carried forward, a correction retiring what it
+overrides.
+
+Under the cap the facts are the last thing to go (issue 19): prose first, the oldest item of the
+longest section each time (Objective keeps the first request and the latest), then facts, oldest
+first, with the ledger's own note saying how many went. All nine headings are always there.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
 
+from picochat import ledger as fact_ledger
 from picochat import summary_contract as sc
 from picochat import tokens
+from picochat.ledger import Ledger
+from picochat.messages import COMPLETE, Message
 
 _RECORD = re.compile(r"^### #(\d+) (user|assistant|tool)\b(.*)$")
-_PATH = re.compile(r"(?<![\w/])(?:~|\.{1,2})?/[\w.\-/]+|\b[\w\-]+\.(?:py|md|toml|json|rs|js|ts|"
-                   r"tsx|yaml|yml|txt|sh|sql|db|cfg|ini|html|css|go|c|h|cpp|java|rb|lock)\b")
-_PORT = re.compile(r"\bport\s+\d{2,5}\b|(?<=[\w\]]):\d{2,5}\b", re.I)
-_VERSION = re.compile(r"\bv?\d+\.\d+(?:\.\d+)*(?:[-+][\w.]+)?\b")
-_ID = re.compile(r"\b(?=[A-Za-z0-9_\-]*\d)(?=[A-Za-z0-9_\-]*[A-Za-z])[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)+\b"
-                 r"|\b[0-9a-f]{8,}\b")
-_NUMBER = re.compile(r"\b\d[\d,]*(?:\.\d+)?\s?(?:%|ms\b|s\b|KB\b|MB\b|GB\b|tokens\b|USD\b|EUR\b)")
-_CONSTRAINT = re.compile(r"\b(must|never|always|don't|do not|only|without|required?|should not)\b", re.I)
+# transcript._cut_chars: "<head>\n[… 1,234 characters cut …]\n<tail>"; the words (or lines)
+# touching the marker may be cut in half, and half a port is a wrong fact
+_CUT_LINE = re.compile(r"^\[… [\d,]+ characters cut …\]$")
+_CUT_WORDS = re.compile(r"\S*\n\[… [\d,]+ characters cut …\]\n\S*")
+# transcript._call_line: "[tool call NAME id=ID args: ARGS]"
+_TOOL_CALL = re.compile(r"^\[tool call (\S+) id=\S* args: (.*)\]$")
+_CONSTRAINT = re.compile(r"\b(must|never|always|don't|do not|only|without|required?|"
+                         r"should not)\b", re.I)
 _DECISION = re.compile(r"\b(decid\w*|we'll|we will|let's|chose|choose|going with|agreed)\b", re.I)
-_CORRECTION = re.compile(r"\b(actually|instead|correction|rather|not what|wrong|change (?:it|that)"
-                         r"|no,|scratch that|i meant)\b", re.I)
-_FAILURE = re.compile(r"\b(error|failed|failure|exception|traceback|refused|denied|timeout)\b", re.I)
+_FAILURE = re.compile(r"\b(error|failed|failure|exception|traceback|refused|denied|timeout)\b",
+                      re.I)
 _TODO = re.compile(r"\b(todo|next|remaining|still need|not yet|later|outstanding)\b", re.I)
 
+FACTS = fact_ledger.FACTS_HEADING
 _ITEM_CHARS = 200
 _LATEST = "Latest request: "
 _REPLIES = re.compile(r"^(\d+) assistant replies")
-_JOINED = ("Files and Operations", "Exact Facts")  # short items, several per line
+_JOINED = ("Files and Operations", FACTS)  # short items, several per line
 _PER_LINE = 8
-_SEP = " · "
+_SEP = fact_ledger.SEP
+_NONE = "- (none)"
+_UNKNOWN = "status unknown_not_persisted_separately"
+_OUT_OF_SECTION = "\x00cut"  # lines after a cut marker, before the next heading
+
+
+@dataclass(frozen=True)
+class _Record:
+    seq: int
+    role: str
+    detail: str
+    text: str  # the body as sent, cut markers and all
+
+    def message(self) -> Message:
+        """The record as the ledger reads a stored message: tool calls apart from the text."""
+        lines, calls = [], []
+        for line in _uncut(self.text).splitlines():
+            m = _TOOL_CALL.match(line.strip()) if self.role == "assistant" else None
+            if m:
+                calls.append({"type": "function",
+                              "function": {"name": m.group(1), "arguments": m.group(2)}})
+            else:
+                lines.append(line)
+        return Message("", self.seq, self.role, "\n".join(lines), tuple(calls) or None, None,
+                       None, None, None, COMPLETE, 0, 0)
+
+
+@dataclass(frozen=True)
+class _Previous:
+    sections: dict[str, list[str]]  # prose items per heading, Exact Facts' plain items too
+    ledger: Ledger                  # its `- #12: …` lines and drop note
 
 
 def is_summary_request(text: str) -> bool:
@@ -44,19 +87,19 @@ def summarize(request_text: str, max_tokens: int | None = None) -> str:
     start = request_text.index(sc.TRANSCRIPT_BEGIN) + len(sc.TRANSCRIPT_BEGIN)
     end = request_text.rindex(sc.TRANSCRIPT_END)
     transcript = request_text[start:end]
-    previous = _previous_sections(transcript)
+    previous = _previous(transcript)
     records = _records(transcript)
-    sections = {h: list(previous.get(h, [])) for h in sc.HEADINGS}
+    messages = [r.message() for r in records]
+    sections = {h: list(previous.sections.get(h, [])) for h in sc.HEADINGS}
 
-    users = [t for r, t in records if r == "user"]
-    assistants = [t for r, t in records if r == "assistant"]
-    tools = [(d, t) for r, t, d in _records_with_detail(transcript) if r == "tool"]
+    users = [m.content for m in messages if m.role == "user"]
+    assistants = [m.content for m in messages if m.role == "assistant"]
     # Objective: the first request ever, then only the latest one (not every one in between).
     objective = [i for i in sections["Objective"] if not i.startswith(_LATEST)]
     if users:
         if not objective:
             objective = [_trim(users[0])]
-        if len(users) > 1 or previous:
+        if len(users) > 1 or previous.sections or previous.ledger.facts:
             objective.append(_LATEST + _trim(users[-1]))
     sections["Objective"] = objective
     _add(sections["Constraints"], _sentences(users, _CONSTRAINT))
@@ -67,41 +110,59 @@ def summarize(request_text: str, max_tokens: int | None = None) -> str:
         progress.append(f"{done + len(assistants)} assistant replies summarized so far{last}")
     sections["Progress"] = progress
     _add(sections["Decisions"], _sentences(users + assistants, _DECISION))
-    everything = [t for _, t in records]
-    _add(sections["Files and Operations"], _matches(everything, _PATH))
-    for detail, text in tools:
-        status = "failed" if _FAILURE.search(text) else "status unknown_not_persisted_separately"
-        _add(sections["Tool Results and Failures"], [f"{detail.strip() or 'tool'} ({status}): "
-                                                     + _trim(text, 160)])
-    if records and records[-1][0] == "user":
-        _add(sections["Outstanding Work"], ["Unanswered: " + _trim(records[-1][1])])
+    ledger = fact_ledger.carry(previous.ledger, messages)
+    first = records[0].seq if records else None
+    new = [f for f in ledger.facts if first is not None and f.seq >= first]  # this span's
+    _add(sections["Files and Operations"], [f.value for f in new if f.kind == "path"])
+    for r in records:
+        if r.role == "tool":
+            text = _uncut(r.text)
+            status = "failed" if _FAILURE.search(text) else _UNKNOWN
+            _add(sections["Tool Results and Failures"],
+                 [f"{r.detail.strip() or 'tool'} ({status}): " + _trim(text, 160)])
+    if records and records[-1].role == "user":
+        _add(sections["Outstanding Work"], ["Unanswered: " + _trim(messages[-1].content)])
     _add(sections["Outstanding Work"], _sentences(users, _TODO))
-    facts = (_matches(everything, _PORT) + _matches(everything, _VERSION)
-             + _matches(everything, _ID) + _matches(users, _NUMBER))
-    _add(sections["Exact Facts"], facts)
-    _add(sections["Recent User Corrections"], _sentences(users, _CORRECTION))
-    return _render(sections, max_tokens)
+    _add(sections["Recent User Corrections"],
+         [c for u in users for c in fact_ledger.corrections(u)])
+
+    known = {f.key for f in ledger.facts if f.kind != fact_ledger.CORRECTION}
+    fixes = [f.value for f in new if f.kind == fact_ledger.CORRECTION]
+    plain = [i for i in sections[FACTS] if _key(i) not in known
+             and not any(fact_ledger.retires(c, fact_ledger.Fact(i, 0, "fact")) for c in fixes)]
+    del sections[FACTS]
+    older_than = first - 1 if first is not None else ledger.dropped_up_to
+    return _render(sections, plain, ledger, max_tokens, older_than)
 
 
-def _records(transcript: str) -> list[tuple[str, str]]:
-    return [(r, t) for r, t, _ in _records_with_detail(transcript)]
+# --- reading the transcript ---------------------------------------------------------------------
 
 
-def _records_with_detail(transcript: str) -> list[tuple[str, str, str]]:
+def _records(transcript: str) -> list[_Record]:
     body = _strip_previous(transcript)
-    out: list[tuple[str, str, str]] = []
-    role, detail, lines = None, "", []  # type: ignore[var-annotated]
+    out: list[_Record] = []
+    head: re.Match[str] | None = None
+    lines: list[str] = []
     for line in body.splitlines():
         m = _RECORD.match(line)
         if m:
-            if role:
-                out.append((role, "\n".join(lines).strip(), detail))
-            role, detail, lines = m.group(2), m.group(3), []
-        elif role:
+            if head:
+                out.append(_record(head, lines))
+            head, lines = m, []
+        elif head:
             lines.append(line)
-    if role:
-        out.append((role, "\n".join(lines).strip(), detail))
+    if head:
+        out.append(_record(head, lines))
     return out
+
+
+def _record(head: re.Match[str], lines: list[str]) -> _Record:
+    return _Record(int(head.group(1)), head.group(2), head.group(3), "\n".join(lines).strip())
+
+
+def _uncut(text: str) -> str:
+    """`text` without the cut marker and the half words either side of it."""
+    return _CUT_WORDS.sub(" … ", text) if "characters cut" in text else text
 
 
 def _strip_previous(transcript: str) -> str:
@@ -111,21 +172,47 @@ def _strip_previous(transcript: str) -> str:
     return transcript
 
 
-def _previous_sections(transcript: str) -> dict[str, list[str]]:
+def _previous(transcript: str) -> _Previous:
+    """The previous summary's items per heading and its ledger. A summary cut to head and tail
+    loses the lines either side of the cut (they may be halves), and the lines after the cut
+    belong to no heading until the next one: only ledger lines are read there."""
     if sc.PREVIOUS_SUMMARY_BEGIN not in transcript:
-        return {}
+        return _Previous({}, Ledger())
     text = transcript.split(sc.PREVIOUS_SUMMARY_BEGIN, 1)[1].split(sc.PREVIOUS_SUMMARY_END, 1)[0]
+    lines = text.splitlines()
+    halves = {i + d for i, line in enumerate(lines) if _CUT_LINE.match(line.strip())
+              for d in (-1, 0, 1)}
     sections: dict[str, list[str]] = {}
+    ledger_lines: list[str] = []
     current: str | None = None
-    for line in text.splitlines():
+    for i, line in enumerate(lines):
+        if i in halves:
+            if _CUT_LINE.match(line.strip()):
+                current = _OUT_OF_SECTION
+            continue
         if line.startswith("## "):
             name = line[3:].strip()
             current = name if name in sc.HEADINGS else None
-        elif current and line.startswith("- ") and line[2:].strip() != "(none)":
-            item = line[2:].strip()
-            parts = item.split(_SEP) if current in _JOINED else [item]
+            continue
+        item = line.strip()
+        if current is None or not item.startswith("- ") or item == _NONE:
+            continue
+        if current in (FACTS, _OUT_OF_SECTION) and _is_ledger_line(item):
+            ledger_lines.append(item)
+        elif current != _OUT_OF_SECTION:
+            parts = item[2:].split(_SEP.strip()) if current in _JOINED else [item[2:]]
             sections.setdefault(current, []).extend(p.strip() for p in parts if p.strip())
-    return sections
+    ledger = fact_ledger.parse("\n".join([f"## {FACTS}"] + ledger_lines))
+    return _Previous(sections, ledger)
+
+
+def _is_ledger_line(item: str) -> bool:
+    """A `- #12: …` line or the drop note, as `ledger.parse` reads them."""
+    parsed = fact_ledger.parse(f"## {FACTS}\n{item}")
+    return bool(parsed.facts or parsed.dropped)
+
+
+# --- the summary's items --------------------------------------------------------------------------
 
 
 def _add(items: list[str], new: Iterable[str]) -> None:
@@ -135,9 +222,22 @@ def _add(items: list[str], new: Iterable[str]) -> None:
             items.append(item)
 
 
+def _key(item: str) -> str:
+    return " ".join(item.split()).casefold()
+
+
 def _trim(text: str, limit: int = _ITEM_CHARS) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return clip(" ".join(text.split()), limit)
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` within `limit` characters, cut at a word when there is one in its second half,
+    so a clipped quote never ends in half a port or id."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = head.rfind(" ")
+    return (head[:space] if space > limit // 2 else head).rstrip() + "…"
 
 
 def _sentences(texts: Iterable[str], pattern: re.Pattern[str]) -> list[str]:
@@ -149,30 +249,112 @@ def _sentences(texts: Iterable[str], pattern: re.Pattern[str]) -> list[str]:
     return out
 
 
-def _matches(texts: Iterable[str], pattern: re.Pattern[str]) -> list[str]:
-    out: list[str] = []
-    for text in texts:
-        out.extend(m.group(0).strip() for m in pattern.finditer(text))
-    return list(dict.fromkeys(o for o in out if o))
+# --- rendering under the cap ----------------------------------------------------------------------
 
 
-def _render(sections: dict[str, list[str]], max_tokens: int | None) -> str:
-    """Headings always; when the cap bites, the oldest item of the longest section goes first,
-    so the newest facts win and no section is emptied while another is long."""
-    items = {h: list(v) for h, v in sections.items()}
-    while True:
-        text = "\n\n".join(f"## {h}\n" + _bullets(h, items[h]) for h in sc.HEADINGS)
-        if max_tokens is None or tokens.count_text(text) <= max_tokens:
-            return text
-        longest = max(sc.HEADINGS, key=lambda h: (len(items[h]), -sc.HEADINGS.index(h)))
-        if not items[longest]:
-            return text
-        items[longest].pop(0)
+def _render(prose: dict[str, list[str]], plain: list[str], ledger: Ledger,
+            max_tokens: int | None, older_than: int = 0) -> str:
+    """All nine headings; when the cap bites, prose goes first (the oldest item of the longest
+    section each time; Objective keeps the first request and the latest), then the plain facts
+    carried from an earlier summary (they predate message #`older_than`), then the ledger's
+    facts, oldest first. Every fact that goes is counted in the ledger's note."""
+    prose = {h: list(v) for h, v in prose.items()}
+    text = _text(prose, plain, ledger)
+    if max_tokens is None or tokens.count_text(text) <= max_tokens:
+        return text
+    if tokens.count_text(_trim_prose(prose, plain, ledger, max_tokens)) <= max_tokens:
+        return _text(prose, plain, ledger)
+    text = _fit_facts(prose, plain, ledger, max_tokens, older_than)
+    if tokens.count_text(text) > max_tokens and len(prose["Objective"]) > 1:
+        # not even the headings and both requests fit: only the latest request stays
+        prose["Objective"] = prose["Objective"][-1:]
+        text = _fit_facts(prose, plain, ledger, max_tokens, older_than)
+    return text
 
 
-def _bullets(heading: str, items: list[str]) -> str:
-    if not items:
-        return "- (none)"
+def _fit_facts(prose: dict[str, list[str]], plain: list[str], ledger: Ledger, max_tokens: int,
+               older_than: int) -> str:
+    """The text with the most facts that fit beside `prose`: the plain ones go first, then the
+    ledger's, oldest first, all counted in the note. The whole text is what must fit, so it is
+    measured rather than estimated (`ledger.fit` sees the ledger's own lines alone)."""
+    def fits(p: Sequence[str], led: Ledger) -> bool:
+        return tokens.count_text(_text(prose, p, led)) <= max_tokens
+
+    def keep_plain(j: int) -> tuple[list[str], Ledger]:
+        gone = len(plain) - j
+        if not gone:
+            return plain, ledger
+        return plain[gone:], Ledger(ledger.facts, ledger.dropped + gone,
+                                    max(ledger.dropped_up_to, older_than))
+
+    plain, ledger = keep_plain(_most(len(plain), lambda j: fits(*keep_plain(j))))
+    if fits(plain, ledger) or not ledger.facts:
+        return _text(prose, plain, ledger)
+    keep = _most(len(ledger.facts), lambda k: fits(plain, _newest(ledger, k)))
+    return _text(prose, plain, _newest(ledger, keep))
+
+
+def _most(n: int, ok: Callable[[int], bool]) -> int:
+    """The largest m in 0..n with ok(m), for an `ok` that holds up to some m and not after
+    (more items never make a text shorter); 0 when none holds."""
+    low, high = 0, n
+    while low < high:
+        mid = (low + high + 1) // 2
+        if ok(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _newest(ledger: Ledger, keep: int) -> Ledger:
+    """`ledger` with only its `keep` newest facts; the others counted as dropped, as
+    `ledger.fit` counts them, so the note says how many went and up to which message."""
+    gone = ledger.facts[: len(ledger.facts) - keep]
+    return Ledger(ledger.facts[len(ledger.facts) - keep:], ledger.dropped + len(gone),
+                  max([ledger.dropped_up_to] + [f.seq for f in gone]))
+
+
+def _prose_victim(prose: dict[str, list[str]]) -> tuple[list[str], int] | None:
+    """The list and index of the next prose item to go: the oldest of the longest section
+    (in Objective, the oldest after the first request: the conversation's aim stays)."""
+    def removable(h: str) -> int:
+        return len(prose[h]) - (2 if h == "Objective" else 0)
+    longest = max(prose, key=lambda h: (removable(h), -sc.HEADINGS.index(h)))
+    if removable(longest) <= 0:
+        return None
+    return prose[longest], (1 if longest == "Objective" else 0)
+
+
+def _trim_prose(prose: dict[str, list[str]], plain: Sequence[str], ledger: Ledger,
+                max_tokens: int) -> str:
+    """Remove prose items (`_prose_victim`) until the text fits or only the headings, the first
+    request and the latest are left. Each removal subtracts the item's own size; the whole
+    text is counted again only when that estimate says it fits, so a long summary is not
+    tokenized once per item."""
+    text = _text(prose, plain, ledger)
+    over = tokens.count_text(text) - max_tokens
+    while over > 0 and _prose_victim(prose) is not None:
+        while over > 0 and (picked := _prose_victim(prose)) is not None:
+            items, index = picked
+            over -= tokens.count_text(items.pop(index)) + 2
+        text = _text(prose, plain, ledger)
+        over = tokens.count_text(text) - max_tokens
+    return text
+
+
+def _text(prose: dict[str, list[str]], plain: Sequence[str], ledger: Ledger) -> str:
+    parts = []
+    for h in sc.HEADINGS:
+        if h == FACTS:
+            lines = ([_bullets(h, plain)] if plain else []) + fact_ledger.render(ledger)
+            parts.append(f"## {h}\n" + ("\n".join(lines) or _NONE))
+        else:
+            parts.append(f"## {h}\n" + (_bullets(h, prose[h]) if prose[h] else _NONE))
+    return "\n\n".join(parts)
+
+
+def _bullets(heading: str, items: Sequence[str]) -> str:
     if heading in _JOINED:
         rows = [_SEP.join(items[i:i + _PER_LINE]) for i in range(0, len(items), _PER_LINE)]
         return "\n".join(f"- {r}" for r in rows)
