@@ -159,8 +159,8 @@ def _values(text: str) -> Iterable[tuple[str, str]]:
             taken.append(m.span())
             yield "code", _clip(code)
     for m in _FACT.finditer(text):
-        if taken and _inside(m.start(), taken):
-            continue
+        if taken and _inside(m.start(), taken) or text.startswith("…", m.end()):
+            continue  # inside a command, or cut short by a quote: not the real value
         kind = m.lastgroup or "fact"
         value = m.group(0)
         if kind != "number" and not value.endswith(("\"", "'")):
@@ -206,7 +206,11 @@ def carry(previous: Ledger, span: Sequence[Message]) -> Ledger:
     new = extract(span)
     facts = list(previous.facts)
     retired = 0
+    said = {f.seq: [c.value for c in new if c.seq == f.seq and c.kind == CORRECTION]
+            for f in new}
     for fact in new:
+        if fact.kind != CORRECTION and any(retires(c, fact) for c in said[fact.seq]):
+            continue  # "use 9090 instead of port 8001" does not state port 8001 again
         if fact.kind == CORRECTION:
             before = len(facts)
             facts = [f for f in facts if f.kind == CORRECTION or not retires(fact.value, f)]

@@ -216,3 +216,14 @@ def test_pieces_a_model_copied_from_the_ledger_never_read_back_as_ledger_lines()
     out = L.merge_into(model, L.carry(L.Ledger(), [msg(12, "user", "port 8006")]))
     assert "- /etc/a.toml · port 8005 · OPS-3\n- #12: port 8006" in out
     assert [(f.value, f.seq) for f in L.parse(out).facts] == [("port 8006", 12)]
+
+
+def test_a_correction_does_not_restate_the_value_it_retires() -> None:
+    first = L.carry(L.Ledger(), [msg(1, "user", "The API is on port 8001.")])
+    second = L.carry(first, [msg(5, "user", "No, use port 9090 instead of port 8001.")])
+    assert "port 8001" not in values(second.facts) and "port 9090" in values(second.facts)
+
+
+def test_a_value_cut_short_by_a_quote_is_not_a_fact() -> None:
+    quoted = "Earlier you said: “the ticket is OPS-10…”."
+    assert "OPS-10" not in values(L.extract([msg(2, "user", quoted)]))

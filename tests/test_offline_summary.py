@@ -262,8 +262,9 @@ def test_forty_planted_turns_keep_every_folded_fact_while_the_ledger_has_room(st
     # each compaction frees room for several turns (the old summary grew until it re-triggered
     # one every turn), and none had to fall back to dropping turns
     assert len(checkpoints) <= 15 and not any(c.degraded for c in checkpoints)
-    assert within >= 20  # 100 % of 20+ folded turns while the ledger had room
-    assert beyond  # and the run went past it, where the newest facts were still all there
+    # the figure: every port, path and ticket of the 35+ folded turns reached the
+    # model, and the ledger never had to drop one
+    assert within >= 35 and beyond == 0
     # item 5 itself: each summary the offline model wrote kept every fact of its transcript,
     # or filled its cap with the newest ones and counted the rest
     whole = 0

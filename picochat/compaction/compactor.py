@@ -32,9 +32,11 @@ LEDGER_MARGIN = 8        # tokens kept free under the limit when the ledger fill
 
 
 def ledger_share(window: int) -> int:
-    """The exact-fact ledger's own share of the summary cap: as much again as the model's
-    text may take (§10.3's output reserve), so a summary can be both prose and facts."""
-    return min(2048, window // 4)
+    """The exact-fact ledger's own share of the summary cap, beside the model's text
+    (§10.3's output reserve, a quarter of the window up to 2,048): a third of the window up to
+    4,096, some 100 facts at 3,000 tokens and 600 at 128K. Where the context has less room,
+    the prose gives way first (`prose_cap`), then the oldest facts."""
+    return min(4096, window // 3)
 
 
 SUMMARY_TIMEOUT_S = 600.0
