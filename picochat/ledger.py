@@ -156,8 +156,11 @@ def _values(text: str) -> Iterable[tuple[str, str]]:
     for m in _CODE_SPAN.finditer(text):
         code = m.group(1).strip()
         if code and not _inside(m.start(), taken):
-            taken.append(m.span())
+            if any(c in code for c in " /="):  # a command or a setting: one value
+                taken.append(m.span())
             yield "code", _clip(code)
+    # "port `8443`" is a port: backticks (same length, so spans still line up) are spaces here
+    text = text.replace("`", " ")
     for m in _FACT.finditer(text):
         if taken and _inside(m.start(), taken) or text.startswith("…", m.end()):
             continue  # inside a command, or cut short by a quote: not the real value

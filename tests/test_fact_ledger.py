@@ -227,3 +227,8 @@ def test_a_correction_does_not_restate_the_value_it_retires() -> None:
 def test_a_value_cut_short_by_a_quote_is_not_a_fact() -> None:
     quoted = "Earlier you said: “the ticket is OPS-10…”."
     assert "OPS-10" not in values(L.extract([msg(2, "user", quoted)]))
+
+
+def test_a_port_in_backticks_is_still_a_port() -> None:
+    answer = "Service **3** listens on port `8003`, started by `svc-3.service`."
+    assert values(L.extract([msg(2, "assistant", answer)])) == ["port 8003", "svc-3.service"]

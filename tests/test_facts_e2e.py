@@ -84,6 +84,13 @@ def test_forty_planted_turns_keep_every_folded_fact_offline(run_cli, config_file
     # is the active summary plus the raw tail, so the summary must hold the folded facts
     missing = [f for n in folded for f in facts_of(n) if f not in summary]
     assert missing == [] and counts(summary).dropped == 0
+    # and the user can see it: info, checkpoints and export count the facts kept
+    kept = counts(summary).kept
+    info = json.loads(run_cli("info", "--session", "s", "--json").stdout)
+    assert (info["facts_kept"], info["facts_dropped"]) == (kept, 0) and kept >= 3 * 35
+    assert f"Exact facts        {kept:,} kept, none dropped" in run_cli("info").stdout
+    exported = run_cli("export", "--session", "s", "--format", "md").stdout
+    assert f"exact facts: {kept:,} kept · none dropped" in exported
 
 
 def test_forty_planted_turns_keep_every_folded_fact_when_summaries_drop_them(
