@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from tests.bench.timing import Figure
 
-MODULES = ("tests.bench.process_cases", "tests.bench.engine_cases",
+MODULES = ("tests.bench.process_cases", "tests.bench.engine_cases", "tests.bench.ledger_cases",
            "tests.bench.tui_cases", "tests.bench.estimate_cases")
 
 
