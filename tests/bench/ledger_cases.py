@@ -77,11 +77,23 @@ class Planter:
         return f"set MAX_CONN_{n}={n % 90 + 10} in the env"
 
 
-def code_block(rng: random.Random, n: int) -> str:
-    body = "\n".join(f"    {rng.choice(WORDS)}_{j} = compute({rng.choice(WORDS)}, step={j})"
-                     for j in range(rng.randint(4, 12)))
-    return (f"```python\ndef {rng.choice(WORDS)}_{n}(request, retries=3):\n{body}\n"
-            f"    return respond(request, status=200)\n```")
+def code_block(rng: random.Random) -> str:
+    """A function as an assistant writes one: names, calls, a default or two, a status code."""
+    name, thing, other = (rng.choice(WORDS) for _ in range(3))
+    lines = [f"def {name}_{thing}(request, retries=3):",
+             f'    """{sentence(rng, rng.randint(6, 12))}"""',
+             f"    {thing} = load_{thing}(request.{other})"]
+    for _ in range(rng.randint(2, 6)):
+        a, b = rng.choice(WORDS), rng.choice(WORDS)
+        lines += rng.choice((
+            [f"    if not {a}.{b}:", f"        raise ValueError(\"{a} has no {b}\")"],
+            [f"    for {a} in {thing}.{b}s:", f"        {a}.update({b}={a}.{b})"],
+            [f"    {a}_{b} = client.get(request.url, timeout=30)",
+             f"    if {a}_{b}.status == 200:", f"        return {a}_{b}.json()"],
+            [f"    # {sentence(rng, rng.randint(5, 10))}", f"    {a} = {b}({thing})"],
+        ))
+    lines.append(f"    return {thing}")
+    return "```python\n" + "\n".join(lines) + "\n```"
 
 
 def shell_block(rng: random.Random, n: int) -> str:
@@ -90,10 +102,12 @@ def shell_block(rng: random.Random, n: int) -> str:
 
 
 def tool_result(rng: random.Random, n: int) -> str:
-    kind = n % 3
+    kind = n % 3  # n counts tool calls
     if kind == 0:  # a config file read
-        return "\n".join(f"{rng.choice(WORDS)}_{j} = {rng.randint(1, 500)}"
-                         for j in range(rng.randint(20, 60)))
+        values = [str(rng.randint(1, 500)), f'"{rng.choice(WORDS)}"', "true"]
+        return "\n".join([f"[{rng.choice(WORDS)}]"] + [
+            f"{rng.choice(WORDS)}_{rng.choice(WORDS)} = {rng.choice(values)}"
+            for _ in range(rng.randint(20, 60))])
     if kind == 1:  # a log
         return "\n".join(f"2024-05-{1 + j % 28:02d}T12:{j % 60:02d}:03Z INFO worker-{j % 8} "
                          f"{rng.choice(WORDS)} {rng.choice(WORDS)} in {rng.randint(2, 900)} ms"
@@ -109,7 +123,7 @@ def span_of(n_tokens: int, seed: int = 19, first_seq: int = 1,
     fact, about one turn in 25 corrects an earlier port, every third turn reads a file."""
     rng, planter = random.Random(seed), Planter(random.Random(seed + 1))
     out: list[Message] = []
-    have, seq, turn = 0, first_seq, 0
+    have, seq, turn, reads = 0, first_seq, 0, 0
 
     def add(role: str, text: str, **kw: Any) -> None:
         nonlocal have, seq
@@ -131,15 +145,16 @@ def span_of(n_tokens: int, seed: int = 19, first_seq: int = 1,
             ask += f" Actually, use port {old + 1} instead of port {old}."
         add("user", ask)
         if turn % 3 == 0:
+            reads += 1
             call = {"id": f"c{turn}", "type": "function", "function": {
                 "name": "read_file",
                 "arguments": json.dumps({"path": f"src/{rng.choice(WORDS)}_{turn}.py"})}}
             add("assistant", "", tool_calls=(call,))
-            add("tool", tool_result(rng, turn), tool_call_id=f"c{turn}", name="read_file",
+            add("tool", tool_result(rng, reads), tool_call_id=f"c{turn}", name="read_file",
                 tool_status="ok")
         answer = [prose(rng, rng.randint(3, 9))]
         if turn % 2:
-            answer.append(code_block(rng, turn))
+            answer.append(code_block(rng))
         if turn % 5 == 0:
             answer.append(shell_block(rng, turn))
         answer.append(prose(rng, rng.randint(1, 4)))
@@ -148,8 +163,9 @@ def span_of(n_tokens: int, seed: int = 19, first_seq: int = 1,
 
 
 def summary_text(rng: random.Random, n_tokens: int) -> str:
-    """A well-formed summary of about `n_tokens`: the nine headings, prose bullets under each."""
-    sections = {h: [] for h in HEADINGS}
+    """A well-formed summary of about `n_tokens`: the nine headings, each with a line of prose
+    and then bullets (prose lines are what the gate compares with the transcript's lines)."""
+    sections = {h: [sentence(rng, rng.randint(12, 20))] for h in HEADINGS}
     while tokens.count_text("\n".join(f"## {h}\n" + "\n".join(v)
                                       for h, v in sections.items())) < n_tokens:
         for h in HEADINGS:
@@ -210,8 +226,8 @@ def ledger_extract(ctx: Any) -> list[Figure]:
                note=f"{len(found):,} facts found", extra=extra),
         Figure("ledger.carry (previous ledger + span)", label,
                times_ms(lambda: L.carry(previous, c.span), ctx.repeat), "ms",
-               note=f"{previous.kept:,} previous facts + the span's, {carried.retired} retired "
-                    "by corrections", extra=extra),
+               note=f"{previous.kept:,} previous facts + the span's; {carried.retired} retired "
+                    "(corrected, or a setting given a new value)", extra=extra),
     ]
 
 
@@ -235,15 +251,16 @@ def ledger_overhead(ctx: Any) -> list[Figure]:
 
 
 def many_facts(n: int, seed: int = 11) -> L.Ledger:
-    """`n` distinct facts of every kind, three or four to a seq, oldest first."""
+    """A ledger of `n` distinct facts of every kind, a few to a message, oldest first."""
     rng, planter = random.Random(seed), Planter(random.Random(seed))
-    facts, seq = [], 1
-    while len(facts) < n:
-        for kind, value in L._values(" ".join(planter.fact() for _ in range(rng.randint(3, 4)))):
-            if len(facts) < n:
-                facts.append(L.Fact(value, seq, kind))
+    said, seq, found = [], 1, 0
+    while found < n:
+        text = "Note: " + "; ".join(planter.fact() for _ in range(rng.randint(2, 3))) + "."
+        said.append(Message("bench", seq, "user", text, None, None, None, None, None,
+                            "complete", 0, 0))
+        found += len(L.extract(said[-1:]))
         seq += rng.randint(1, 3)
-    return L.Ledger(tuple(L._latest_first_seen(facts)))
+    return L.Ledger(tuple(L.extract(said)[:n]))
 
 
 def ledger_fit(ctx: Any) -> list[Figure]:
