@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from functools import cached_property
+from itertools import chain, islice
+from typing import Iterable, Iterator, Sequence
 
 from picochat import summary_contract as sc
 from picochat import tokens
@@ -59,13 +61,41 @@ _FACT = re.compile(
     r"tokens?|USD|EUR|GBP|req/s|rps|qps|px|°C|°F|cores?|CPUs?|GPUs?|workers?|replicas?|"
     r"threads?|retries|items|rows|users|x))(?![\w/]))",
 )
+
+# `_FACT.finditer` tries all eleven alternatives at every character: half a second over a
+# 214k-token span. `_SCAN` finds exactly the same matches (same spans, same kinds) in one walk
+# that only tries `_FACT` where a fact can start (tests/test_fact_scan.py checks it against
+# `_FACT.finditer`):
+# - Every alternative starts at a word start (a `\b` or `(?<!\w)` before a word character) or
+#   at one of `~./#$€£+-`; so spaces and punctuation are skipped in runs, and a word that does
+#   not start a fact is skipped whole (no position inside a word is a start).
+# - Before `_FACT` itself, `_MAY_START` checks what every alternative needs near its start:
+#   after its leading letters a digit, `+`, `-`, `:` before a digit or `/`, `=` before a value,
+#   `@` before a name, `.` before more of a name; or `/` within three characters, a currency
+#   sign, `#` and a digit, `port`, a version word. Prose words fail it at once.
+# - The walk never fails (it ends at `\Z` at worst), so the engine never restarts it one
+#   character later; a match of `_SCAN` is the skipped text followed by one fact, whose kind is
+#   `lastgroup` and whose span is that group's.
+# On ASCII text the same pattern compiled with re.ASCII finds the same matches a third faster;
+# \x1c-\x1f are the only ASCII characters whose class differs (Unicode \s includes them).
+_MAY_START = (r"(?=[^\W\d]*+(?:[\d+-]|:[\d/]|=[^\s,;)\]]|@[\w-]|\.[\w.+@:=-])|[~.]{0,2}/|[$€£]"
+              r"|#\d|(?=[pPvVnNgGrRjJ])(?:port|(?i:version|python|node|go|rust|java|release)\s))")
+_STARTS = "~./#$€£+-"    # the characters besides word starts where an alternative may begin
+assert _FACT.groups == len(_FACT.groupindex), "every group of _FACT is a named kind"
+_SCAN_PATTERN = (rf"(?:[^\w{re.escape(_STARTS)}]++"
+                 rf"|(?!{_MAY_START}(?:{re.sub(r'[(][?]P<[a-z]+>', '(?:', _FACT.pattern)}))"
+                 rf"(?:\w++|[\s\S]))*+(?:{_FACT.pattern}|\Z)")
+_SCAN = re.compile(_SCAN_PATTERN)
+_SCAN_ASCII = re.compile(_SCAN_PATTERN, re.ASCII)
 _CODE_SPAN = re.compile(r"`([^`\n]{2,%d})`" % VALUE_CHARS)
 _SHELL_FENCE = re.compile(r"```(?:bash|sh|shell|console|zsh|fish|powershell|cmd)\n(.*?)```", re.S)
 _PROMPT_LINE = re.compile(r"^\s*\$ (\S.{0,%d})$" % VALUE_CHARS, re.M)
+# (the lookahead names the cues' first letters, so other positions fail at once)
 _CORRECTION_CUE = re.compile(
-    r"\b(?:actually|instead|correction|rather than|not what|(?:that's|that is|was|is) wrong|"
-    r"change (?:it|that|this)|scratch that|i meant|no longer|don't use|do not use|"
-    r"forget (?:the|that|about)|not \S+ but)\b|^\s*no[,.!]", re.I)
+    r"(?=[aicrntwdsf])\b(?:actually|instead|correction|rather than|not what|"
+    r"(?:that's|that is|was|is) wrong|change (?:it|that|this)|scratch that|i meant|no longer|"
+    r"don't use|do not use|forget (?:the|that|about)|not \S+ but)\b|^\s*no[,.!]", re.I)
+_CORRECTION_CUE_ASCII = re.compile(_CORRECTION_CUE.pattern, re.I | re.ASCII)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 # in a correction, a value right after one of these (or right before "is wrong") is overridden
 _RETIRES_BEFORE = re.compile(r"(?:instead of|rather than|\bnot|no longer|\bfrom|replac\w*|"
@@ -89,7 +119,7 @@ class Fact:
     seq: int
     kind: str  # "correction", or the kind of value: "port", "path", "setting", …
 
-    @property
+    @cached_property  # asked for again and again by carry, fit and merge_into
     def key(self) -> str:
         """What makes two facts the same: the value, case and spacing aside."""
         return " ".join(self.value.split()).casefold()
@@ -123,37 +153,37 @@ def _facts_of(m: Message) -> list[Fact]:
     out: list[Fact] = []
     if m.role == "user":
         out.extend(Fact(s, m.seq, CORRECTION) for s in corrections(text))
-    values = list(_values(text))
-    for call in m.tool_calls or ():
-        args = (call.get("function") or {}).get("arguments")
-        if isinstance(args, str):
-            values.extend(_values(args))
-    if m.role == "tool":
-        values = values[:TOOL_FACTS]
+    calls = [(call.get("function") or {}).get("arguments") for call in m.tool_calls or ()]
+    found = chain(_values(text), *(_values(a) for a in calls if isinstance(a, str)))
+    if m.role == "tool":  # the scan stops at the last fact kept, not at the end of a long read
+        values = list(islice(found, TOOL_FACTS))
     elif m.role == "assistant":  # the user's numbers are requirements, the model's are talk
-        values = [(k, v) for k, v in values if k != "number"
+        values = [(k, v) for k, v in found if k != "number"
                   and (k != "code" or any(c in v for c in " /=."))]
+    else:
+        values = list(found)
     out.extend(Fact(v, m.seq, k) for k, v in values)
     return out
 
 
-def _values(text: str) -> Iterable[tuple[str, str]]:
+def _values(text: str) -> Iterator[tuple[str, str]]:
     """(kind, value) in order of appearance; a command or code span is one value, not also
     the paths and settings inside it."""
     if not text:
         return
     taken: list[tuple[int, int]] = []
-    for block in _SHELL_FENCE.finditer(text):
+    # (each of these patterns has a literal in every match: a text without it is not scanned)
+    for block in _SHELL_FENCE.finditer(text) if "```" in text else ():
         taken.append(block.span())
         for line in block.group(1).splitlines():
             line = line.strip().removeprefix("$ ").strip()
             if line and not line.startswith("#"):
                 yield "command", _clip(line)
-    for m in _PROMPT_LINE.finditer(text):
+    for m in _PROMPT_LINE.finditer(text) if "$ " in text else ():
         if not _inside(m.start(), taken):
             taken.append(m.span())
             yield "command", _clip(m.group(1).strip())
-    for m in _CODE_SPAN.finditer(text):
+    for m in _CODE_SPAN.finditer(text) if "`" in text else ():
         code = m.group(1).strip()
         if code and not _inside(m.start(), taken):
             if any(c in code for c in " /="):  # a command or a setting: one value
@@ -161,11 +191,14 @@ def _values(text: str) -> Iterable[tuple[str, str]]:
             yield "code", _clip(code)
     # "port `8443`" is a port: backticks (same length, so spans still line up) are spaces here
     text = text.replace("`", " ")
-    for m in _FACT.finditer(text):
-        if taken and _inside(m.start(), taken) or text.startswith("…", m.end()):
+    for m in (_SCAN_ASCII if _plain(text) else _SCAN).finditer(text):
+        kind = m.lastgroup
+        if kind is None:  # the walk reached the end of the text
+            continue
+        start, end = m.span(kind)
+        if taken and _inside(start, taken) or text.startswith("…", end):
             continue  # inside a command, or cut short by a quote: not the real value
-        kind = m.lastgroup or "fact"
-        value = m.group(0)
+        value = m.group(kind)
         if kind != "number" and not value.endswith(("\"", "'")):
             value = value.rstrip(_TRAILING)
         if kind == "number" and not any(c.isdigit() for c in value):
@@ -174,16 +207,23 @@ def _values(text: str) -> Iterable[tuple[str, str]]:
             yield kind, _clip(value)
 
 
+def _plain(text: str) -> bool:
+    """Whether the re.ASCII twin of a pattern finds what the pattern finds in `text`: ASCII,
+    without the four separators Unicode `\\s` includes and ASCII `\\s` does not."""
+    return text.isascii() and not any(c in text for c in "\x1c\x1d\x1e\x1f")
+
+
 def _inside(at: int, spans: list[tuple[int, int]]) -> bool:
     return any(a <= at < b for a, b in spans)
 
 
 def corrections(text: str) -> list[str]:
     """The sentences of a user message that override something said before."""
-    if not _CORRECTION_CUE.search(text):
+    cue = _CORRECTION_CUE_ASCII if _plain(text) else _CORRECTION_CUE
+    if not cue.search(text):
         return []
     return [_clip(" ".join(s.split()), CORRECTION_CHARS) for s in _SENTENCE.split(text)
-            if s.strip() and _CORRECTION_CUE.search(s)]
+            if s.strip() and cue.search(s)]
 
 
 def _clip(value: str, limit: int = VALUE_CHARS) -> str:
@@ -207,36 +247,64 @@ def carry(previous: Ledger, span: Sequence[Message]) -> Ledger:
     """`previous` plus the facts of `span`; a fact the span corrects is retired, and a value
     mentioned again moves to its newer seq (so it is evicted later)."""
     new = extract(span)
-    facts = list(previous.facts)
+    facts: list[Fact | None] = list(previous.facts)  # None: retired on the way
     retired = 0
-    said = {f.seq: [c.value for c in new if c.seq == f.seq and c.kind == CORRECTION]
-            for f in new}
+    said: dict[int, list[str]] = {}  # seq -> its corrections, casefolded
+    for c in new:
+        if c.kind == CORRECTION:
+            said.setdefault(c.seq, []).append(c.value.casefold())
+    settings: dict[str, list[int]] = {}  # a setting's name -> where `facts` holds it
+    for i, f in enumerate(previous.facts):
+        if f.kind == "setting":
+            settings.setdefault(_setting_name(f), []).append(i)
     for fact in new:
-        if fact.kind != CORRECTION and any(retires(c, fact) for c in said[fact.seq]):
+        if fact.kind != CORRECTION and any(_retires_folded(low, fact)
+                                           for low in said.get(fact.seq, ())):
             continue  # "use 9090 instead of port 8001" does not state port 8001 again
         if fact.kind == CORRECTION:
-            before = len(facts)
-            facts = [f for f in facts if f.kind == CORRECTION or not retires(fact.value, f)]
-            retired += before - len(facts)
-        elif fact.kind == "setting":
-            name = fact.value.split("=", 1)[0].casefold()
-            before = len(facts)
-            facts = [f for f in facts if not (f.kind == "setting" and f.key != fact.key
-                                              and f.value.split("=", 1)[0].casefold() == name)]
-            retired += before - len(facts)
+            low = fact.value.casefold()
+            for i, f in enumerate(facts):
+                if f is not None and f.kind != CORRECTION and (
+                        f.kind in _BARE_NAMED or f.key in low) and _retires_folded(low, f):
+                    facts[i] = None
+                    retired += 1
+        elif fact.kind == "setting":  # a new value of a setting retires its old values
+            name = _setting_name(fact)
+            same = []
+            for i in settings.get(name, ()):
+                if (f := facts[i]) is None:
+                    continue
+                if f.key != fact.key:
+                    facts[i] = None
+                    retired += 1
+                else:
+                    same.append(i)
+            settings[name] = same + [len(facts)]
         facts.append(fact)
-    merged = _latest_first_seen(facts)
+    merged = _latest_first_seen([f for f in facts if f is not None])
     merged.sort(key=lambda f: f.seq)
     return Ledger(tuple(merged), previous.dropped, previous.dropped_up_to, retired)
+
+
+_BARE_NAMED = ("port", "version")  # kinds a correction may name by the number alone
+
+
+def _setting_name(fact: Fact) -> str:
+    return fact.value.split("=", 1)[0].casefold()
 
 
 def retires(correction: str, fact: Fact) -> bool:
     """Whether `correction` overrides `fact`: it names the fact's value right after "instead
     of", "not", "from", … or right before "is wrong"."""
-    low = correction.casefold()
-    names = {fact.key}
-    if fact.kind in ("port", "version") and " " in fact.key:  # "instead of 8080" names port 8080
-        names.add(fact.key.rsplit(" ", 1)[1].lstrip("v:="))
+    return _retires_folded(correction.casefold(), fact)
+
+
+def _retires_folded(low: str, fact: Fact) -> bool:
+    """`retires` for a correction already casefolded (`carry` tries one on every fact)."""
+    key = fact.key
+    names = [key]
+    if fact.kind in _BARE_NAMED and " " in key:  # "instead of 8080" names port 8080
+        names.append(key.rsplit(" ", 1)[1].lstrip("v:="))
     for value in names:
         start = low.find(value)
         while start >= 0:

@@ -69,6 +69,7 @@ NEAR_CAP = 0.75           # see the module docstring, check 3
 
 _DELIMITERS = (sc.TRANSCRIPT_BEGIN, sc.TRANSCRIPT_END, sc.PREVIOUS_SUMMARY_BEGIN,
                sc.PREVIOUS_SUMMARY_END, sc.SUMMARY_OPEN, sc.SUMMARY_CLOSE)
+_DELIMITER_SET = frozenset(_DELIMITERS)
 _NAMES = "|".join(re.escape(h).replace(r"\ ", r"\s+") for h in sc.HEADINGS)
 _CANONICAL = {h.lower(): h for h in sc.HEADINGS}
 _HEADING = re.compile(
@@ -249,21 +250,23 @@ def _longest_copied_run(summary_lines: list[str], transcript: str) -> int:
     the previous summary never count."""
     previous, records = _split_previous(transcript)
     keep = set(_content(previous))
-    record_lines = [l for l in _content(records) if not _RECORD_HEADER.match(l)
-                    and l not in _DELIMITERS]
+    summary = _content("\n".join(summary_lines))
+    countable = {line for line in summary
+                 if not (len(line) < ECHO_MIN_CHARS or line in keep or _bullet(line)
+                         or line.lstrip("#").strip().lower() in _CANONICAL)}
+    if not countable:  # nothing the records could share: no need to read 200k tokens of them
+        return 0
     at: dict[str, list[int]] = {}
+    record_lines = (l for l in _content(records)
+                    if not (l.startswith("#") and _RECORD_HEADER.match(l))
+                    and l not in _DELIMITER_SET)
     for j, line in enumerate(record_lines):
-        at.setdefault(line, []).append(j)
-
-    def copied(line: str) -> list[int]:
-        if (len(line) < ECHO_MIN_CHARS or line in keep or _bullet(line)
-                or line.lstrip("#").strip().lower() in _CANONICAL):
-            return []
-        return at.get(line, [])
+        if line in countable:
+            at.setdefault(line, []).append(j)
 
     best, runs = 0, {}  # runs: record index -> run length ending at the previous summary line
-    for line in _content("\n".join(summary_lines)):
-        runs = {j: runs.get(j - 1, 0) + 1 for j in copied(line)}
+    for line in summary:
+        runs = {j: runs.get(j - 1, 0) + 1 for j in at.get(line, ())}
         best = max(best, *runs.values(), 0)
     return best
 
@@ -282,7 +285,15 @@ def _bullet(line: str) -> bool:
 
 
 def _content(text: str) -> list[str]:
-    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    """The non-blank lines, each with its whitespace runs made one space. (A line whose only
+    whitespace is single spaces, the usual case, is kept as it is: any other whitespace
+    character is not printable.)"""
+    out = []
+    for line in text.splitlines():
+        if stripped := line.strip():
+            out.append(stripped if stripped.isprintable() and "  " not in stripped
+                       else " ".join(stripped.split()))
+    return out
 
 
 def _flat(name: str) -> str:

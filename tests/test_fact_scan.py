@@ -1,0 +1,232 @@
+"""The fast paths of the exact-fact ledger and the summary gate find exactly what their plain
+definitions find: the same facts at the same places, the same corrections, the same retired
+facts, the same copied lines. A fact the fast scan missed would be a fact lost at compaction."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from picochat import ledger as L
+from picochat.compaction import gate
+from picochat.messages import Message
+
+# Pieces that sit at the edges of the fact patterns: every kind's markers, near misses, the
+# characters where the ASCII and Unicode classes differ, and Unicode letters that fold to ASCII.
+PIECES = ["port", "Port", "port:", "port=", " is ", " of ", "version", "Python", "node", "go",
+          "rust", "java", "release", "RELEAſE", "v", "http://", "https://", "ssh://", "ftp",
+          "@", "a@b.co", "ops@", ".py", ".toml", ".tar.gz", "./", "../", "~/", "/", "/etc/x",
+          "-", "--", "+", ".", "..", ":", "::", "=", "==", '="', "='", '"', "'", "`", "```",
+          "```bash\n", "$ ", "#", "#12", "&#12", "$", "€", "£", "°C", "µs", " ms", "ms", "MB",
+          "x", "%", ",", ";", ")", "]", "(", "…", "_", "OPS-", "svc-", "A1", "deadbeef",
+          "123e4567-e89b-12d3-a456-426614174000", "10.0.0.", "1", "12", "255", "8080", "3.11",
+          "1,024", " ", "  ", "\t", "\n", "\n\n", "\r", "\x1c", "\x1f", "\xa0", "\u2003", "é",
+          "İ", "ı", "K", "ß", "日本", "٣", "word", "Deploy", "the", "canary", "e.g."]
+texts = st.lists(st.sampled_from(PIECES), max_size=30).map("".join)
+words = st.text(alphabet=st.characters(min_codepoint=9, max_codepoint=0x2fff), max_size=40)
+
+
+def plain_scan(text: str) -> list[tuple[tuple[int, int], str | None]]:
+    return [(m.span(), m.lastgroup) for m in L._FACT.finditer(text)]
+
+
+def fast_scan(pattern: re.Pattern, text: str) -> list[tuple[tuple[int, int], str | None]]:
+    return [(m.span(m.lastgroup), m.lastgroup) for m in pattern.finditer(text) if m.lastgroup]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(texts, words, st.tuples(texts, words, texts).map("".join)))
+def test_the_walk_finds_what_the_fact_pattern_finds(text: str) -> None:
+    assert fast_scan(L._SCAN, text) == plain_scan(text)
+    if L._plain(text):
+        assert fast_scan(L._SCAN_ASCII, text) == plain_scan(text)
+
+
+def test_the_walk_agrees_on_every_kind_of_fact_and_its_near_misses() -> None:
+    text = ("Service svc-12 listens on port 8012 behind db.internal:5432 (10.0.0.5), config at "
+            "/etc/svc/12.toml and ./deploy.yaml; see https://wiki.example.com/ops?id=7. Ticket "
+            "OPS-1012, commit 3fa9c2e1, run 123e4567-e89b-12d3-a456-426614174000. Needs "
+            "version v1.2.3, python 3.11 and numpy==1.26.4; timeout=30s, retries=3, 512 MB, "
+            "250 ms. Mail ops@example.com, budget $120, £ 5, 20 °C, #1234 but not &#1234, "
+            "12:00:03Z, 2024-05-01T12:00:03Z, a.b.c, x==, port is 80, deadbeef-dead-beef-dead-"
+            "beefdeadbeef, name=\"the big one\", ~/notes.md, ../up, e.g. 3 users.")
+    assert len(plain_scan(text)) > 25
+    assert fast_scan(L._SCAN, text) == plain_scan(text)
+    assert fast_scan(L._SCAN_ASCII, text) == plain_scan(text)
+
+
+ENDS = ["", "12ms", "x=1", "port 80", "v1.2", "/a", "OPS-1", "a.py", "a@b.co", "$5", "#12",
+        "10.0.0.1", "h.io:80", "x", "x.", "x-", "1"]
+STARTS = ["+a@b.co", "-a@b.co", ".a@b.co", ".a.py", "-a.py", "..py", "$5", "€ 5", "£5", "#12",
+          "~/x", "/x", "./x", "../x", "+", "-", ".", "port 80", "port: 80", "port is 80", "v1.2",
+          "version 1.2", "Python 3.11", "node 20.1", "go 1.22", "rust 1.75", "java 21.0",
+          "RELEASE 2.1", "a=1", 'a="b c"', "a='b'",
+          "deadbeef-dead-beef-dead-beefdeadbeef", "a1b2c3d", "x-1", "A-1", "a:80", "a.b:80",
+          "a==1", "a@1", "https://x", "a.@b.co", "a+b@c.de", "5 ms", "5\nms", "1.2.3"]
+
+
+def test_the_walk_agrees_where_a_fact_starts_right_after_another() -> None:
+    for end in ENDS:
+        for gap in ("", " ", "\n"):
+            for start in STARTS:
+                text = end + gap + start + " tail"
+                assert fast_scan(L._SCAN, text) == plain_scan(text), text
+                assert fast_scan(L._SCAN_ASCII, text) == plain_scan(text), text
+
+
+def test_ascii_and_unicode_classes_differ_only_where_the_ascii_check_says() -> None:
+    differ = {chr(c) for c in range(128)
+              for p in (r"\s", r"\w", r"\d", r"\b", r"(?i)[a-z]")
+              if bool(re.match(p, chr(c))) != bool(re.match(p, chr(c), re.ASCII))}
+    assert differ == {"\x1c", "\x1d", "\x1e", "\x1f"}
+    assert not any(L._plain(c) for c in differ)
+
+
+def old_values(text: str):
+    """`ledger._values` as first written: `_FACT.finditer` over the whole text."""
+    taken: list[tuple[int, int]] = []
+    for block in L._SHELL_FENCE.finditer(text):
+        taken.append(block.span())
+        for line in block.group(1).splitlines():
+            line = line.strip().removeprefix("$ ").strip()
+            if line and not line.startswith("#"):
+                yield "command", L._clip(line)
+    for m in L._PROMPT_LINE.finditer(text):
+        if not L._inside(m.start(), taken):
+            taken.append(m.span())
+            yield "command", L._clip(m.group(1).strip())
+    for m in L._CODE_SPAN.finditer(text):
+        code = m.group(1).strip()
+        if code and not L._inside(m.start(), taken):
+            if any(c in code for c in " /="):
+                taken.append(m.span())
+            yield "code", L._clip(code)
+    text = text.replace("`", " ")
+    for m in L._FACT.finditer(text):
+        if taken and L._inside(m.start(), taken) or text.startswith("…", m.end()):
+            continue
+        kind, value = m.lastgroup or "fact", m.group(0)
+        if kind != "number" and not value.endswith(("\"", "'")):
+            value = value.rstrip(L._TRAILING)
+        if kind == "number" and not any(c.isdigit() for c in value):
+            continue
+        if value:
+            yield kind, L._clip(value)
+
+
+def old_facts_of(m: Message) -> list[L.Fact]:
+    text = m.content or ""
+    out = [L.Fact(s, m.seq, L.CORRECTION) for s in old_corrections(text)] \
+        if m.role == "user" else []
+    values = list(old_values(text))
+    for call in m.tool_calls or ():
+        args = (call.get("function") or {}).get("arguments")
+        if isinstance(args, str):
+            values.extend(old_values(args))
+    if m.role == "tool":
+        values = values[:L.TOOL_FACTS]
+    elif m.role == "assistant":
+        values = [(k, v) for k, v in values if k != "number"
+                  and (k != "code" or any(c in v for c in " /=."))]
+    return out + [L.Fact(v, m.seq, k) for k, v in values]
+
+
+def old_corrections(text: str) -> list[str]:
+    if not CUE.search(text):
+        return []
+    return [L._clip(" ".join(s.split()), L.CORRECTION_CHARS) for s in L._SENTENCE.split(text)
+            if s.strip() and CUE.search(s)]
+
+
+MARKUP = ["`", "`x y`", "```bash\n$ cd /opt\nls\n```", "```\n", "\n$ make x=1\n", "$ ",
+          "Actually, use port 9 instead of port 8080. ", "no, ", "\x1c"]
+messages = st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool"]),
+                              st.lists(st.sampled_from(PIECES + MARKUP), max_size=40)
+                              .map("".join), st.none() | texts), max_size=6)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(messages)
+def test_extraction_finds_what_it_found_before(raw) -> None:
+    span = [Message("s", i + 1, role, text, None if args is None else (
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": args}},),
+        None, None, None, None, "complete", 0, 0) for i, (role, text, args) in enumerate(raw)]
+    expected = [f for m in span for f in old_facts_of(m)]
+    assert [f for m in span for f in L._facts_of(m)] == expected
+    assert L.extract(span) == L._latest_first_seen(expected)
+
+
+CUE = re.compile(  # the correction cue as first written, before its first-letter lookahead
+    r"\b(?:actually|instead|correction|rather than|not what|(?:that's|that is|was|is) wrong|"
+    r"change (?:it|that|this)|scratch that|i meant|no longer|don't use|do not use|"
+    r"forget (?:the|that|about)|not \S+ but)\b|^\s*no[,.!]", re.I)
+CUE_PIECES = ["actually", "ACTUALLY", "İnstead", "instead", "ıf", "scratch that", "ſcratch that",
+              "no,", " no.", "No!", "not this but", "that's wrong", "is wrong", "forget the",
+              "i meant", "don't use", "change it", "x", "-", " ", "\n", "\x1c", "é"]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(st.lists(st.sampled_from(CUE_PIECES), max_size=12).map("".join), words))
+def test_the_correction_cue_finds_what_it_found_before(text: str) -> None:
+    expected = [m.span() for m in CUE.finditer(text)]
+    assert [m.span() for m in L._CORRECTION_CUE.finditer(text)] == expected
+    if L._plain(text):
+        assert [m.span() for m in L._CORRECTION_CUE_ASCII.finditer(text)] == expected
+
+
+def old_carry(previous: L.Ledger, span: list[Message]) -> L.Ledger:
+    """`carry` as first written: every correction and every setting rescans the whole ledger."""
+    new = L.extract(span)
+    facts = list(previous.facts)
+    retired = 0
+    said = {f.seq: [c.value for c in new if c.seq == f.seq and c.kind == L.CORRECTION]
+            for f in new}
+    for fact in new:
+        if fact.kind != L.CORRECTION and any(L.retires(c, fact) for c in said[fact.seq]):
+            continue
+        if fact.kind == L.CORRECTION:
+            before = len(facts)
+            facts = [f for f in facts if f.kind == L.CORRECTION or not L.retires(fact.value, f)]
+            retired += before - len(facts)
+        elif fact.kind == "setting":
+            name = fact.value.split("=", 1)[0].casefold()
+            before = len(facts)
+            facts = [f for f in facts if not (f.kind == "setting" and f.key != fact.key
+                                              and f.value.split("=", 1)[0].casefold() == name)]
+            retired += before - len(facts)
+        facts.append(fact)
+    merged = L._latest_first_seen(facts)
+    merged.sort(key=lambda f: f.seq)
+    return L.Ledger(tuple(merged), previous.dropped, previous.dropped_up_to, retired)
+
+
+SAYINGS = ["use port 8080", "port 9090", "timeout=30", "timeout=60", "TIMEOUT=30", "mode=fast",
+           "version 1.2.3", "v2.0.1", "/etc/a.toml", "OPS-7", "Actually, use port 9090 instead "
+           "of 8080.", "Not timeout=30 but timeout=60.", "Forget /etc/a.toml, use /etc/b.toml.",
+           "v2.0.1 is wrong, use version 1.2.3.", "No, drop OPS-7.", "retries=3", "retries=5"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant"]),
+                          st.lists(st.sampled_from(SAYINGS), min_size=1, max_size=3)),
+                min_size=1, max_size=12),
+       st.integers(0, 6))
+def test_carry_retires_what_it_retired_before(turns, split) -> None:
+    span = [Message("s", i + 1, role, " ".join(said), None, None, None, None, None, "complete",
+                    0, 0) for i, (role, said) in enumerate(turns)]
+    previous = L.carry(L.Ledger(), span[:split])
+    for earlier in (previous, L.Ledger()):
+        got, expected = L.carry(earlier, span[split:]), old_carry(earlier, span[split:])
+        assert got == expected and got.retired == expected.retired
+
+
+def old_content(text: str) -> list[str]:
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.one_of(texts, words))
+def test_the_gate_reads_lines_as_it_did(text: str) -> None:
+    assert gate._content(text) == old_content(text)
