@@ -90,9 +90,9 @@ _SCAN_ASCII = re.compile(_SCAN_PATTERN, re.ASCII)
 _CODE_SPAN = re.compile(r"`([^`\n]{2,%d})`" % VALUE_CHARS)
 _SHELL_FENCE = re.compile(r"```(?:bash|sh|shell|console|zsh|fish|powershell|cmd)\n(.*?)```", re.S)
 _PROMPT_LINE = re.compile(r"^\s*\$ (\S.{0,%d})$" % VALUE_CHARS, re.M)
-# (the lookahead names the cues' first letters, so other positions fail at once)
+# (the lookahead names the cues' first two letters, so other positions fail at once)
 _CORRECTION_CUE = re.compile(
-    r"(?=[aicrntwdsf])\b(?:actually|instead|correction|rather than|not what|"
+    r"(?=[aicrntwdsf][acnhos ])\b(?:actually|instead|correction|rather than|not what|"
     r"(?:that's|that is|was|is) wrong|change (?:it|that|this)|scratch that|i meant|no longer|"
     r"don't use|do not use|forget (?:the|that|about)|not \S+ but)\b|^\s*no[,.!]", re.I)
 _CORRECTION_CUE_ASCII = re.compile(_CORRECTION_CUE.pattern, re.I | re.ASCII)
@@ -153,8 +153,10 @@ def _facts_of(m: Message) -> list[Fact]:
     out: list[Fact] = []
     if m.role == "user":
         out.extend(Fact(s, m.seq, CORRECTION) for s in corrections(text))
-    calls = [(call.get("function") or {}).get("arguments") for call in m.tool_calls or ()]
-    found = chain(_values(text), *(_values(a) for a in calls if isinstance(a, str)))
+    found = _values(text)
+    if m.tool_calls:
+        calls = [(call.get("function") or {}).get("arguments") for call in m.tool_calls]
+        found = chain(found, *(_values(a) for a in calls if isinstance(a, str)))
     if m.role == "tool":  # the scan stops at the last fact kept, not at the end of a long read
         values = list(islice(found, TOOL_FACTS))
     elif m.role == "assistant":  # the user's numbers are requirements, the model's are talk
@@ -210,7 +212,8 @@ def _values(text: str) -> Iterator[tuple[str, str]]:
 def _plain(text: str) -> bool:
     """Whether the re.ASCII twin of a pattern finds what the pattern finds in `text`: ASCII,
     without the four separators Unicode `\\s` includes and ASCII `\\s` does not."""
-    return text.isascii() and not any(c in text for c in "\x1c\x1d\x1e\x1f")
+    return text.isascii() and not ("\x1c" in text or "\x1d" in text or "\x1e" in text
+                                   or "\x1f" in text)
 
 
 def _inside(at: int, spans: list[tuple[int, int]]) -> bool:
@@ -227,7 +230,9 @@ def corrections(text: str) -> list[str]:
 
 
 def _clip(value: str, limit: int = VALUE_CHARS) -> str:
-    value = " ".join(value.replace(SEP.strip(), "-").split())
+    # (a value without spaces or the separator is clean: other whitespace is unprintable)
+    if " " in value or SEP.strip() in value or not value.isprintable():
+        value = " ".join(value.replace(SEP.strip(), "-").split())
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 

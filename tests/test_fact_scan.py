@@ -84,6 +84,11 @@ def test_ascii_and_unicode_classes_differ_only_where_the_ascii_check_says() -> N
     assert not any(L._plain(c) for c in differ)
 
 
+def old_clip(value: str, limit: int = L.VALUE_CHARS) -> str:
+    value = " ".join(value.replace(L.SEP.strip(), "-").split())
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
 def old_values(text: str):
     """`ledger._values` as first written: `_FACT.finditer` over the whole text."""
     taken: list[tuple[int, int]] = []
@@ -92,17 +97,17 @@ def old_values(text: str):
         for line in block.group(1).splitlines():
             line = line.strip().removeprefix("$ ").strip()
             if line and not line.startswith("#"):
-                yield "command", L._clip(line)
+                yield "command", old_clip(line)
     for m in L._PROMPT_LINE.finditer(text):
         if not L._inside(m.start(), taken):
             taken.append(m.span())
-            yield "command", L._clip(m.group(1).strip())
+            yield "command", old_clip(m.group(1).strip())
     for m in L._CODE_SPAN.finditer(text):
         code = m.group(1).strip()
         if code and not L._inside(m.start(), taken):
             if any(c in code for c in " /="):
                 taken.append(m.span())
-            yield "code", L._clip(code)
+            yield "code", old_clip(code)
     text = text.replace("`", " ")
     for m in L._FACT.finditer(text):
         if taken and L._inside(m.start(), taken) or text.startswith("…", m.end()):
@@ -113,7 +118,7 @@ def old_values(text: str):
         if kind == "number" and not any(c.isdigit() for c in value):
             continue
         if value:
-            yield kind, L._clip(value)
+            yield kind, old_clip(value)
 
 
 def old_facts_of(m: Message) -> list[L.Fact]:
@@ -136,12 +141,13 @@ def old_facts_of(m: Message) -> list[L.Fact]:
 def old_corrections(text: str) -> list[str]:
     if not CUE.search(text):
         return []
-    return [L._clip(" ".join(s.split()), L.CORRECTION_CHARS) for s in L._SENTENCE.split(text)
+    return [old_clip(" ".join(s.split()), L.CORRECTION_CHARS) for s in L._SENTENCE.split(text)
             if s.strip() and CUE.search(s)]
 
 
 MARKUP = ["`", "`x y`", "```bash\n$ cd /opt\nls\n```", "```\n", "\n$ make x=1\n", "$ ",
-          "Actually, use port 9 instead of port 8080. ", "no, ", "\x1c"]
+          "Actually, use port 9 instead of port 8080. ", "no, ", "\x1c", "5\tms", "5\nms",
+          'x="a\tb"', "`a\tb`", "a · b=1", "`a·b`", "x=a·b"]
 messages = st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool"]),
                               st.lists(st.sampled_from(PIECES + MARKUP), max_size=40)
                               .map("".join), st.none() | texts), max_size=6)
@@ -164,7 +170,9 @@ CUE = re.compile(  # the correction cue as first written, before its first-lette
     r"forget (?:the|that|about)|not \S+ but)\b|^\s*no[,.!]", re.I)
 CUE_PIECES = ["actually", "ACTUALLY", "İnstead", "instead", "ıf", "scratch that", "ſcratch that",
               "no,", " no.", "No!", "not this but", "that's wrong", "is wrong", "forget the",
-              "i meant", "don't use", "change it", "x", "-", " ", "\n", "\x1c", "é"]
+              "i meant", "don't use", "change it", "rather than", "was wrong", "correction",
+              "no longer", "do not use", "forget about", "That is wrong", "not what", "x", "-",
+              " ", "\n", "\x1c", "é"]
 
 
 @settings(max_examples=1500, deadline=None)
@@ -230,3 +238,54 @@ def old_content(text: str) -> list[str]:
 @given(st.one_of(texts, words))
 def test_the_gate_reads_lines_as_it_did(text: str) -> None:
     assert gate._content(text) == old_content(text)
+
+
+def old_longest_copied_run(summary_lines: list[str], transcript: str) -> int:
+    """`gate._longest_copied_run` as first written: every record line indexed."""
+    previous, records = gate._split_previous(transcript)
+    keep = set(old_content(previous))
+    record_lines = [l for l in old_content(records) if not gate._RECORD_HEADER.match(l)
+                    and l not in gate._DELIMITERS]
+    at: dict[str, list[int]] = {}
+    for j, line in enumerate(record_lines):
+        at.setdefault(line, []).append(j)
+
+    def copied(line: str) -> list[int]:
+        if (len(line) < gate.ECHO_MIN_CHARS or line in keep or gate._bullet(line)
+                or line.lstrip("#").strip().lower() in gate._CANONICAL):
+            return []
+        return at.get(line, [])
+
+    best, runs = 0, {}
+    for line in old_content("\n".join(summary_lines)):
+        runs = {j: runs.get(j - 1, 0) + 1 for j in copied(line)}
+        best = max(best, *runs.values(), 0)
+    return best
+
+
+LINES = ["The canary deploy failed on the second region", "the  canary deploy failed on the "
+         "second region", "\tThe canary deploy failed on the second region ", "### #12 user",
+         "# #3", "## Progress", "- a bullet line that is long enough", "short", "",
+         "<<<TRANSCRIPT", "TRANSCRIPT>>>",
+         "We moved the queue worker to the new cluster.", "Rollback is ready if latency grows.",
+         "We moved the queue worker to the new cluster.\x1c", "Then we restarted every worker."]
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.none() | st.lists(st.sampled_from(LINES), max_size=5),
+       st.lists(st.sampled_from(LINES), max_size=25), st.lists(st.sampled_from(LINES), max_size=8))
+def test_the_gate_finds_the_copied_runs_it_found(previous, records, summary) -> None:
+    block = [] if previous is None else ["<<<PREVIOUS SUMMARY", *previous, "PREVIOUS SUMMARY>>>"]
+    transcript = "\n".join(["<<<TRANSCRIPT", *block, *records, "TRANSCRIPT>>>"])
+    assert gate._longest_copied_run(summary, transcript) == \
+        old_longest_copied_run(summary, transcript)
+
+
+def test_record_headers_and_blank_lines_do_not_break_a_copied_run() -> None:
+    copied = ["We moved the queue worker to the new cluster.", "Rollback is ready if latency "
+              "grows.", "Then we restarted every worker."]
+    transcript = "\n".join(["<<<TRANSCRIPT", "### #4 user", copied[0], "", "# #5", copied[1],
+                            "### #6 assistant", "  " + copied[2].replace(" ", "  "),
+                            "TRANSCRIPT>>>"])
+    assert gate._longest_copied_run(copied, transcript) == 3
+    assert old_longest_copied_run(copied, transcript) == 3
