@@ -748,3 +748,15 @@ def test_any_reply_is_a_summary_or_one_named_rejection(text, finish):
         assert err.check in CHECKS and "\n" not in err.user_line()
     else:
         assert all(out.count(f"## {h}\n") + out.endswith(f"## {h}") == 1 for h in sc.HEADINGS)
+
+
+def test_a_message_quoting_the_previous_summary_markers_backwards_is_judged_not_a_crash():
+    from picochat.messages import Message
+
+    quoted = Message("s", 3, "user", f"why does {sc.PREVIOUS_SUMMARY_END} come before "
+                     f"{sc.PREVIOUS_SUMMARY_BEGIN} in your prompt? " + "x y z " * 10, None,
+                     None, None, None, None, "complete", 40, 0)
+    transcript = serialize(None, [quoted], 4_000).text
+    good = "\n\n".join(f"## {h}\n- the user asked about the prompt's markers"
+                       for h in sc.HEADINGS)
+    assert check_summary(good, transcript, max_tokens=1_000, finish="stop") == good

@@ -273,10 +273,11 @@ def _longest_copied_run(summary_lines: list[str], transcript: str) -> int:
 
 def _split_previous(transcript: str) -> tuple[str, str]:
     """(the previous summary block, the rest of the transcript)."""
-    if sc.PREVIOUS_SUMMARY_BEGIN in transcript and sc.PREVIOUS_SUMMARY_END in transcript:
+    if sc.PREVIOUS_SUMMARY_BEGIN in transcript:
         head, rest = transcript.split(sc.PREVIOUS_SUMMARY_BEGIN, 1)
-        previous, tail = rest.split(sc.PREVIOUS_SUMMARY_END, 1)
-        return previous, head + tail
+        if sc.PREVIOUS_SUMMARY_END in rest:  # a message may quote the markers in any order
+            previous, tail = rest.split(sc.PREVIOUS_SUMMARY_END, 1)
+            return previous, head + tail
     return "", transcript
 
 
