@@ -148,7 +148,18 @@ def extract(messages: Iterable[Message]) -> list[Fact]:
     return _latest_first_seen(found)
 
 
+def facts_of(m: Message) -> tuple[tuple[str, str], ...]:
+    """(kind, value) of one message's facts, as the store keeps them (taken at append)."""
+    return tuple((f.kind, f.value) for f in _scan(m))
+
+
 def _facts_of(m: Message) -> list[Fact]:
+    if m.facts is not None:  # taken when it was appended
+        return [Fact(v, m.seq, k) for k, v in m.facts]
+    return _scan(m)
+
+
+def _scan(m: Message) -> list[Fact]:
     text = m.content or ""
     out: list[Fact] = []
     if m.role == "user":

@@ -57,6 +57,8 @@ class Message:
     tokens: int
     created_at: int
     retracted: bool = False  # removed from the context by undo; still in the raw log
+    facts: tuple[tuple[str, str], ...] | None = None  # (kind, value), taken at append; None:
+    # not taken (a row from before schema 7, or a value built in memory)
 
     def provider_dict(self) -> dict[str, Any]:
         """The OpenAI-format message the provider receives: the raw row, unchanged."""

@@ -232,3 +232,20 @@ def test_a_value_cut_short_by_a_quote_is_not_a_fact() -> None:
 def test_a_port_in_backticks_is_still_a_port() -> None:
     answer = "Service **3** listens on port `8003`, started by `svc-3.service`."
     assert values(L.extract([msg(2, "assistant", answer)])) == ["port 8003", "svc-3.service"]
+
+
+def test_facts_are_taken_once_at_append_and_rows_from_before_are_scanned(store) -> None:
+    import json as _json
+
+    sid = store.create_session("f").id
+    text = "Deploy OPS-7 on port 8443 with retries=3; config /etc/app.toml."
+    appended = store.append_message(sid, "user", text)
+    stored = store._conn.execute("SELECT facts FROM messages WHERE seq = ?",
+                                 (appended.seq,)).fetchone()[0]
+    assert [tuple(p) for p in _json.loads(stored)] == list(L.facts_of(appended)) != []
+    [read] = store.history(sid)
+    assert read.facts == appended.facts and L.extract([read]) == L.extract([msg(1, "user", text)])
+    # a row written before schema 7 has no stored facts: the same facts are found by a scan
+    store._conn.execute("UPDATE messages SET facts = NULL")
+    [old] = store.history(sid)
+    assert old.facts is None and L.extract([old]) == L.extract([read])

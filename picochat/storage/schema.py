@@ -111,6 +111,12 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at  INTEGER NOT NULL
     );
     """,
+    # 7: each message's exact facts (the ledger's extraction), taken once when it is appended
+    # like its token count, so a compaction over 200k tokens reads them instead of scanning
+    # the text again. JSON [[kind, value], ...]; NULL for rows written before: extracted then.
+    """
+    ALTER TABLE messages ADD COLUMN facts TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

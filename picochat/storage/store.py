@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from picochat import crashpoints, tokens
+from picochat import ledger as fact_ledger
 from picochat.errors import SessionNotFound, StaleGeneration, StorageError
 from picochat.messages import (
     COMPLETE,
@@ -109,7 +110,7 @@ _SESSION_COLS = (
 )
 _MESSAGE_COLS = (
     "session_id, seq, role, content, tool_calls, tool_call_id, name, turn_id, tool_status, "
-    "status, tokens, created_at"
+    "status, tokens, created_at, facts"
 )
 _CHECKPOINT_COLS = (
     "id, session_id, generation, parent_checkpoint_id, summary, first_retained_seq, "
@@ -322,7 +323,10 @@ class Store:
             count = d.token_count
             if count is None:
                 count = tokens.count_message(d.role, d.content, calls, d.tool_call_id, d.name)
-            prepared.append((d, calls, calls_json, count))
+            probe = Message(session_id, 0, d.role, d.content, tuple(calls) if calls else None,
+                            d.tool_call_id, d.name, d.turn_id, d.tool_status, d.status, count, 0)
+            facts = fact_ledger.facts_of(probe)  # taken once, like the count
+            prepared.append((d, calls, calls_json, count, facts))
         now = self._clock()
         out: list[Message] = []
         with self._write() as c:
@@ -335,17 +339,19 @@ class Store:
             turns = {d.turn_id for d, *_ in prepared if d.turn_id}
             if turns:
                 c.executemany("DELETE FROM drafts WHERE turn_id = ?", [(t,) for t in turns])
-            for d, calls, calls_json, count in prepared:
+            for d, calls, calls_json, count, facts in prepared:
                 seq += 1
                 rowid = c.execute(
-                    f"INSERT INTO messages ({_MESSAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO messages ({_MESSAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (session_id, seq, d.role, d.content, calls_json, d.tool_call_id, d.name,
-                     d.turn_id, d.tool_status, d.status, count, now)).lastrowid
+                     d.turn_id, d.tool_status, d.status, count, now,
+                     json.dumps(facts, ensure_ascii=False))).lastrowid
                 c.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)",
                           (rowid, d.content))
                 out.append(Message(session_id, seq, d.role, d.content,
                                    tuple(calls) if calls else None, d.tool_call_id, d.name,
-                                   d.turn_id, d.tool_status, d.status, count, now))
+                                   d.turn_id, d.tool_status, d.status, count, now,
+                                   facts=facts))
             c.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
         return out
 
@@ -735,7 +741,9 @@ def _session(c: sqlite3.Connection, row: Sequence[Any]) -> Session:
 
 def _message(row: Sequence[Any]) -> Message:
     calls = tuple(json.loads(row[4])) if row[4] else None
-    return Message(row[0], row[1], row[2], row[3], calls, *row[5:12], retracted=bool(row[12]))
+    facts = tuple((k, v) for k, v in json.loads(row[12])) if row[12] is not None else None
+    return Message(row[0], row[1], row[2], row[3], calls, *row[5:12], retracted=bool(row[13]),
+                   facts=facts)
 
 
 def _checkpoint(row: Sequence[Any]) -> Checkpoint:
