@@ -11,6 +11,7 @@ import pytest
 from picochat import summary_contract as sc
 from picochat import tokens
 from picochat.budget import budget_limits
+from picochat.compaction import report
 from picochat.compaction.compact import CompactRequest, compact_context
 from picochat.compaction.compactor import plan_compaction
 from picochat.compaction.degraded import BREADCRUMB
@@ -428,3 +429,16 @@ def test_a_second_trim_keeps_the_real_summary_the_first_one_carried(store):
     summary = restore(store, s.id).summary
     assert summary.count(BREADCRUMB) == 1 and summary.count("PORT=8443 for the api") == 1
     assert summary.count("## Objective") == 1
+
+
+def test_a_degraded_trims_note_does_not_say_the_context_is_unchanged(store):
+    s = store.create_session("note")
+    for n in range(1, 8):
+        planted_turn(store, s.id, n)
+    junk = "Sure! I'm ready to continue the conversation. What would you like to do next?"
+    outcome = compact(store, Recorder(summaries=[junk]), s.id, reason="overflow",
+                      degraded_fallback=True, window=3_000, keep=600)
+    assert outcome.degraded
+    note = report.compaction_note(outcome)
+    assert "no summary because the model went on with the chat" in note  # why, still said
+    assert "unchanged" not in note  # it changed: older turns were left out
