@@ -138,6 +138,8 @@ async def compact_context(store: Store, provider: Provider,
         candidate = trim_candidate(compactor, projection, before, "overflow")
         if candidate is None:
             summary_error = trim_impossible(before, limits.window)
+        elif summary_error is not None:
+            _context_changed(summary_error)
     if candidate is None:
         if summary_error is None:  # plan is None here: nothing older to fold
             return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
@@ -173,6 +175,16 @@ async def compact_context(store: Store, provider: Provider,
                         exc.kind)
     return CompactOutcome(COMPACTED, reason, now, checkpoint, candidate.kept_turns, before, None,
                           summary_error, transcript, summary_called)
+
+
+UNCHANGED = "the previous context is unchanged"
+
+
+def _context_changed(error: PicochatError) -> None:
+    """A summary error's hint was written for a failure that keeps the old context; after a
+    degraded trim the note quoting it would say so beside "context compacted"."""
+    if error.hint and error.hint.startswith(UNCHANGED):
+        error.hint = error.hint[len(UNCHANGED):].lstrip("; ") or None
 
 
 def _made_by(provider: Provider, request: CompactRequest, degraded: bool) -> tuple[str, str]:
