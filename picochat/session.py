@@ -46,7 +46,7 @@ from picochat.compaction.compact import (
     ContextMisfit,
     compact_context,
 )
-from picochat.compaction.candidate import SummaryRejected
+from picochat.compaction.candidate import RETRY, SummaryRejected
 from picochat.compaction.compactor import SummaryModel
 from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextUsage, limits_for
@@ -520,7 +520,9 @@ class SessionWorker:
                  self.session_id, self.rejected_in_a_row, self.summary_model is not None)
         if self.summary_model is None:  # this error is the outcome's own: extend its hint
             advice = summary_model_advice(self.rejected_in_a_row, self.model.offline)
-            rejected.hint = f"{rejected.hint}; {advice}" if rejected.hint else advice
+            # the advice says which other model: the gate's generic "use another model" goes
+            hint = (rejected.hint or "").replace(RETRY, "").strip("; ")
+            rejected.hint = f"{hint}; {advice}" if hint else advice
 
     # --- one turn ------------------------------------------------------------------------------
 

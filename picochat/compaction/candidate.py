@@ -37,6 +37,10 @@ class CompactionCandidate:
             degraded=self.degraded)
 
 
+RETRY = "try /compact again or use another model"
+RETRY_HINT = f"the previous context is unchanged; {RETRY}"  # every rejected summary's hint
+
+
 class SummaryRejected(PicochatError):
     """A summary came back but the candidate failed a §10.4 check."""
 
@@ -48,7 +52,7 @@ def validate(candidate: CompactionCandidate, snapshot_seqs: Sequence[int],
     """The six checks of §10.4; raises `SummaryRejected` naming the first that fails.
 
     `summary_cap` is the model's share plus the exact-fact ledger's; `threshold` is the auto-compaction threshold, or the hard window in overflow recovery."""
-    hint = "the previous context is unchanged; try /compact again or with another model"
+    hint = RETRY_HINT
     if not candidate.summary.strip():
         raise SummaryRejected("the model returned an empty summary", hint)
     size = tokens.count_text(candidate.summary)

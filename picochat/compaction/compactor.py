@@ -15,7 +15,12 @@ from typing import Any, Mapping
 from picochat import ledger as fact_ledger
 from picochat import tokens
 from picochat.budget import BudgetLimits, RequestDraft, estimate
-from picochat.compaction.candidate import CompactionCandidate, SummaryRejected, validate
+from picochat.compaction.candidate import (
+    RETRY_HINT,
+    CompactionCandidate,
+    SummaryRejected,
+    validate,
+)
 from picochat.compaction.gate import check_summary
 from picochat.compaction.prompt import prompt_overhead, summary_request
 from picochat.compaction.transcript import SummaryBudget, Transcript, serialize, summary_budget
@@ -210,7 +215,7 @@ class ContextCompactor:
         `limit` is the size the result must reach: the threshold, or for overflow recovery
         the hard window (a real summary that fits beats dropping turns without one)."""
         limit = self.limits.threshold if limit is None else limit
-        hint = "the previous context is unchanged; try /compact again or with another model"
+        hint = RETRY_HINT
         if not summary.text.strip():  # a ledger alone is no summary
             raise SummaryRejected("the model returned an empty summary", hint)
         size = tokens.count_text(summary.text)

@@ -56,10 +56,10 @@ import re
 
 from picochat import summary_contract as sc
 from picochat import tokens
-from picochat.compaction.candidate import SummaryRejected
+from picochat.compaction.candidate import RETRY_HINT, SummaryRejected
 
 CHECKS = ("echo", "continuation", "cut_off", "headings")
-HINT = "the previous context is unchanged; try /compact again or use another model"
+HINT = RETRY_HINT
 CUT_OFF_HINT = "the previous context is unchanged; a truncated summary would lose facts"
 
 PREAMBLE_CHARS = 120      # one line this short before the first heading is a greeting, dropped
