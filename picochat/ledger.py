@@ -30,6 +30,8 @@ from picochat import tokens
 from picochat.messages import Message
 
 FACTS_HEADING = "Exact Facts"
+USER, ANSWER, TOOL = "user", "answer", "tool"
+_SAID_BY = {"user": USER, "assistant": ANSWER, "tool": TOOL}
 CORRECTION = "correction"
 SEP = " · "
 TOOL_FACTS = 8         # a tool result adds at most this many facts: a file read is not a fact list
@@ -106,11 +108,11 @@ _RETIRES_AFTER = re.compile(r"^\W{0,2}\s*(?:is|was|are|were)\s+(?:wrong|outdated
                             r"incorrect|stale|gone|dead)", re.I)
 _TRAILING = ".,;:!?)]}>'\""
 
-_LINE = re.compile(r"^- #(\d+)( correction)?: (.+)$")
+_LINE = re.compile(r"^- #(\d+)(?: (correction|answer|tool))?: (.+)$")
 _NOTE = re.compile(r"^- \((\d[\d,]*) older exact facts?, from messages up to #(\d+), "
                    r"(?:was|were) dropped to fit; history_search finds them in the raw history\)$")
 _HEADING = re.compile(r"^## (.+?)\s*$")
-_SEQ_PREFIX = re.compile(r"^\s*#\d+(?: correction)?:\s*")
+_SEQ_PREFIX = re.compile(r"^\s*#\d+(?: (?:correction|answer|tool))?:\s*")
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class Fact:
     value: str
     seq: int
     kind: str  # "correction", or the kind of value: "port", "path", "setting", …
+    said_by: str = USER  # USER, ANSWER or TOOL: who stated it (the user's facts go last)
 
     @cached_property  # asked for again and again by carry, fit and merge_into
     def key(self) -> str:
@@ -155,7 +158,7 @@ def facts_of(m: Message) -> tuple[tuple[str, str], ...]:
 
 def _facts_of(m: Message) -> list[Fact]:
     if m.facts is not None:  # taken when it was appended
-        return [Fact(v, m.seq, k) for k, v in m.facts]
+        return [Fact(v, m.seq, k, _SAID_BY[m.role]) for k, v in m.facts]
     return _scan(m)
 
 
@@ -175,7 +178,7 @@ def _scan(m: Message) -> list[Fact]:
                   and (k != "code" or any(c in v for c in " /=."))]
     else:
         values = list(found)
-    out.extend(Fact(v, m.seq, k) for k, v in values)
+    out.extend(Fact(v, m.seq, k, _SAID_BY[m.role]) for k, v in values)
     return out
 
 
@@ -248,11 +251,17 @@ def _clip(value: str, limit: int = VALUE_CHARS) -> str:
 
 
 def _latest_first_seen(facts: Sequence[Fact]) -> list[Fact]:
-    """One fact per key, at its latest mention, in the order of those mentions."""
+    """One fact per key, at its latest mention by the user if the user ever stated it (an
+    answer repeating it does not make it the model's), else at its latest mention; in the
+    order of those mentions."""
     last: dict[tuple[str, str], int] = {}
+    by_user: dict[tuple[str, str], int] = {}
     for i, f in enumerate(facts):
-        last[(f.kind == CORRECTION and CORRECTION or "", f.key)] = i
-    keep = sorted(last.values())
+        key = (f.kind == CORRECTION and CORRECTION or "", f.key)
+        last[key] = i
+        if f.said_by == USER:
+            by_user[key] = i
+    keep = sorted(by_user.get(key, i) for key, i in last.items())
     return [facts[i] for i in keep]
 
 
@@ -338,28 +347,38 @@ def _retires_folded(low: str, fact: Fact) -> bool:
 
 
 def fit(ledger: Ledger, budget_tokens: int) -> Ledger:
-    """The ledger within `budget_tokens`: the oldest facts go first, and are counted."""
+    """The ledger within `budget_tokens`, and what went counted: the model's facts (from
+    answers and tool results) go first, oldest first, then the user's, oldest first. A small
+    model's answers can hold dozens of invented commands a turn; they must not push out the
+    port the user gave."""
     if not ledger.facts or tokens.count_text(render_text(ledger)) <= budget_tokens:
         return ledger
-    # Walk from the newest fact back, adding each one's cost, then check the real count: only
-    # the facts that might fit are tokenized, however long the ledger is.
+    # the order facts are kept in: the user's newest first, then the model's newest first
+    order = [i for i in reversed(range(len(ledger.facts)))
+             if ledger.facts[i].said_by == USER]
+    order += [i for i in reversed(range(len(ledger.facts)))
+              if ledger.facts[i].said_by != USER]
+    # Estimate each kept fact's cost, then check the real count: only the facts that might
+    # fit are tokenized, however long the ledger is.
     note = tokens.count_text(_note(ledger.dropped + len(ledger.facts), 10 ** 9)) + 1
     room = budget_tokens - note
     keep = 0
-    seen_seqs: set[int] = set()
-    for f in reversed(ledger.facts):
+    seen_lines: set[tuple[int, str]] = set()
+    for i in order:
+        f = ledger.facts[i]
         cost = tokens.count_text(f.value) + 2
-        if f.seq not in seen_seqs:
-            cost += 6  # "- #1234: " and the line break
+        if (f.seq, f.said_by) not in seen_lines:
+            cost += 7  # "- #1234 answer: " and the line break
         if cost > room:
             break
         room -= cost
-        seen_seqs.add(f.seq)
+        seen_lines.add((f.seq, f.said_by))
         keep += 1
     while True:
-        kept = ledger.facts[len(ledger.facts) - keep:] if keep else ()
-        gone = ledger.facts[: len(ledger.facts) - keep]
-        fitted = Ledger(tuple(kept), ledger.dropped + len(gone),
+        chosen = set(order[:keep])
+        kept = tuple(f for i, f in enumerate(ledger.facts) if i in chosen)
+        gone = [f for i, f in enumerate(ledger.facts) if i not in chosen]
+        fitted = Ledger(kept, ledger.dropped + len(gone),
                         max([ledger.dropped_up_to] + [f.seq for f in gone]), ledger.retired)
         if keep == 0 or tokens.count_text(render_text(fitted)) <= budget_tokens:
             return fitted
@@ -370,27 +389,32 @@ def fit(ledger: Ledger, budget_tokens: int) -> Ledger:
 
 
 def render(ledger: Ledger) -> list[str]:
-    """The ledger's lines under `## Exact Facts`: one line per seq, corrections on their own."""
+    """The ledger's lines under `## Exact Facts`: one line per message (`- #12: …` for the
+    user's, `- #13 answer: …` and `- #14 tool: …` for the model's side), corrections on their
+    own (`- #15 correction: …`)."""
     lines: list[str] = []
     if ledger.dropped:
         lines.append(_note(ledger.dropped, ledger.dropped_up_to))
     group: list[str] = []
-    group_seq: int | None = None
+    head: tuple[int, str] | None = None
+
+    def flush() -> None:
+        if group and head is not None:
+            label = "" if head[1] == USER else f" {head[1]}"
+            lines.append(f"- #{head[0]}{label}: " + SEP.join(group))
+        group.clear()
+
     for f in ledger.facts:
         if f.kind == CORRECTION:
-            if group:
-                lines.append(f"- #{group_seq}: " + SEP.join(group))
-                group = []
+            flush()
             lines.append(f"- #{f.seq} correction: {f.value}")
-            group_seq = None
+            head = None
             continue
-        if f.seq != group_seq and group:
-            lines.append(f"- #{group_seq}: " + SEP.join(group))
-            group = []
-        group_seq = f.seq
+        if (f.seq, f.said_by) != head:
+            flush()
+            head = (f.seq, f.said_by)
         group.append(f.value)
-    if group:
-        lines.append(f"- #{group_seq}: " + SEP.join(group))
+    flush()
     return lines
 
 
@@ -413,11 +437,11 @@ def parse(summary: str | None) -> Ledger:
         if m := _NOTE.match(line):
             dropped, up_to = int(m.group(1).replace(",", "")), int(m.group(2))
         elif m := _LINE.match(line):
-            seq = int(m.group(1))
-            if m.group(2):
+            seq, label = int(m.group(1)), m.group(2)
+            if label == CORRECTION:
                 facts.append(Fact(m.group(3), seq, CORRECTION))
             else:
-                facts.extend(Fact(v.strip(), seq, _kind(v.strip()))
+                facts.extend(Fact(v.strip(), seq, _kind(v.strip()), label or USER)
                              for v in m.group(3).split(SEP) if v.strip())
     return Ledger(tuple(facts), dropped, up_to)
 

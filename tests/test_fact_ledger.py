@@ -55,10 +55,31 @@ def test_shell_blocks_and_prompt_lines_are_commands_not_loose_paths() -> None:
     assert {f.kind for f in facts} == {"command"}
 
 
-def test_each_value_is_kept_once_at_its_latest_mention() -> None:
+def test_each_value_is_kept_once_at_its_latest_mention_by_the_user() -> None:
     facts = L.extract([msg(1, "user", "use port 8080"), msg(2, "assistant", "ok, port 8080"),
-                       msg(3, "user", "and OPS-7")])
-    assert [(f.value, f.seq) for f in facts] == [("port 8080", 2), ("OPS-7", 3)]
+                       msg(3, "user", "and OPS-7"), msg(4, "assistant", "see /etc/x.toml"),
+                       msg(5, "assistant", "again /etc/x.toml"), msg(6, "user", "OPS-7!")])
+    assert [(f.value, f.seq, f.said_by) for f in facts] == [
+        ("port 8080", 1, "user"), ("/etc/x.toml", 5, "answer"), ("OPS-7", 6, "user")]
+
+
+def test_the_models_facts_go_before_the_users_and_say_whose_they_are() -> None:
+    span = []
+    for i in range(1, 21):
+        span.append(msg(2 * i - 1, "user", f"port {8000 + i}"))
+        span.append(msg(2 * i, "assistant", f"Run `sudo systemctl restart unit-{i}` and see "
+                                            f"/var/log/unit{i}/service.log"))
+    ledger = L.carry(L.Ledger(), span)
+    assert "- #1: port 8001\n- #2 answer: sudo systemctl restart unit-1 · " \
+        in L.render_text(ledger)
+    whose = [(f.value, f.seq, f.said_by) for f in ledger.facts]
+    assert [(f.value, f.seq, f.said_by) for f in L.parse(L.merge_into(SUMMARY, ledger)).facts] \
+        == whose
+    fitted = L.fit(ledger, 300)
+    users = [f for f in fitted.facts if f.said_by == L.USER]
+    # every port the user gave stays; the model's 40 commands and paths paid for it
+    assert len(users) == 20 and 0 < fitted.dropped <= 40
+    assert "- #1: port 8001" in L.render_text(fitted)
 
 
 def test_a_tool_result_adds_only_its_first_facts() -> None:

@@ -135,7 +135,8 @@ def old_facts_of(m: Message) -> list[L.Fact]:
     elif m.role == "assistant":
         values = [(k, v) for k, v in values if k != "number"
                   and (k != "code" or any(c in v for c in " /=."))]
-    return out + [L.Fact(v, m.seq, k) for k, v in values]
+    said_by = {"user": L.USER, "assistant": L.ANSWER, "tool": L.TOOL}[m.role]
+    return out + [L.Fact(v, m.seq, k, said_by) for k, v in values]
 
 
 def old_corrections(text: str) -> list[str]:
