@@ -442,3 +442,15 @@ def test_a_degraded_trims_note_does_not_say_the_context_is_unchanged(store):
     note = report.compaction_note(outcome)
     assert "no summary because the model went on with the chat" in note  # why, still said
     assert "unchanged" not in note  # it changed: older turns were left out
+
+
+def test_a_trim_that_keeps_one_turn_says_turn(store):
+    s = store.create_session("one")
+    for n in range(1, 7):
+        planted_turn(store, s.id, n)
+    store.append_message(s.id, "user", "and now?", turn_id="t7")
+    store.append_message(s.id, "assistant", RAMBLE * 6, turn_id="t7")  # the model ran on
+    store.append_message(s.id, "user", "Service 8 listens on port 8008.", turn_id="t8")
+    outcome = overflow_trim(store, s.id)
+    assert outcome.degraded and outcome.kept_turns == 1
+    assert "; kept 1 turn from seq " in report.compaction_note(outcome)

@@ -39,8 +39,10 @@ def compaction_note(outcome: Any) -> str | None:
     if outcome.compacted:
         kind = ("degraded: older turns left out with their exact facts, no summary"
                 if cp.degraded else outcome.reason)
+        turns = outcome.kept_turns
         line = (f"context compacted ({kind}): {cp.tokens_before:,} -> {cp.tokens_after:,} "
-                f"tokens; kept {outcome.kept_turns} turns from seq {cp.first_retained_seq}")
+                f"tokens; kept {turns} turn{'s' if turns != 1 else ''} from seq "
+                f"{cp.first_retained_seq}")
         if cp.degraded and outcome.summary_error is not None:  # why there is no summary
             line += f"; no summary because {outcome.summary_error.user_line()}"
         return line
