@@ -15,6 +15,7 @@ from the ledger (a turn's facts cost a few tokens, its raw text hundreds).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 from picochat import ledger as fact_ledger
@@ -22,6 +23,7 @@ from picochat.budget import BudgetLimits
 from picochat.compaction.candidate import CompactionCandidate
 from picochat.compaction.compactor import ContextCompactor, ledger_share
 from picochat.cutpoints import group_turns
+from picochat.ledger import Ledger
 from picochat.projection import ContextProjection
 
 BREADCRUMB = ("[Earlier conversation omitted during context-overflow recovery.\n"
@@ -76,6 +78,15 @@ def trim_candidate(compactor: ContextCompactor, projection: ContextProjection,
     share = limits.counted(ledger_share(limits.window))
     turns = group_turns(projection.raw)
     previous_options = (projection.summary, None) if projection.summary else (None,)
+    carried = fact_ledger.parse(projection.summary)
+
+    @functools.cache
+    def ledger_of(index: int) -> tuple[Ledger, int]:
+        """The ledger of dropping the first `index` turns, and how many facts its own share
+        would drop: the same for every limit and option tried below, so made once."""
+        ledger = fact_ledger.carry(carried, [m for t in turns[:index] for m in t.messages])
+        return ledger, fact_ledger.fit(ledger, share).dropped
+
     for limit in (limits.threshold, limits.window):
         for previous in previous_options:
             first_fit: CompactionCandidate | None = None
@@ -85,7 +96,7 @@ def trim_candidate(compactor: ContextCompactor, projection: ContextProjection,
                 bare = breadcrumb(index, dropped[0].seq, dropped[-1].seq, previous,
                                   dropped_previous=bool(projection.summary) and not previous)
                 after = dataclasses.replace(projection, raw=kept, first_raw_seq=kept[0].seq)
-                ledger = fact_ledger.carry(fact_ledger.parse(projection.summary), dropped)
+                ledger, share_drops = ledger_of(index)
                 summary = compactor.with_ledger(bare, ledger, after,
                                                 min(limit, tokens_before - 1))
                 after = dataclasses.replace(after, summary=summary)
@@ -99,7 +110,7 @@ def trim_candidate(compactor: ContextCompactor, projection: ContextProjection,
                     reason=reason, tokens_before=tokens_before, tokens_after=size,
                     degraded=True, kept_turns=len(turns) - index)
                 first_fit = first_fit or candidate
-                if fact_ledger.counts(summary).dropped <= fact_ledger.fit(ledger, share).dropped:
+                if fact_ledger.counts(summary).dropped <= share_drops:
                     return candidate  # every fact its share holds
             if first_fit is not None:
                 return first_fit
