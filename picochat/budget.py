@@ -52,6 +52,20 @@ def budget_limits(model_window: int, agent_limit: int | None, reserve_tokens: in
                         threshold, token_factor)
 
 
+MIN_ANSWER_TOKENS = 256
+
+
+def answer_cap(limits: BudgetLimits, request_tokens: int) -> int:
+    """`max_tokens` for a chat request: the reserve, the room the budget keeps for the answer,
+    lowered so that request and answer together fit the window, and never below
+    MIN_ANSWER_TOKENS (or the reserve, if that is smaller). Sent on every request, so a
+    provider never fills in its own (litellm asks Anthropic for 64,000, more than the window
+    leaves), and a server that counts the answer into its context (llama.cpp) is asked for
+    what fits."""
+    floor = min(limits.reserve, MIN_ANSWER_TOKENS)
+    return max(floor, min(limits.reserve, limits.window - request_tokens))
+
+
 def should_compact(enabled: bool, context_tokens: int, threshold: int) -> bool:
     """The one auto-compaction rule (§8.3): strictly above the threshold, and only if enabled."""
     return enabled and context_tokens > threshold

@@ -5,6 +5,7 @@ adaptation of §8.2 is never hidden. Deterministic: nothing in it reads a clock.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -57,7 +58,10 @@ class ContextUsage:
             "model": self.model.name,
             "offline": self.model.offline,
             "summary_model": self.summary_model.name if self.summary_model else None,
-            "window_source": self.model.window_source,
+            "window_source": ("learned" if self.model.learned_window is not None
+                              else self.model.window_source),
+            "learned_window_tokens": self.model.learned_window,
+            "tools_refused": self.model.tools_refused,
             "configured_window_tokens": lim.configured_window,
             "effective_window_tokens": lim.window,
             "configured_reserve_tokens": lim.configured_reserve,
@@ -102,7 +106,7 @@ class ContextUsage:
             ("Summaries by", self.summary_model.label if self.summary_model
              else "the chat model"),
             ("Context window", side(lim.window, lim.configured_window)
-             + f"  [{self.model.window_source}]"),
+             + f"  [{self.model.window_said}]"),
             ("Reserve", side(lim.reserve, lim.configured_reserve)),
             ("Keep recent", side(lim.keep_recent, lim.configured_keep_recent)),
             ("Auto-compact at", f"{lim.threshold:,}"
@@ -124,6 +128,8 @@ class ContextUsage:
             rows.append(("Active checkpoint", "none"))
             rows.append(("Raw tail", f"{len(self.projection.raw):,} messages"))
         rows.append(("Raw history", f"{self.session.message_count:,} messages, unchanged"))
+        if self.model.tools_refused:
+            rows.append(("Tools", "off: this model's server refuses requests that offer tools"))
         if b.fixed_exceeds_threshold:
             rows.append(("Warning", f"the system prompt and tools alone ({b.parts.fixed:,} "
                                     f"tokens) reach the threshold: compaction cannot help"))
@@ -139,22 +145,20 @@ def context_usage(session: Session, projection: ContextProjection, model: Resolv
                   compaction: CompactionConfig, system_prompt: str,
                   checkpoint: Checkpoint | None, tools: tuple[Any, ...] = (),
                   calibration: Calibration | None = None,
-                  window_override: int | None = None,
                   summary_model: ResolvedModel | None = None) -> ContextUsage:
-    budget = measure(limits_for(model, compaction, window_override),
+    budget = measure(limits_for(model, compaction),
                      RequestDraft(system_prompt, projection, tools), model.provider_kind,
                      model.model, calibration)
     return ContextUsage(session, model, compaction.enabled, budget, projection, checkpoint,
                         summary_model)
 
 
-def limits_for(model: ResolvedModel, compaction: CompactionConfig,
-               window_override: int | None = None) -> BudgetLimits:
-    """The session's limits; a window learnt from an overflow error only tightens (§10.3)."""
-    window = model.model_window if window_override is None else min(model.model_window,
-                                                                     window_override)
-    return budget_limits(window, model.agent_limit, compaction.reserve_tokens,
-                         compaction.keep_recent_tokens, model.token_factor)
+def limits_for(model: ResolvedModel, compaction: CompactionConfig) -> BudgetLimits:
+    """The session's limits; a window learnt from an overflow error only tightens (§10.3),
+    and the configured window stays beside it for /info."""
+    limits = budget_limits(model.usable_window, model.agent_limit, compaction.reserve_tokens,
+                           compaction.keep_recent_tokens, model.token_factor)
+    return dataclasses.replace(limits, configured_window=model.model_window)
 
 
 def context_series(messages: Sequence[Message], checkpoints: Sequence[Checkpoint]) -> list[int]:

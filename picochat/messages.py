@@ -120,3 +120,27 @@ class NewCheckpoint:
     tokens_before: int
     tokens_after: int
     degraded: bool = False
+
+
+@dataclass(frozen=True)
+class ModelTraits:
+    """What a model's server taught picochat by failing, remembered across processes.
+
+    `learned_window` applies only while the config still says `configured_window`: a user who
+    edits `token_limit` has taken charge of the window."""
+
+    model: str                        # the litellm model string and its api_base (`model_key`)
+    learned_window: int | None = None
+    configured_window: int | None = None
+    tools_refused: bool = False
+
+    def window_for(self, configured: int) -> int | None:
+        """The learned window, when it still corrects this configured window."""
+        if self.learned_window is None or self.configured_window != configured:
+            return None
+        return self.learned_window if self.learned_window < configured else None
+
+
+def model_key(model: str, api_base: str | None) -> str:
+    """One model on one server: the same name behind two addresses may differ."""
+    return f"{model} @ {api_base}" if api_base else model

@@ -9,6 +9,7 @@ JSON, without importing litellm), else 128000; the agent's `token_limit` can onl
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -21,6 +22,7 @@ from picochat import tokens
 from picochat.budget import effective_window
 from picochat.config import Config, ModelConfig
 from picochat.errors import ConfigError
+from picochat.messages import ModelTraits, model_key
 from picochat.providers.base import Provider
 
 DEFAULT_WINDOW = 128_000
@@ -39,6 +41,25 @@ class ResolvedModel:
     api_base: str | None = None
     api_key_env: str | None = None
     timeout: float | None = None   # seconds one whole call may take; None: the session default
+    learned_window: int | None = None  # a smaller window the server stated (ModelTraits)
+    tools_refused: bool = False        # the server refuses requests that offer tools
+
+    @property
+    def key(self) -> str:
+        """What the server taught is remembered under this (model_key)."""
+        return model_key(self.model, self.api_base)
+
+    def with_traits(self, traits: ModelTraits) -> "ResolvedModel":
+        """This model with what its server taught in earlier runs applied."""
+        return dataclasses.replace(self, learned_window=traits.window_for(self.model_window),
+                                   tools_refused=traits.tools_refused)
+
+    @property
+    def window_said(self) -> str:
+        """Where the window comes from, in words for /info."""
+        if self.learned_window is not None:
+            return "learned from the server's error"
+        return self.window_source
 
     @property
     def offline(self) -> bool:
@@ -46,8 +67,14 @@ class ResolvedModel:
 
     @property
     def window(self) -> int:
-        """The effective window: the agent may only tighten the model's."""
-        return effective_window(self.model_window, self.agent_limit)
+        """The effective window: the agent and the server may only tighten the model's."""
+        return effective_window(self.usable_window, self.agent_limit)
+
+    @property
+    def usable_window(self) -> int:
+        """The model's window, or the smaller one its server stated."""
+        learned = self.learned_window
+        return self.model_window if learned is None else min(self.model_window, learned)
 
     @property
     def token_factor(self) -> float:

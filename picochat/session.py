@@ -38,6 +38,7 @@ from picochat.budget import (
     ContextBudget,
     FixedContextExceedsBudget,
     RequestDraft,
+    answer_cap,
     measure,
 )
 from picochat.compaction.compact import (
@@ -51,7 +52,7 @@ from picochat.compaction.compactor import SummaryModel
 from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextUsage, limits_for
 from picochat.errors import PicochatError
-from picochat.messages import INTERRUPTED, Message
+from picochat.messages import INTERRUPTED, Message, ModelTraits
 from picochat.models import (
     SUMMARY_MODEL_KEY,
     ResolvedModel,
@@ -67,7 +68,13 @@ from picochat.agent_loop import (
     this_turn_only,
 )
 from picochat.providers.base import Provider, ProviderRequest, TextDelta, Usage, collect
-from picochat.providers.errors import ContextOverflow, ProviderError, ProviderTimeout
+from picochat.providers.errors import (
+    ContextOverflow,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    ToolsUnsupported,
+)
 from picochat.storage.store import Store, UncompactResult, UndoResult
 from picochat.tools.base import ToolContext
 from picochat.tools.registry import run_tool, schemas
@@ -76,6 +83,21 @@ log = logging.getLogger("picochat.session")
 T = TypeVar("T")
 
 TOTAL_TIMEOUT_S = 600.0
+RETRY_WAIT_DEFAULT_S = 5.0   # a 429/503/529 that names no Retry-After
+RETRY_WAIT_LIMIT_S = 30.0    # a longer Retry-After fails the turn: waiting is the user's call
+# A stated window below this is not believed (nor remembered): it would hold no system prompt
+# and tools, and a hostile server must not shrink every later session to nothing.
+MIN_LEARNED_WINDOW = 512
+
+
+def remembered(store: Store, model: ResolvedModel) -> ResolvedModel:
+    """`model` with what its server taught earlier runs (a smaller window, no tools)."""
+    try:
+        traits = store.model_traits(model.key)
+    except PicochatError as exc:  # an unreadable table only means learning it again
+        log.warning("model_traits_unread kind=%s", exc.kind)
+        traits = ModelTraits(model.key)
+    return model.with_traits(traits)
 DRAFT_EVERY_S = 1.0  # how often the answer being streamed is saved as a draft
 
 
@@ -132,6 +154,28 @@ class Compacted:
     """How that compaction ended; the turn goes on either way unless it cannot."""
 
     outcome: CompactOutcome
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should know that is not a failure: the turn goes on (tools turned
+    off for a server that refuses them)."""
+
+    kind: str   # "tools_off"
+    text: str
+
+
+@dataclass(frozen=True)
+class RetryWaiting:
+    """The provider is rate limiting or overloaded: the turn waits `seconds`, then sends the
+    request once more (a stop meanwhile ends the turn as usual)."""
+
+    seconds: float
+    error: ProviderError
+
+    @property
+    def text(self) -> str:
+        return f"{self.error.message}: sending once more in {self.seconds:g} s"
 
 
 @dataclass(frozen=True)
@@ -248,9 +292,10 @@ class SessionWorker:
                  summary_provider: Provider | None = None) -> None:
         self.store = store
         self.session_id = session_id
-        self.model = model
+        self.model = remembered(store, model)  # with what its server taught earlier runs
         self.provider = provider
-        self.summary_model = summary_model        # None: the chat model writes the summaries
+        # None: the chat model writes the summaries
+        self.summary_model = summary_model and remembered(store, summary_model)
         self._summary_provider = summary_provider  # opened on the first summary, closed with us
         self.rejected_in_a_row = 0  # summaries rejected since the last real checkpoint
         self.system_prompt = system_prompt
@@ -260,7 +305,6 @@ class SessionWorker:
         self.tool_root = tool_root or Path.cwd()
         self.last_usage: Usage | None = None
         self.calibration: Calibration | None = None  # the last request's reported prompt size
-        self.window_override: int | None = None      # a smaller window an overflow error stated
         self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._current: TurnHandle | None = None
@@ -430,17 +474,23 @@ class SessionWorker:
 
     @property
     def limits(self) -> BudgetLimits:
-        return limits_for(self.model, self.compaction, self.window_override)
+        return limits_for(self.model, self.compaction)
+
+    @property
+    def offered_tools(self) -> tuple[dict[str, Any], ...]:
+        """The tools a request offers: none to a server that refuses them."""
+        return () if self.model.tools_refused else self.tools
 
     def _draft(self, projection: ContextProjection) -> RequestDraft:
-        return RequestDraft(self.system_prompt, projection, self.tools)
+        return RequestDraft(self.system_prompt, projection, self.offered_tools)
 
     def budget(self, projection: ContextProjection | None = None) -> ContextBudget:
         """The budget of the next request: the value auto compaction and /info both use."""
-        projection = projection or self.projection()
+        return self._measure(self._draft(projection or self.projection()))
+
+    def _measure(self, draft: RequestDraft) -> ContextBudget:
         info = self.provider.info
-        return measure(self.limits, self._draft(projection), info.provider_kind, info.model,
-                       self.calibration)
+        return measure(self.limits, draft, info.provider_kind, info.model, self.calibration)
 
     def info(self) -> ContextUsage:
         """The /info card, from the very budget auto compaction reads (§21.10)."""
@@ -485,7 +535,7 @@ class SessionWorker:
                        limits: BudgetLimits | None = None) -> CompactOutcome:
         request = CompactRequest(
             session_id=self.session_id, reason=reason, limits=limits or self.limits,
-            system_prompt=self.system_prompt, tools=self.tools, focus=focus,
+            system_prompt=self.system_prompt, tools=self.offered_tools, focus=focus,
             instructions=self.compaction.instructions, try_summary=try_summary,
             degraded_fallback=degraded_fallback,
             timeout=self.total_timeout, summary_model=self._summarizer())
@@ -501,7 +551,7 @@ class SessionWorker:
             return None
         if self._summary_provider is None:
             self._summary_provider = create_provider(self.summary_model)
-        return SummaryModel(self._summary_provider, self.summary_model.model_window,
+        return SummaryModel(self._summary_provider, self.summary_model.usable_window,
                             self.summary_model.token_factor)
 
     def _tally(self, outcome: CompactOutcome) -> None:
@@ -592,6 +642,8 @@ class SessionWorker:
             projection, _ = await self._before_send(handle, compactions)
             retried = False         # the one engine-level overflow retry (before any tool ran)
             local_retried = False   # the one request-local retry (after a tool batch ran)
+            waited = False          # the one wait for a rate-limited or overloaded provider
+            refitted = False        # the one resend after a window learned from the server
             steps = 0
             while True:
                 view = self._request_view(own_view(self.store, projection, user), user.seq,
@@ -601,6 +653,17 @@ class SessionWorker:
                     draft = dataclasses.replace(draft, tools=())
                 try:
                     step = await self._stream(handle, draft, parts, steps)
+                except ToolsUnsupported:
+                    if not draft.tools or parts:
+                        raise
+                    await self._refuse_tools(handle)  # this request again, without tools
+                    continue
+                except RateLimited as exc:
+                    if waited or parts:
+                        raise
+                    waited = True
+                    await self._wait_to_retry(handle, exc)
+                    continue
                 except ContextOverflow as exc:
                     if parts:
                         raise
@@ -612,7 +675,7 @@ class SessionWorker:
                                 "the request is still too long for the model after leaving "
                                 "out the earlier turns", exc.window, "shorten the message, "
                                 "/clear, or switch to a model with a larger window") from None
-                        self._learn_window(exc)
+                        await self._learn_window(exc)
                         local_retried = True
                         continue
                     if retried:
@@ -620,6 +683,9 @@ class SessionWorker:
                             "the request is still too long for the model after compacting "
                             "once", exc.window, "shorten the message, /clear, or switch to "
                             "a model with a larger window") from None
+                    if not refitted and await self._refit(exc):
+                        refitted = True  # the same messages, with an answer cap that fits
+                        continue
                     retried = True
                     projection = await self._recover_overflow(handle, exc, compactions)
                     continue
@@ -645,6 +711,7 @@ class SessionWorker:
             await self._fail(handle, user.seq, parts, _internal(exc, sid, turn_id), compactions)
             return
         self.last_usage = usage
+        await self._check_learned_window(usage)
         if usage is not None and usage.prompt_tokens > 0 and steps == 0:
             info = self.provider.info
             self.calibration = Calibration(draft.key(info.provider_kind, info.model),
@@ -716,17 +783,85 @@ class SessionWorker:
         # the outcome's projection is the durable context now, committed or not
         return outcome.projection, self.budget(outcome.projection)
 
-    def _learn_window(self, exc: ContextOverflow) -> None:
-        """§11.3 step 1: a window the provider stated is the truth from now on (only smaller)."""
-        if exc.window and exc.window < self.limits.window:
-            self.window_override = exc.window
+    async def _learn_window(self, exc: ContextOverflow) -> bool:
+        """§11.3 step 1: a window the provider stated is the truth from now on (only smaller),
+        and remembered for this model on this server, so the next process starts with it."""
         self.calibration = None
+        if not exc.window or exc.window >= self.model.usable_window:
+            return False
+        if exc.window < MIN_LEARNED_WINDOW:  # no real model; a hostile or broken server
+            log.warning("window_not_learned session=%s window=%d", self.session_id, exc.window)
+            return False
+        model = self.model
+        self.model = dataclasses.replace(model, learned_window=exc.window)
+        log.info("window_learned session=%s window=%d configured=%d", self.session_id,
+                 exc.window, model.model_window)
+        try:
+            await self.store.io(self.store.learn_window, model.key, exc.window,
+                                model.model_window)
+        except PicochatError as e:  # remembered for this process at least
+            log.warning("window_not_saved session=%s kind=%s", self.session_id, e.kind)
+        return True
+
+    async def _refit(self, exc: ContextOverflow) -> bool:
+        """Whether the refused request is worth sending again unchanged but for its answer cap:
+        with its cap it asked for more than the window the server stated (now learned), and
+        the same messages sit under the threshold of that window, so the cap the new window
+        gives leaves room. No summary, no trim: nothing needed folding."""
+        if not exc.window or not exc.asked or exc.asked <= exc.window:
+            return False
+        await self._learn_window(exc)
+        if self.limits.window > exc.window or self.budget().should_compact(True):
+            return False
+        log.info("overflow_refit session=%s window=%d", self.session_id, exc.window)
+        return True
+
+    async def _check_learned_window(self, usage: Usage | None) -> None:
+        """A server that took a prompt larger than the window it once stated has grown (its
+        context was raised): the learned window is forgotten."""
+        learned = self.model.learned_window
+        if learned is None or usage is None or usage.prompt_tokens <= learned:
+            return
+        self.model = dataclasses.replace(self.model, learned_window=None)
+        log.info("window_forgotten session=%s prompt_tokens=%d learned=%d", self.session_id,
+                 usage.prompt_tokens, learned)
+        try:
+            await self.store.io(self.store.learn_window, self.model.key, None, None)
+        except PicochatError as e:
+            log.warning("window_not_saved session=%s kind=%s", self.session_id, e.kind)
+
+    async def _refuse_tools(self, handle: TurnHandle) -> None:
+        """The server refuses requests that offer tools: off for this model from now on
+        (remembered), said once, and this request sent again without them."""
+        self.model = dataclasses.replace(self.model, tools_refused=True)
+        self.calibration = None
+        log.info("tools_refused session=%s", self.session_id)
+        handle._emit(Notice("tools_off", (
+            f"{self.model.name}'s server refuses requests that offer tools: picochat sends "
+            "it none from now on (history_search and the other tools are off for it; to "
+            "turn them off for every model, set [tools] enabled = [])")))
+        try:
+            await self.store.io(self.store.refuse_tools, self.model.key)
+        except PicochatError as e:
+            log.warning("tools_refusal_not_saved session=%s kind=%s", self.session_id, e.kind)
+
+    async def _wait_to_retry(self, handle: TurnHandle, exc: RateLimited) -> None:
+        """One bounded wait before the one retry a 429, 503 or 529 earns: the provider's
+        Retry-After when it gives one, up to RETRY_WAIT_LIMIT_S; longer than that, the turn
+        fails and its line says when to retry."""
+        seconds = exc.retry_after if exc.retry_after is not None else RETRY_WAIT_DEFAULT_S
+        if seconds > RETRY_WAIT_LIMIT_S:
+            raise exc
+        seconds = max(0.0, seconds)
+        log.info("retry_wait session=%s kind=%s seconds=%g", self.session_id, exc.kind, seconds)
+        handle._emit(RetryWaiting(seconds, exc))
+        await asyncio.sleep(seconds)
 
     async def _recover_overflow(self, handle: TurnHandle, exc: ContextOverflow,
                                 compactions: list[CompactOutcome]) -> ContextProjection:
         """§11.3: recompute with the stated window, one summary unless this turn tried one,
         else a degraded whole-turn trim; the caller retries exactly once."""
-        self._learn_window(exc)
+        await self._learn_window(exc)
         handle._emit(CompactionStarted("overflow"))
         tried = any(o.summary_called for o in compactions)
         outcome = await self._compact("overflow", try_summary=not tried, degraded_fallback=True)
@@ -748,9 +883,15 @@ class SessionWorker:
             handle._emit(delta)
             self._draft_soon(handle.turn_id, parts)
 
-        request = ProviderRequest(messages=tuple(draft.messages()), tools=tuple(draft.tools))
+        used = self._measure(draft).used_tokens
+        cap = answer_cap(self.limits, used)
+        request = ProviderRequest(messages=tuple(draft.messages()), tools=tuple(draft.tools),
+                                  max_tokens=cap)
         try:
             reply = await collect(self.provider, request, self.total_timeout, on_text)
+        except ContextOverflow as exc:
+            exc.asked = used + cap  # what the refused request asked of the window
+            raise
         except TimeoutError:
             raise ProviderTimeout(f"no complete answer within {self.total_timeout:g} s",
                                   "retry, or check the provider") from None

@@ -47,6 +47,16 @@ With `fake.window` set, a request whose prompt is larger than that many tokens (
 about four characters a token, tool schemas included) gets OpenAI's context_length_exceeded
 error naming the window, and consumes no script item: an overflow that begins at a given
 prompt size, as a real model's does. `fake.chars_per_token` sets how fine its tokenizer is.
+Real servers' ways, each off by default:
+
+    fake.counts_answer = True     the request's max_tokens counts into the window too
+                                  (llama.cpp: "you requested N tokens (a in the messages, b in
+                                  the completion)")
+    fake.stream_overflow = "void" a streamed request over the window gets 200 and an empty
+                                  body, as llama-cpp-python's server answers; unstreamed, 400
+    fake.refuse_tools = (code, message)
+                                  every request that offers tools gets this error (vLLM without
+                                  --enable-auto-tool-choice, llama.cpp without --jinja)
 
 A delay ends early when the server stops (the request then gets no answer), so a held
 request never keeps a test's teardown waiting.
@@ -244,6 +254,10 @@ class _Handler(BaseHTTPRequestHandler):
             if item[1] == "headers":
                 self._sse_headers()
             self._hang()
+        elif kind == "void":  # 200, stream headers, then the body ends with nothing in it
+            self._sse_headers()
+            self.wfile.write(b"0\r\n\r\n")
+            self.close_connection = True
         elif kind == "drop":
             self.close_connection = True  # nothing written: the client sees the close
         elif kind == "status":
@@ -390,6 +404,9 @@ class FakeOpenAI:
         self.window: int | None = None  # prompts above this many tokens overflow
         self.chars_per_token = 4.0      # the fake's tokenizer: lower is finer than picochat's
         self.overflows = 0              # requests refused for their size
+        self.counts_answer = False      # max_tokens counts into the window (llama.cpp)
+        self.stream_overflow = "error"  # "void": a streamed overflow is 200 with an empty body
+        self.refuse_tools: tuple[int, str] | None = None
         self.disconnected = threading.Event()  # a client left a held stream
         self._lock = threading.Lock()
         self._script: deque[tuple[Any, ...]] = deque()
@@ -507,9 +524,17 @@ class FakeOpenAI:
             self._headers.append(headers)
             self._arrived.notify_all()
             size = prompt_tokens(body, self.chars_per_token)
+            if self.counts_answer:
+                size += int(body.get("max_tokens") or 0)
             if self.window is not None and size > self.window:
                 self.overflows += 1
+                if body.get("stream") and self.stream_overflow == "void":
+                    return ("void",)
                 return ("status", 400, overflow_body(self.window, size))
+            if self.refuse_tools is not None and body.get("tools"):
+                code, message = self.refuse_tools
+                return ("status", code, {"error": {"message": message, "code": code,
+                                                   "type": "BadRequestError"}})
             summary = is_summary_request(body)
             own = self._summary_script if summary else self._turn_script
             default = (("text", summary_text(sum(map(is_summary_request, self._requests))))

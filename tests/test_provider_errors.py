@@ -103,15 +103,17 @@ def counted(stderr: str) -> tuple[int, int]:
 
 
 def test_an_overflow_on_a_small_request_blames_the_servers_real_context(run_cli, fake):
-    fake.script(("status", 400, overflow_body(4096, 4500)))
+    # the server names a window larger than the configured 8,192: request (~750) plus the
+    # answer cap (4,096, the reserve) fill less than half of it
+    fake.script(("status", 400, overflow_body(12288, 13000)))
     result = ask(run_cli, "word " * 400)  # about 400 tokens, with the tool schemas ~750
     assert_clean_failure(result)
     line = result.stderr
     assert "newest turn alone" not in line and "larger than the model's window" not in line
     assert line.startswith(f"picochat: {fake.base_url} refused the request as too long for its "
-                           "window of 4,096 tokens")
+                           "window of 12,288 tokens")
     request, window = counted(line)
-    assert 400 <= request <= 1000 and window == 4096, line
+    assert 400 <= request <= 1000 and window == 8192, line  # 12,288 is not believed
     assert ("the server's real context must be smaller than its error or the config says "
             "(llama.cpp's -c / n_ctx, or a per-slot context), or the prompt plus max_tokens "
             "exceed it; set token_limit for this model in the config to the server's real "
@@ -140,9 +142,9 @@ def test_a_llama_cpp_overflow_reads_its_window(run_cli, fake):
         "code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": 5000, "n_ctx": 4096,
         "message": "request (5000 tokens) exceeds the available context size (4096 tokens), "
                    "try increasing it"}}))
-    result = ask(run_cli, "hello")
+    result = ask(run_cli, "word " * 2000)
     assert_clean_failure(result)
-    assert "refused the request as too long for its window of 4,096 tokens" in result.stderr
+    assert "the model's window of 4,096 tokens" in result.stderr
     assert counted(result.stderr)[1] == 4096
     assert_no_internals(result)
 

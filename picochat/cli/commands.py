@@ -234,7 +234,7 @@ def _model(app: App, session: Session | None) -> Any:
 
 async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: str) -> int:
     from picochat.providers.base import TextDelta
-    from picochat.session import Compacted, ToolRan, TurnFailed
+    from picochat.session import Compacted, Notice, RetryWaiting, ToolRan, TurnFailed
 
     as_json = app.opt("json")
     stdout = _Stdout()
@@ -260,6 +260,10 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
                     note = report.compaction_note(event.outcome)
                     if note:
                         err(note)
+                elif isinstance(event, Notice):
+                    err(event.text)
+                elif isinstance(event, RetryWaiting):
+                    err(event.text)
         except asyncio.CancelledError:  # Ctrl-C: keep what arrived, then report
             handle.cancel()
         outcome = await handle.result()
@@ -485,16 +489,19 @@ def cmd_info(app: App) -> int:
     from picochat.models import resolve_summary_model
     from picochat.projection import project
 
-    session = app.session()
-    resolved = _model(app, session)
-    config = app.config
-    snapshot = app.store.context_snapshot(session.id)
+    from picochat.session import remembered
     from picochat.tools.registry import schemas
 
+    session = app.session()
+    resolved = remembered(app.store, _model(app, session))
+    config = app.config
+    snapshot = app.store.context_snapshot(session.id)
+    summary_model = resolve_summary_model(config)
+    tools = () if resolved.tools_refused else schemas(config.tools.enabled)
     usage = context_usage(snapshot.session, project(snapshot), resolved,
                           config.context_compaction, config.agent.system_prompt,
-                          snapshot.checkpoint, schemas(config.tools.enabled),
-                          summary_model=resolve_summary_model(config))
+                          snapshot.checkpoint, tools,
+                          summary_model=summary_model and remembered(app.store, summary_model))
     if app.opt("json"):
         dump_json(usage.as_dict())
     else:

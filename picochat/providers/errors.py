@@ -28,6 +28,7 @@ class ContextOverflow(ProviderError):
         self.window = window
         self.tool_progress = tool_progress
         self.misfit = misfit
+        self.asked: int | None = None  # the refused request's tokens plus its answer cap
 
 
 class ProviderAuthError(ProviderError):
@@ -35,6 +36,8 @@ class ProviderAuthError(ProviderError):
 
 
 class RateLimited(ProviderError):
+    """429: too many requests. Worth one wait and one more try (`Overloaded` too)."""
+
     kind = "rate_limit"
 
     def __init__(self, message: str, retry_after: float | None = None,
@@ -51,6 +54,20 @@ class ProviderUnavailable(ProviderError):
     """Connection refused, DNS failure, 5xx: the provider could not answer."""
 
     kind = "unavailable"
+
+
+class Overloaded(RateLimited):
+    """503 or 529 ("overloaded"): the provider is up but busy; like a 429, worth one wait."""
+
+    kind = "overloaded"
+
+
+class ToolsUnsupported(ProviderError):
+    """The server refuses any request that offers tools (vLLM without
+    --enable-auto-tool-choice, llama.cpp without --jinja, an Ollama model without tool
+    support): the same request without tools would be answered."""
+
+    kind = "tools_unsupported"
 
 
 class StreamBroken(ProviderUnavailable):
@@ -74,19 +91,55 @@ class BadProviderRequest(ProviderError):
     kind = "bad_request"
 
 
+_N = r"(\d[\d,]*)"
 _WINDOW_PATTERNS = (
-    re.compile(r"maximum context length is (\d[\d,]*) tokens", re.I),
-    re.compile(r"prompt is too long: \d[\d,]* tokens > (\d[\d,]*) maximum", re.I),
-    re.compile(r"context (?:window|length)(?: of| is)? (\d[\d,]*) tokens", re.I),
-    re.compile(r"available context size \((\d[\d,]*) tokens\)", re.I),  # llama.cpp server
-    re.compile(r"exceeds? (?:the )?(?:maximum|max)[^0-9]{0,40}(\d[\d,]*) tokens", re.I),
+    # OpenAI, vLLM, llama-cpp-python: "This model's maximum context length is 2048 tokens."
+    re.compile(rf"maximum context length is {_N} tokens", re.I),
+    # Anthropic: "prompt is too long: 210000 tokens > 200000 maximum"
+    re.compile(rf"prompt is too long: {_N} tokens > {_N} maximum", re.I),
+    # Anthropic: "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000"
+    re.compile(rf"exceed context limit: {_N} \+ {_N} > {_N}", re.I),
+    # llama-cpp-python (library): "Requested tokens (2541) exceed context window of 2048"
+    re.compile(rf"exceeds? (?:the )?context window of {_N}", re.I),
+    # llama.cpp server: "... exceeds the available context size (2048 tokens) ..." and its
+    # JSON error body's "n_ctx": 2048 beside "the request exceeds the available context size"
+    re.compile(rf"available context size \({_N} tokens\)", re.I),
+    re.compile(rf"[\"']n_ctx[\"']\s*:\s*{_N}", re.I),
+    re.compile(rf"context (?:window|length)(?: of| is)? {_N} tokens", re.I),
+    re.compile(rf"exceeds? (?:the )?(?:maximum|max)[^0-9]{{0,40}}{_N} tokens", re.I),
 )
 
 
 def parse_context_window(message: str) -> int | None:
-    """The window an overflow message states, OpenAI- or Anthropic-style (design §11.3 step 1)."""
+    """The window an overflow message states, in any real server's wording (design §11.3 step
+    1): the last number a pattern captures is the window."""
     for pattern in _WINDOW_PATTERNS:
         m = pattern.search(message)
         if m:
-            return int(m.group(1).replace(",", ""))
+            return int(m.groups()[-1].replace(",", ""))
     return None
+
+
+_OVERFLOW = re.compile(
+    r"context[_ ]length[_ ]exceeded|maximum context length|prompt is too long|context window|"
+    r"exceed_context_size|available context size|exceed context limit|"
+    r"input length and `?max_tokens`? exceed", re.I)
+
+
+def looks_like_overflow(message: str) -> bool:
+    """A server's words for "the request is too long", whatever its error type."""
+    return bool(_OVERFLOW.search(message))
+
+
+_NO_TOOLS = re.compile(
+    r"tool choice requires --enable-auto-tool-choice|tools param requires --jinja|"
+    r"does not support tools|tools? (?:are|is) not supported|"
+    r"(?:tool use|tool calling|function calling) is not (?:supported|enabled)|"
+    r"unsupported (?:parameter|param|field)[^.]{0,40}\btools?\b|"
+    r"unrecognized request argument supplied: tools", re.I)
+
+
+def refuses_tools(message: str) -> bool:
+    """A server's words for "this model or server takes no tools" (vLLM, llama.cpp, Ollama,
+    OpenAI-compatible gateways), so the turn can be sent again without them."""
+    return bool(_NO_TOOLS.search(message))

@@ -110,17 +110,19 @@ class LiteLLMProvider(Provider):
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
         litellm = import_litellm()
+        kwargs = self._kwargs(request)
         try:
-            response = await litellm.acompletion(**self._kwargs(request))
+            response = await litellm.acompletion(**kwargs)
         except Exception as exc:  # litellm maps provider errors onto its own exception types
             raise self.translate(exc, request) from None
         # From here the server has accepted the request and sent its headers: a failure is a
         # broken or unreadable stream, never "cannot connect".
-        finish, received = "stop", 0
+        finish, received, heard = "stop", 0, False
         try:
             async for chunk in response:
                 usage = getattr(chunk, "usage", None)
                 if usage and getattr(usage, "prompt_tokens", None) is not None:
+                    heard = True
                     yield Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
                 if not chunk.choices:
                     continue
@@ -129,18 +131,49 @@ class LiteLLMProvider(Provider):
                 text = getattr(delta, "content", None)
                 if text:
                     received += len(text)
+                    heard = True
                     yield TextDelta(text)
                 for call in getattr(delta, "tool_calls", None) or ():
-                    fn = getattr(call, "function", None)
-                    yield ToolCallDelta(index=int(getattr(call, "index", 0) or 0),
-                                        id=getattr(call, "id", None),
-                                        name=getattr(fn, "name", None) if fn else None,
-                                        arguments=(getattr(fn, "arguments", None) or "") if fn else "")
+                    heard = True
+                    yield _tool_call_delta(call)
                 if choice.finish_reason:
                     finish = choice.finish_reason
         except Exception as exc:
             raise self.translate(exc, request, received) from None
+        if not heard:  # not a reply: the server said nothing at all (see `_probe`)
+            async for event in self._probe(kwargs, request):
+                yield event
+            return
         yield Finish(finish)
+
+    async def _probe(self, kwargs: dict[str, Any],
+                     request: ProviderRequest) -> AsyncIterator[StreamEvent]:
+        """The same request once more, without streaming, after a stream that ended with no
+        text, no tool call and no usage. llama-cpp-python's server answers a streamed request
+        over its context with `200` and an empty body (the error only reaches its own log);
+        unstreamed, the same server says `400 maximum context length is N`. So the probe
+        surfaces the real error (an overflow the session recovers from), or, if the server
+        answers after all, that answer."""
+        litellm = import_litellm()
+        plain = {k: v for k, v in kwargs.items() if k not in ("stream", "stream_options")}
+        try:
+            response = await litellm.acompletion(**plain, stream=False)
+        except Exception as exc:
+            error = self.translate(exc, request)
+            log.info("empty_stream_probed model=%s outcome=%s", self.info.model, error.kind)
+            raise error from None
+        log.info("empty_stream_probed model=%s outcome=answered", self.info.model)
+        choice = response.choices[0] if getattr(response, "choices", None) else None
+        message = getattr(choice, "message", None)
+        text = getattr(message, "content", None) if message is not None else None
+        if text:
+            yield TextDelta(text)
+        for index, call in enumerate(getattr(message, "tool_calls", None) or ()):
+            yield _tool_call_delta(call, index)
+        usage = getattr(response, "usage", None)
+        if usage and getattr(usage, "prompt_tokens", None) is not None:
+            yield Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+        yield Finish(getattr(choice, "finish_reason", None) or "stop")
 
     def translate(self, exc: Exception, request: ProviderRequest | None = None,
                   received: int | None = None) -> pe.ProviderError:
@@ -153,9 +186,14 @@ class LiteLLMProvider(Provider):
         transport = self._transport_error(exc, litellm, received)
         if transport is not None:
             return transport
-        text = _short(self._redact(_strip_prefixes(str(exc))))
-        if isinstance(exc, litellm.ContextWindowExceededError) or _looks_like_overflow(text):
+        raw = self._redact(_strip_prefixes(str(exc)))
+        text = _short(raw)
+        if isinstance(exc, litellm.ContextWindowExceededError) or pe.looks_like_overflow(raw):
             return self._overflow(str(exc), request)
+        if request is not None and request.tools and pe.refuses_tools(raw):
+            return pe.ToolsUnsupported(f"{where} does not accept tools for "
+                                       f"{self.info.model!r}: {text}",
+                                       "set [tools] enabled = [] for this model's server")
         if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)):
             env = self.api_key_env
             return pe.ProviderAuthError(f"{where} refused the API key",
@@ -164,6 +202,10 @@ class LiteLLMProvider(Provider):
             after = _retry_after(exc)
             return pe.RateLimited(f"{where} is rate limiting requests",
                                   after, f"retry in {after:g} s" if after else "retry later")
+        if _overloaded(exc, raw):
+            after = _retry_after(exc)
+            return pe.Overloaded(f"{where} is overloaded ({_status(exc)})", after,
+                                 f"retry in {after:g} s" if after else "retry later")
         if isinstance(exc, litellm.NotFoundError):
             return pe.ModelNotFound(f"{where} does not know the model {self.info.model!r}",
                                     "check the model name")
@@ -208,13 +250,14 @@ class LiteLLMProvider(Provider):
 
     def _overflow(self, raw: str, request: ProviderRequest | None) -> pe.ContextOverflow:
         """An overflow, with figures when the stated window cannot be the whole story: a
-        request far smaller than the window the server names was refused because its real
-        context is smaller (llama.cpp's -c, a per-slot context), not because it is long."""
+        request far smaller than the window the server names (twice picochat's count, plus
+        the answer cap, still fits) was refused because its real context is smaller (llama.cpp's
+        -c, a per-slot context), not because it is long."""
         window = pe.parse_context_window(raw)
         said = f" of {window:,} tokens" if window else ""
         sent = self.request_tokens(request) if request is not None else None
         answer = (request.max_tokens or 0) if request is not None else 0
-        if window and sent is not None and (sent + answer) * 2 <= window:
+        if window and sent is not None and sent * 2 + answer <= window:
             where = self.api_base or self.info.provider_kind
             return pe.ContextOverflow(
                 f"{where} refused the request as too long for its window{said}", window,
@@ -222,7 +265,7 @@ class LiteLLMProvider(Provider):
                 "must be smaller (llama.cpp's -c / n_ctx, or a per-slot context): set "
                 "token_limit for this model in the config to it, or raise the server's context",
                 misfit=True)
-        if window and sent is not None and answer and sent < window:
+        if window and sent is not None and answer and sent < window < sent + answer:
             return pe.ContextOverflow(
                 f"the request (about {sent:,} tokens) plus the {answer:,} tokens asked for the "
                 f"answer are larger than the model's window{said}", window,
@@ -246,6 +289,15 @@ class LiteLLMProvider(Provider):
         """Servers quote what they were sent: the key never reaches the user's terminal,
         an error line or the JSON output through their words."""
         return redact.redact(text, (self.api_key, os.environ.get(self.api_key_env or "")))
+
+
+def _tool_call_delta(call: Any, index: int | None = None) -> ToolCallDelta:
+    """A streamed tool-call fragment, or a whole call from an unstreamed reply, as our type."""
+    fn = getattr(call, "function", None)
+    return ToolCallDelta(index=int(getattr(call, "index", index or 0) or 0),
+                         id=getattr(call, "id", None),
+                         name=getattr(fn, "name", None) if fn else None,
+                         arguments=(getattr(fn, "arguments", None) or "") if fn else "")
 
 
 def _short(text: str, limit: int = 200) -> str:
@@ -346,10 +398,18 @@ def _is_connection_failure(exc: BaseException, litellm: Any) -> bool:
     return bool(re.search(r"\bConnection (?:error|refused)\b", str(exc), re.I))
 
 
-def _looks_like_overflow(text: str) -> bool:
-    return bool(re.search(r"context[_ ]length[_ ]exceeded|maximum context length|prompt is too "
-                          r"long|context window|exceed_context_size|available context size",
-                          text, re.I))
+def _status(exc: Exception) -> int | None:
+    """The HTTP status a provider answered with (Anthropic's 529 hides behind a 500)."""
+    for name in ("provider_status_code", "status_code"):
+        value = getattr(exc, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _overloaded(exc: Exception, text: str) -> bool:
+    """503 and 529 are a busy server (worth one wait); other 5xx are not."""
+    return _status(exc) in (503, 529) or bool(re.search(r"\boverloaded", text, re.I))
 
 
 def _retry_after(exc: Exception) -> float | None:

@@ -117,6 +117,19 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE messages ADD COLUMN facts TEXT;
     """,
+    # 8: what a model's server taught picochat, per model and address, so the next process
+    # does not learn it again by failing: the window its overflow error stated (kept beside
+    # the configured window it corrected, and ignored once the config changes), and that it
+    # refuses requests that offer tools.
+    """
+    CREATE TABLE model_traits (
+        model             TEXT PRIMARY KEY,
+        learned_window    INTEGER,
+        configured_window INTEGER,
+        tools_refused     INTEGER NOT NULL DEFAULT 0,
+        updated_at        INTEGER NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -33,6 +33,7 @@ from picochat.messages import (
     ROLES,
     Checkpoint,
     Message,
+    ModelTraits,
     NewCheckpoint,
     NewMessage,
     Session,
@@ -632,6 +633,32 @@ class Store:
                              "WHERE session_id = ? ORDER BY generation DESC",
                              (session_id,)).fetchall()
         return [_checkpoint(r) for r in rows]
+
+    # --- what servers taught us ----------------------------------------------------------------
+
+    def model_traits(self, model: str) -> ModelTraits:
+        with self._read() as c:
+            row = c.execute("SELECT learned_window, configured_window, tools_refused FROM "
+                            "model_traits WHERE model = ?", (model,)).fetchone()
+        if row is None:
+            return ModelTraits(model)
+        return ModelTraits(model, row[0], row[1], bool(row[2]))
+
+    def learn_window(self, model: str, window: int | None, configured: int | None) -> None:
+        """Remember the window a server stated (None forgets it)."""
+        with self._write() as c:
+            c.execute("INSERT INTO model_traits (model, learned_window, configured_window, "
+                      "updated_at) VALUES (?, ?, ?, ?) ON CONFLICT(model) DO UPDATE SET "
+                      "learned_window = excluded.learned_window, configured_window = "
+                      "excluded.configured_window, updated_at = excluded.updated_at",
+                      (model, window, configured, self._clock()))
+
+    def refuse_tools(self, model: str, refused: bool = True) -> None:
+        with self._write() as c:
+            c.execute("INSERT INTO model_traits (model, tools_refused, updated_at) VALUES "
+                      "(?, ?, ?) ON CONFLICT(model) DO UPDATE SET tools_refused = "
+                      "excluded.tools_refused, updated_at = excluded.updated_at",
+                      (model, int(refused), self._clock()))
 
     # --- timeline ------------------------------------------------------------------------------
 

@@ -39,6 +39,8 @@ from picochat.providers.base import Provider, TextDelta
 from picochat.session import (
     CompactionStarted,
     Compacted,
+    Notice as TurnNotice,
+    RetryWaiting,
     SessionWorker,
     ToolRan,
     TurnFailed,
@@ -396,12 +398,19 @@ class PicochatApp(App[None]):
             elif isinstance(event, TextDelta):
                 if answer is None:
                     answer = await chat.add_assistant()
+                    if self.state.startswith("waiting"):  # the retry after a busy server
+                        self.set_state("answering…")
                 await answer.add_text(event.text)
             elif isinstance(event, CompactionStarted):
                 self.set_state(f"Compacting ({event.reason})…")
             elif isinstance(event, Compacted):
                 await self.compacted(event.outcome, announce=True)
                 self.set_state("answering…")
+            elif isinstance(event, TurnNotice):
+                await chat.add_notice(event.text, "info")
+            elif isinstance(event, RetryWaiting):
+                await chat.add_notice(event.text, "info")
+                self.set_state(f"waiting {event.seconds:g} s to send again · Esc stops")
             elif isinstance(event, ToolRan):
                 if answer is not None:
                     await answer.finish()

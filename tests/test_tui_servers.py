@@ -1,0 +1,77 @@
+"""The app with servers that are busy or refuse tools (issue 20): the wait shows, where the
+answer will appear and in the top bar, Esc ends it; a refusal of tools is said once."""
+
+from __future__ import annotations
+
+import pytest
+
+from picochat.config import Config, ModelConfig
+from picochat.models import create_provider, resolve_model
+from picochat.tui.app import PicochatApp
+from picochat.tui.chat import AssistantMessage, Notice
+from picochat.tui.status import StatusBar
+from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
+from tests.test_tui import say, settle, texts
+
+SIZE = (120, 40)
+
+
+@pytest.fixture
+def app_for(store, monkeypatch):
+    monkeypatch.setenv("FAKE_API_KEY", "test-key")
+
+    def make(fake: FakeOpenAI) -> PicochatApp:
+        config = Config(models={"fake": ModelConfig(
+            name="fake", model="openai/fake-model", api_base=fake.base_url,
+            api_key_env="FAKE_API_KEY", token_limit=8192)})
+        resolved = resolve_model(config, "fake")
+        session = store.create_session("busy")
+        return PicochatApp(store, session, resolved, create_provider(resolved), config)
+    return make
+
+
+async def test_a_busy_server_shows_the_wait_then_the_answer(app_for, fake_openai):  # noqa: F811
+    fake_openai.script(("status", 429, {"error": {"message": "slow down"}},
+                        {"Retry-After": "2"}))
+    app = app_for(fake_openai)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready, timeout=60)
+        await say(pilot, "hello")
+        await settle(pilot, app, lambda: "waiting 2 s" in app.query_one(StatusBar).state,
+                     timeout=30)
+        assert any("sending once more in 2 s" in t for t in texts(app, Notice))
+        assert "Esc stops" in app.query_one(StatusBar).state
+        await settle(pilot, app, lambda: not app.worker.busy, timeout=30)
+        assert texts(app, AssistantMessage)[-1] == "Hello from fake"
+        assert len(fake_openai.requests) == 2
+
+
+async def test_esc_during_the_wait_stops_the_turn_and_sends_nothing_more(
+        app_for, fake_openai, store):  # noqa: F811
+    fake_openai.script(("status", 503, {"error": {"message": "busy"}}, {"Retry-After": "20"}))
+    app = app_for(fake_openai)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready, timeout=60)
+        await say(pilot, "hello")
+        await settle(pilot, app, lambda: "waiting 20 s" in app.query_one(StatusBar).state,
+                     timeout=30)
+        await pilot.press("escape")
+        await settle(pilot, app, lambda: not app.worker.busy, timeout=10)
+        await pilot.pause(0.2)
+        assert len(fake_openai.requests) == 1
+        assert [m.role for m in store.history(app.session.id)] == ["user"]
+
+
+async def test_a_server_that_refuses_tools_is_told_once(app_for, fake_openai):  # noqa: F811
+    fake_openai.refuse_tools = (400, "tools param requires --jinja flag")
+    app = app_for(fake_openai)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready, timeout=60)
+        for text in ("hello", "again"):
+            await say(pilot, text)
+            await pilot.pause(0.2)
+            await settle(pilot, app, lambda: not app.worker.busy, timeout=30)
+        notices = [t for t in texts(app, Notice) if "refuses requests that offer tools" in t]
+        assert len(notices) == 1
+        assert texts(app, AssistantMessage) == ["Hello from fake", "Hello from fake"]
+        assert [bool(b.get("tools")) for b in fake_openai.requests] == [True, False, False]
