@@ -103,6 +103,9 @@ SUMMARY_HEADINGS = ("Objective", "Constraints", "Progress", "Decisions", "Files 
 _RECORD = re.compile(r"^### #(\d+) (\w+)", re.M)
 
 
+VOID_CLOSE_DELAY_S = 0.3
+
+
 def overflow_body(window: int, size: int) -> dict[str, Any]:
     return {"error": {
         "message": f"This model's maximum context length is {window} tokens. However, your "
@@ -257,6 +260,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif kind == "void":  # 200, stream headers, then the body ends with nothing in it
             self._sse_headers()
             self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            # then, as uvicorn does after logging the error, the connection closes a moment
+            # later, unread: a next request the client sent on it meanwhile gets no answer
+            time.sleep(VOID_CLOSE_DELAY_S)
             self.close_connection = True
         elif kind == "drop":
             self.close_connection = True  # nothing written: the client sees the close

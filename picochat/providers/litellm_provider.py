@@ -156,12 +156,19 @@ class LiteLLMProvider(Provider):
         answers after all, that answer."""
         litellm = import_litellm()
         plain = {k: v for k, v in kwargs.items() if k not in ("stream", "stream_options")}
-        try:
-            response = await litellm.acompletion(**plain, stream=False)
-        except Exception as exc:
-            error = self.translate(exc, request)
-            log.info("empty_stream_probed model=%s outcome=%s", self.info.model, error.kind)
-            raise error from None
+        for attempt in (1, 2):
+            try:
+                response = await litellm.acompletion(**plain, stream=False)
+                break
+            except Exception as exc:
+                # that server closes the connection after such a stream; the pooled one the
+                # probe reused is dead before it answers: one more try, on a new connection
+                if attempt == 1 and _transport_fault(exc) in (DROPPED, CONNECTION):
+                    log.info("empty_stream_probe_reconnect model=%s", self.info.model)
+                    continue
+                error = self.translate(exc, request)
+                log.info("empty_stream_probed model=%s outcome=%s", self.info.model, error.kind)
+                raise error from None
         log.info("empty_stream_probed model=%s outcome=answered", self.info.model)
         choice = response.choices[0] if getattr(response, "choices", None) else None
         message = getattr(choice, "message", None)
