@@ -9,19 +9,16 @@ JSON, without importing litellm), else 128000; the agent's `token_limit` can onl
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
-from typing import Any
 
 from picochat import tokens
 from picochat.budget import effective_window
 from picochat.config import Config, ModelConfig
 from picochat.errors import ConfigError
 from picochat.providers.base import Provider
+from picochat.providers.model_map import model_map
 
 DEFAULT_WINDOW = 128_000
 OFFLINE = "offline"
@@ -139,13 +136,13 @@ def provider_kind(model: str) -> str:
         return OFFLINE
     if "/" in model:
         return model.split("/", 1)[0]
-    info = _model_map().get(model) or {}
+    info = model_map().get(model) or {}
     return str(info.get("litellm_provider") or "openai")
 
 
 def lookup_window(model: str) -> int | None:
     """The input window from litellm's bundled map, trying the name with and without prefix."""
-    table = _model_map()
+    table = model_map()
     for key in (model, model.split("/", 1)[1] if "/" in model else None):
         info = table.get(key) if key else None
         if info:
@@ -153,19 +150,6 @@ def lookup_window(model: str) -> int | None:
             if isinstance(value, int) and value > 0:
                 return value
     return None
-
-
-@lru_cache(maxsize=1)
-def _model_map() -> dict[str, Any]:
-    spec = importlib.util.find_spec("litellm")
-    if not spec or not spec.submodule_search_locations:
-        return {}
-    path = Path(list(spec.submodule_search_locations)[0]) / \
-        "model_prices_and_context_window_backup.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
 
 
 def auto_detect() -> str:
