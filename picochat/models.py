@@ -2,27 +2,35 @@
 
 Precedence, highest first: the `--model` flag, `PICOCHAT_MODEL`, the session's own model (set by
 an earlier `--model` or `/model`), `[agents.default].model`, `default_model`, auto-detection.
-The window is the `[models]` entry's `token_limit`, else litellm's bundled model map (read as
-JSON, without importing litellm), else 128000; the agent's `token_limit` can only tighten it
-(design §10.3, §21.14).
+The window is the `[models]` entry's `token_limit`, else, for an Ollama model, what the server
+gives it (`/api/show`, capped: providers.ollama.WINDOW_CAP), else litellm's bundled model map
+(read as JSON, without importing litellm), else 128000; the agent's `token_limit` can only
+tighten it (design §10.3, §21.14).
+
+An Ollama model (`ollama/…`, configured or auto-detected) is sent as `ollama_chat/…`: litellm's
+`ollama/` calls `/api/generate`, which puts tools in the prompt and forces JSON replies, while
+`ollama_chat/` uses Ollama's chat API with native tool calls. Its requests go to the address
+the window was read from and carry `num_ctx` = the window, since Ollama otherwise cuts a longer
+prompt at its own default without a word.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from picochat import tokens
 from picochat.budget import effective_window
 from picochat.config import Config, ModelConfig
 from picochat.errors import ConfigError
+from picochat.providers import ollama
 from picochat.providers.base import Provider
 from picochat.providers.model_map import model_map
 
 DEFAULT_WINDOW = 128_000
 OFFLINE = "offline"
-OLLAMA_URL = "http://127.0.0.1:11434"
+OLLAMA = "ollama"
 
 
 @dataclass(frozen=True)
@@ -31,11 +39,12 @@ class ResolvedModel:
     model: str                # the litellm model string ("offline" for the built-in model)
     provider_kind: str        # "offline", "openai", "anthropic", "ollama", ...
     model_window: int
-    window_source: str        # "config" | "litellm" | "default"
+    window_source: str        # "config" | "ollama" (the server's) | "litellm" | "default"
     agent_limit: int | None = None
     api_base: str | None = None
     api_key_env: str | None = None
     timeout: float | None = None   # seconds one whole call may take; None: the session default
+    configured_model: str | None = None  # the model string as written, when sent as another
 
     @property
     def offline(self) -> bool:
@@ -53,7 +62,16 @@ class ResolvedModel:
 
     @property
     def label(self) -> str:
-        return f"{self.name} (offline)" if self.offline and self.name != OFFLINE else self.name
+        if self.offline and self.name != OFFLINE:
+            return f"{self.name} (offline)"
+        if self.configured_model and self.provider_kind == OLLAMA:
+            return f"{self.name} (as {self.model}: Ollama's chat API)"
+        return self.name
+
+    @property
+    def provider_options(self) -> dict[str, Any]:
+        """Options sent with every request: an Ollama model is told its window (`num_ctx`)."""
+        return {"num_ctx": self.window} if self.provider_kind == OLLAMA else {}
 
 
 def choose_model(config: Config, flag: str | None,
@@ -94,6 +112,8 @@ def resolve_model(config: Config, name: str, origin: str | None = None) -> Resol
         key = _in_file(config, f"models.{entry.name}.api_key_env")
         raise ConfigError(f"{key}: the environment variable {entry.api_key_env} is not set",
                           f"export {entry.api_key_env}=…")
+    if ollama.is_ollama(entry.model):
+        return _resolve_ollama(config, name, entry)
     if entry.token_limit is not None:
         window, source = entry.token_limit, "config"
     else:
@@ -109,6 +129,37 @@ def resolve_model(config: Config, name: str, origin: str | None = None) -> Resol
         api_base=entry.api_base,
         api_key_env=entry.api_key_env,
         timeout=entry.timeout,
+    )
+
+
+def _resolve_ollama(config: Config, name: str, entry: ModelConfig) -> ResolvedModel:
+    """An Ollama model: sent as `ollama_chat/…` to the server `providers.ollama.base_url`
+    finds; its window from `token_limit`, else from that server, else (the server cannot be
+    reached) as for any model; never above WINDOW_CAP unless configured, since the window is
+    sent as `num_ctx` and Ollama allocates memory for all of it."""
+    base = ollama.base_url(entry.api_base)
+    served = None if entry.token_limit is not None else \
+        ollama.context_window(base, ollama.model_name(entry.model))
+    if entry.token_limit is not None:
+        window, source = entry.token_limit, "config"
+    elif served is not None:
+        window, source = served, "ollama"
+    else:
+        mapped = lookup_window(entry.model)
+        window, source = (mapped, "litellm") if mapped else (DEFAULT_WINDOW, "default")
+        window = min(window, ollama.WINDOW_CAP)
+    model = ollama.chat_model(entry.model)
+    return ResolvedModel(
+        name=name,
+        model=model,
+        provider_kind=OLLAMA,
+        model_window=window,
+        window_source=source,
+        agent_limit=config.agent.token_limit,
+        api_base=base,
+        api_key_env=entry.api_key_env,
+        timeout=entry.timeout,
+        configured_model=entry.model if model != entry.model else None,
     )
 
 
@@ -153,7 +204,8 @@ def lookup_window(model: str) -> int | None:
 
 
 def auto_detect() -> str:
-    """The contract's default: a key picks its provider, then a local Ollama, else offline."""
+    """The contract's default: a key picks its provider, then an Ollama server (OLLAMA_HOST,
+    OLLAMA_API_BASE, else 127.0.0.1:11434) with a model, else offline."""
     if os.environ.get("OPENAI_API_KEY"):
         return "openai/gpt-4o-mini"
     if os.environ.get("ANTHROPIC_API_KEY"):
@@ -163,14 +215,7 @@ def auto_detect() -> str:
 
 
 def _first_ollama_model() -> str | None:
-    import urllib.request  # only with no model configured: 15 ms of http and email modules
-
-    try:
-        with urllib.request.urlopen(f"{OLLAMA_URL}/api/tags", timeout=0.3) as response:
-            models = json.load(response).get("models") or []
-    except (OSError, ValueError):
-        return None
-    names = [m.get("name") for m in models if isinstance(m, dict) and m.get("name")]
+    names = ollama.list_models(ollama.base_url())
     return names[0] if names else None
 
 
@@ -190,7 +235,8 @@ def create_provider(resolved: ResolvedModel) -> Provider:
     return LiteLLMProvider(model=resolved.model, provider_kind=resolved.provider_kind,
                            api_base=resolved.api_base, api_key=key,
                            api_key_env=resolved.api_key_env,
-                           read_timeout=resolved.timeout or READ_TIMEOUT_S)
+                           read_timeout=resolved.timeout or READ_TIMEOUT_S,
+                           extra=resolved.provider_options)
 
 
 def _missing_key(resolved: ResolvedModel) -> str | None:

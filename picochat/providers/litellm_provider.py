@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import re
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Mapping
 
 from picochat import tokens
 from picochat.providers import errors as pe
@@ -40,11 +40,14 @@ KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY",
 class LiteLLMProvider(Provider):
     def __init__(self, model: str, provider_kind: str, api_base: str | None = None,
                  api_key: str | None = None, api_key_env: str | None = None,
-                 read_timeout: float = READ_TIMEOUT_S) -> None:
+                 read_timeout: float = READ_TIMEOUT_S,
+                 extra: Mapping[str, Any] | None = None) -> None:
+        """`extra`: provider options sent with every request (Ollama's `num_ctx`)."""
         self.info = ModelInfo(provider_kind=provider_kind, model=model)
         self.api_base = api_base
         self.api_key = api_key
         self.api_key_env = api_key_env or KEY_ENV.get(provider_kind)
+        self.extra = dict(extra or {})
         redact.register(api_key)  # masked in every error line and log record from now on
         self.read_timeout = read_timeout
         self._warm: asyncio.Task[None] | None = None
@@ -72,6 +75,8 @@ class LiteLLMProvider(Provider):
             kwargs["api_key"] = self.api_key
         elif self.api_base:
             kwargs["api_key"] = "not-needed"  # OpenAI-compatible servers often take none
+        for name, value in self.extra.items():
+            kwargs.setdefault(name, value)
         return kwargs
 
     async def aclose(self) -> None:
