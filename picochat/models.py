@@ -24,7 +24,7 @@ from picochat import tokens
 from picochat.budget import effective_window
 from picochat.config import Config, ModelConfig
 from picochat.errors import ConfigError
-from picochat.providers import ollama
+from picochat.providers import keys, ollama
 from picochat.providers.base import Provider
 from picochat.providers.model_map import model_map
 
@@ -177,8 +177,8 @@ def resolve_summary_model(config: Config) -> ResolvedModel | None:
     missing = _missing_key(resolved)
     if missing:
         raise ConfigError(f"{_in_file(config, SUMMARY_MODEL_KEY)}: no API key for "
-                          f"{resolved.model}: {missing} is not set",
-                          f"export {missing}=…, or set summary_model to \"offline\"")
+                          f"{resolved.model}: {' or '.join(missing)} is not set",
+                          f"export {missing[0]}=…, or set summary_model to \"offline\"")
     return resolved
 
 
@@ -229,8 +229,8 @@ def create_provider(resolved: ResolvedModel) -> Provider:
 
     missing = _missing_key(resolved)
     if missing:
-        raise ConfigError(f"no API key for {resolved.model}: {missing} is not set",
-                          f"export {missing}=…, or use --model offline")
+        raise ConfigError(f"no API key for {resolved.model}: {' or '.join(missing)} is not set",
+                          f"export {missing[0]}=…, or use --model offline")
     key = os.environ.get(resolved.api_key_env) if resolved.api_key_env else None
     return LiteLLMProvider(model=resolved.model, provider_kind=resolved.provider_kind,
                            api_base=resolved.api_base, api_key=key,
@@ -239,14 +239,14 @@ def create_provider(resolved: ResolvedModel) -> Provider:
                            extra=resolved.provider_options)
 
 
-def _missing_key(resolved: ResolvedModel) -> str | None:
-    """The env var a hosted model's key must be in, when it is not set (none: an `api_base`
-    server, a configured `api_key_env`, or a provider picochat knows no key variable for)."""
-    if resolved.offline or resolved.api_base:
-        return None
-    if resolved.api_key_env and os.environ.get(resolved.api_key_env):
-        return None
-    from picochat.providers.litellm_provider import KEY_ENV
-
-    implicit = KEY_ENV.get(resolved.provider_kind)
-    return implicit if implicit and not os.environ.get(implicit) else None
+def _missing_key(resolved: ResolvedModel) -> tuple[str, ...]:
+    """The env vars one of which must hold a hosted model's key, when none is set; empty for
+    an `api_base` server (a key is optional there: the provider sends the environment's, else
+    a placeholder), a configured `api_key_env` (checked by resolve_model), an Ollama model, or
+    a provider litellm checks no key for. litellm's own check decides, imported only when no
+    key variable named after the provider is set (see providers.keys)."""
+    if resolved.offline or resolved.api_base or resolved.provider_kind == OLLAMA:
+        return ()
+    if resolved.api_key_env:
+        return () if os.environ.get(resolved.api_key_env) else (resolved.api_key_env,)
+    return keys.missing(resolved.model, resolved.provider_kind)
