@@ -7,7 +7,9 @@ call with `asyncio.timeout`.
 The key: a configured `api_key_env`'s value is sent; otherwise litellm reads the provider's
 own variable (OPENAI_API_KEY, ...), also for an `api_base` server such as a LiteLLM proxy or a
 gateway; only when no key is there at all does an `api_base` server get a placeholder, since
-the OpenAI SDK refuses to send none (providers.keys).
+the OpenAI SDK refuses to send none (providers.keys). `max_tokens` never exceeds the model's
+output limit, and Anthropic models always get one (litellm would fill in the model's whole
+output limit, which with a long prompt overflows the window).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, AsyncIterator, Mapping
 
 from picochat import tokens
 from picochat.providers import errors as pe
-from picochat.providers import keys, redact
+from picochat.providers import keys, model_map, redact
 from picochat.providers.base import (
     Finish,
     ModelInfo,
@@ -37,6 +39,10 @@ from picochat.providers.litellm_env import import_litellm
 log = logging.getLogger("picochat.providers")
 READ_TIMEOUT_S = 60.0
 WARM_UP_LIMIT_S = 30.0
+# Anthropic's API requires max_tokens; when a request names none, this, not litellm's fill-in
+# of the model's whole output limit (64,000 for Claude Sonnet 4.5), which with a long prompt
+# is refused as larger than the window.
+ANTHROPIC_DEFAULT_MAX_TOKENS = 8192
 
 
 class LiteLLMProvider(Provider):
@@ -56,6 +62,7 @@ class LiteLLMProvider(Provider):
         self._key_settled = bool(api_key or api_key_env)
         self._placeholder = False
         self.extra = dict(extra or {})
+        self.max_output = model_map.max_output_tokens(model)
         redact.register(api_key)  # masked in every error line and log record from now on
         self.read_timeout = read_timeout
         self._warm: asyncio.Task[None] | None = None
@@ -74,6 +81,16 @@ class LiteLLMProvider(Provider):
         log.info("provider_key source=%s placeholder=%s", "env" if found.present else "none",
                  self._placeholder)
 
+    def _max_tokens(self, asked: int | None) -> int | None:
+        """The request's answer cap: never above the model's output limit (a reserve of 16,384
+        is refused by a model that writes at most 4,096), and always one for Anthropic."""
+        if asked is None and (self.info.provider_kind == "anthropic"
+                              or "claude" in self.info.model.rsplit("/", 1)[-1].lower()):
+            asked = ANTHROPIC_DEFAULT_MAX_TOKENS
+        if asked is not None and self.max_output:
+            asked = min(asked, self.max_output)
+        return asked
+
     def _kwargs(self, request: ProviderRequest) -> dict[str, Any]:
         self._settle_key()
         kwargs: dict[str, Any] = {
@@ -89,8 +106,9 @@ class LiteLLMProvider(Provider):
             kwargs["tools"] = [dict(t) for t in request.tools]
         if request.temperature is not None:
             kwargs["temperature"] = request.temperature
-        if request.max_tokens is not None:
-            kwargs["max_tokens"] = request.max_tokens
+        max_tokens = self._max_tokens(request.max_tokens)
+        if max_tokens is not None:
+            kwargs["max_tokens"] = max_tokens
         if self.api_base:
             kwargs["api_base"] = self.api_base
         if self.api_key:
