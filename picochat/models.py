@@ -2,20 +2,23 @@
 
 Precedence, highest first: the `--model` flag, `PICOCHAT_MODEL`, the session's own model (set by
 an earlier `--model` or `/model`), `[agents.default].model`, `default_model`, auto-detection.
-The window is the `[models]` entry's `token_limit`, else litellm's bundled model map (read as
-JSON, without importing litellm), else 128000; the agent's `token_limit` can only tighten it
-(design §10.3, §21.14).
+The window is the `[models]` entry's `token_limit`, else, for an Ollama model, what the server
+gives it (`/api/show`, capped: providers.ollama.WINDOW_CAP), else litellm's bundled model map
+(read as JSON, without importing litellm), else 128000; the agent's `token_limit` can only
+tighten it (design §10.3, §21.14).
+
+An Ollama model (`ollama/…`, configured or auto-detected) is sent as `ollama_chat/…`: litellm's
+`ollama/` calls `/api/generate`, which puts tools in the prompt and forces JSON replies, while
+`ollama_chat/` uses Ollama's chat API with native tool calls. Its requests go to the address
+the window was read from and carry `num_ctx` = the window, since Ollama otherwise cuts a longer
+prompt at its own default without a word.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import json
 import os
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from picochat import tokens
@@ -23,11 +26,13 @@ from picochat.budget import effective_window
 from picochat.config import Config, ModelConfig
 from picochat.errors import ConfigError
 from picochat.messages import ModelTraits, model_key
+from picochat.providers import keys, ollama
 from picochat.providers.base import Provider
+from picochat.providers.model_map import model_map
 
 DEFAULT_WINDOW = 128_000
 OFFLINE = "offline"
-OLLAMA_URL = "http://127.0.0.1:11434"
+OLLAMA = "ollama"
 
 
 @dataclass(frozen=True)
@@ -36,11 +41,12 @@ class ResolvedModel:
     model: str                # the litellm model string ("offline" for the built-in model)
     provider_kind: str        # "offline", "openai", "anthropic", "ollama", ...
     model_window: int
-    window_source: str        # "config" | "litellm" | "default"
+    window_source: str        # "config" | "ollama" (the server's) | "litellm" | "default"
     agent_limit: int | None = None
     api_base: str | None = None
     api_key_env: str | None = None
     timeout: float | None = None   # seconds one whole call may take; None: the session default
+    configured_model: str | None = None  # the model string as written, when sent as another
     learned_window: int | None = None  # a smaller window the server stated (ModelTraits)
     tools_refused: bool = False        # the server refuses requests that offer tools
 
@@ -83,7 +89,16 @@ class ResolvedModel:
 
     @property
     def label(self) -> str:
-        return f"{self.name} (offline)" if self.offline and self.name != OFFLINE else self.name
+        if self.offline and self.name != OFFLINE:
+            return f"{self.name} (offline)"
+        if self.configured_model and self.provider_kind == OLLAMA:
+            return f"{self.name} (as {self.model}: Ollama's chat API)"
+        return self.name
+
+    @property
+    def provider_options(self) -> dict[str, Any]:
+        """Options sent with every request: an Ollama model is told its window (`num_ctx`)."""
+        return {"num_ctx": self.window} if self.provider_kind == OLLAMA else {}
 
 
 def choose_model(config: Config, flag: str | None,
@@ -124,6 +139,8 @@ def resolve_model(config: Config, name: str, origin: str | None = None) -> Resol
         key = _in_file(config, f"models.{entry.name}.api_key_env")
         raise ConfigError(f"{key}: the environment variable {entry.api_key_env} is not set",
                           f"export {entry.api_key_env}=…")
+    if ollama.is_ollama(entry.model):
+        return _resolve_ollama(config, name, entry)
     if entry.token_limit is not None:
         window, source = entry.token_limit, "config"
     else:
@@ -142,6 +159,37 @@ def resolve_model(config: Config, name: str, origin: str | None = None) -> Resol
     )
 
 
+def _resolve_ollama(config: Config, name: str, entry: ModelConfig) -> ResolvedModel:
+    """An Ollama model: sent as `ollama_chat/…` to the server `providers.ollama.base_url`
+    finds; its window from `token_limit`, else from that server, else (the server cannot be
+    reached) as for any model; never above WINDOW_CAP unless configured, since the window is
+    sent as `num_ctx` and Ollama allocates memory for all of it."""
+    base = ollama.base_url(entry.api_base)
+    served = None if entry.token_limit is not None else \
+        ollama.context_window(base, ollama.model_name(entry.model))
+    if entry.token_limit is not None:
+        window, source = entry.token_limit, "config"
+    elif served is not None:
+        window, source = served, "ollama"
+    else:
+        mapped = lookup_window(entry.model)
+        window, source = (mapped, "litellm") if mapped else (DEFAULT_WINDOW, "default")
+        window = min(window, ollama.WINDOW_CAP)
+    model = ollama.chat_model(entry.model)
+    return ResolvedModel(
+        name=name,
+        model=model,
+        provider_kind=OLLAMA,
+        model_window=window,
+        window_source=source,
+        agent_limit=config.agent.token_limit,
+        api_base=base,
+        api_key_env=entry.api_key_env,
+        timeout=entry.timeout,
+        configured_model=entry.model if model != entry.model else None,
+    )
+
+
 SUMMARY_MODEL_KEY = "[context_compaction] summary_model"
 
 
@@ -156,8 +204,8 @@ def resolve_summary_model(config: Config) -> ResolvedModel | None:
     missing = _missing_key(resolved)
     if missing:
         raise ConfigError(f"{_in_file(config, SUMMARY_MODEL_KEY)}: no API key for "
-                          f"{resolved.model}: {missing} is not set",
-                          f"export {missing}=…, or set summary_model to \"offline\"")
+                          f"{resolved.model}: {' or '.join(missing)} is not set",
+                          f"export {missing[0]}=…, or set summary_model to \"offline\"")
     return resolved
 
 
@@ -166,13 +214,13 @@ def provider_kind(model: str) -> str:
         return OFFLINE
     if "/" in model:
         return model.split("/", 1)[0]
-    info = _model_map().get(model) or {}
+    info = model_map().get(model) or {}
     return str(info.get("litellm_provider") or "openai")
 
 
 def lookup_window(model: str) -> int | None:
     """The input window from litellm's bundled map, trying the name with and without prefix."""
-    table = _model_map()
+    table = model_map()
     for key in (model, model.split("/", 1)[1] if "/" in model else None):
         info = table.get(key) if key else None
         if info:
@@ -182,21 +230,9 @@ def lookup_window(model: str) -> int | None:
     return None
 
 
-@lru_cache(maxsize=1)
-def _model_map() -> dict[str, Any]:
-    spec = importlib.util.find_spec("litellm")
-    if not spec or not spec.submodule_search_locations:
-        return {}
-    path = Path(list(spec.submodule_search_locations)[0]) / \
-        "model_prices_and_context_window_backup.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def auto_detect() -> str:
-    """The contract's default: a key picks its provider, then a local Ollama, else offline."""
+    """The contract's default: a key picks its provider, then an Ollama server (OLLAMA_HOST,
+    OLLAMA_API_BASE, else 127.0.0.1:11434) with a model, else offline."""
     if os.environ.get("OPENAI_API_KEY"):
         return "openai/gpt-4o-mini"
     if os.environ.get("ANTHROPIC_API_KEY"):
@@ -206,14 +242,7 @@ def auto_detect() -> str:
 
 
 def _first_ollama_model() -> str | None:
-    import urllib.request  # only with no model configured: 15 ms of http and email modules
-
-    try:
-        with urllib.request.urlopen(f"{OLLAMA_URL}/api/tags", timeout=0.3) as response:
-            models = json.load(response).get("models") or []
-    except (OSError, ValueError):
-        return None
-    names = [m.get("name") for m in models if isinstance(m, dict) and m.get("name")]
+    names = ollama.list_models(ollama.base_url())
     return names[0] if names else None
 
 
@@ -227,23 +256,24 @@ def create_provider(resolved: ResolvedModel) -> Provider:
 
     missing = _missing_key(resolved)
     if missing:
-        raise ConfigError(f"no API key for {resolved.model}: {missing} is not set",
-                          f"export {missing}=…, or use --model offline")
+        raise ConfigError(f"no API key for {resolved.model}: {' or '.join(missing)} is not set",
+                          f"export {missing[0]}=…, or use --model offline")
     key = os.environ.get(resolved.api_key_env) if resolved.api_key_env else None
     return LiteLLMProvider(model=resolved.model, provider_kind=resolved.provider_kind,
                            api_base=resolved.api_base, api_key=key,
                            api_key_env=resolved.api_key_env,
-                           read_timeout=resolved.timeout or READ_TIMEOUT_S)
+                           read_timeout=resolved.timeout or READ_TIMEOUT_S,
+                           extra=resolved.provider_options)
 
 
-def _missing_key(resolved: ResolvedModel) -> str | None:
-    """The env var a hosted model's key must be in, when it is not set (none: an `api_base`
-    server, a configured `api_key_env`, or a provider picochat knows no key variable for)."""
-    if resolved.offline or resolved.api_base:
-        return None
-    if resolved.api_key_env and os.environ.get(resolved.api_key_env):
-        return None
-    from picochat.providers.litellm_provider import KEY_ENV
-
-    implicit = KEY_ENV.get(resolved.provider_kind)
-    return implicit if implicit and not os.environ.get(implicit) else None
+def _missing_key(resolved: ResolvedModel) -> tuple[str, ...]:
+    """The env vars one of which must hold a hosted model's key, when none is set; empty for
+    an `api_base` server (a key is optional there: the provider sends the environment's, else
+    a placeholder), a configured `api_key_env` (checked by resolve_model), an Ollama model, or
+    a provider litellm checks no key for. litellm's own check decides, imported only when no
+    key variable named after the provider is set (see providers.keys)."""
+    if resolved.offline or resolved.api_base or resolved.provider_kind == OLLAMA:
+        return ()
+    if resolved.api_key_env:
+        return () if os.environ.get(resolved.api_key_env) else (resolved.api_key_env,)
+    return keys.missing(resolved.model, resolved.provider_kind)

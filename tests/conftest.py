@@ -21,7 +21,7 @@ from picochat.storage import open_store
 set_hypothesis_home_dir(str(Path(__file__).parent / ".hypothesis"))
 
 _PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "PICOCHAT_MODEL", "OPENAI_BASE_URL",
-                  "OPENAI_API_BASE")
+                  "OPENAI_API_BASE", "OLLAMA_HOST", "OLLAMA_API_BASE")
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,13 @@
 Retries are off (`num_retries=0`, `max_retries=0`): one user action is one request, and the
 session decides what to retry. `timeout` bounds each read; the session worker bounds the whole
 call with `asyncio.timeout`.
+
+The key: a configured `api_key_env`'s value is sent; otherwise litellm reads the provider's
+own variable (OPENAI_API_KEY, ...), also for an `api_base` server such as a LiteLLM proxy or a
+gateway; only when no key is there at all does an `api_base` server get a placeholder, since
+the OpenAI SDK refuses to send none (providers.keys). `max_tokens` never exceeds the model's
+output limit, and Anthropic models always get one (litellm would fill in the model's whole
+output limit, which with a long prompt overflows the window).
 """
 
 from __future__ import annotations
@@ -12,11 +19,11 @@ import json
 import logging
 import os
 import re
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Mapping
 
 from picochat import tokens
 from picochat.providers import errors as pe
-from picochat.providers import redact
+from picochat.providers import keys, model_map, redact
 from picochat.providers.base import (
     Finish,
     ModelInfo,
@@ -32,25 +39,60 @@ from picochat.providers.litellm_env import import_litellm
 log = logging.getLogger("picochat.providers")
 READ_TIMEOUT_S = 60.0
 WARM_UP_LIMIT_S = 30.0
-KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY",
-            "gemini": "GEMINI_API_KEY", "mistral": "MISTRAL_API_KEY", "groq": "GROQ_API_KEY",
-            "openrouter": "OPENROUTER_API_KEY", "deepseek": "DEEPSEEK_API_KEY"}
+# Anthropic's API requires max_tokens; when a request names none, this, not litellm's fill-in
+# of the model's whole output limit (64,000 for Claude Sonnet 4.5), which with a long prompt
+# is refused as larger than the window.
+ANTHROPIC_DEFAULT_MAX_TOKENS = 8192
 
 
 class LiteLLMProvider(Provider):
     def __init__(self, model: str, provider_kind: str, api_base: str | None = None,
                  api_key: str | None = None, api_key_env: str | None = None,
-                 read_timeout: float = READ_TIMEOUT_S) -> None:
+                 read_timeout: float = READ_TIMEOUT_S,
+                 extra: Mapping[str, Any] | None = None) -> None:
+        """`api_key`: the value of the configured `api_key_env`; without one, the key is the
+        provider's own variable, named by litellm's check at the first request. `extra`:
+        provider options sent with every request (Ollama's `num_ctx`)."""
         self.info = ModelInfo(provider_kind=provider_kind, model=model)
         self.api_base = api_base
         self.api_key = api_key
-        self.api_key_env = api_key_env or KEY_ENV.get(provider_kind)
+        # The variable that supplies the key (or should), for the auth error's hint; until
+        # the first request asks litellm, a set variable named after the provider.
+        self.api_key_env = api_key_env or keys.named_after(provider_kind)
+        self._key_settled = bool(api_key or api_key_env)
+        self._placeholder = False
+        self.extra = dict(extra or {})
+        self.max_output = model_map.max_output_tokens(model)
         redact.register(api_key)  # masked in every error line and log record from now on
         self.read_timeout = read_timeout
         self._warm: asyncio.Task[None] | None = None
         self._warmed_loop: asyncio.AbstractEventLoop | None = None
 
+    def _settle_key(self) -> None:
+        """Once, at the first request (litellm is imported by then): which variable supplies
+        the key, and whether an `api_base` server needs the placeholder for lack of any."""
+        if self._key_settled:
+            return
+        self._key_settled = True
+        found = keys.source(self.info.model, self.info.provider_kind, self.api_base,
+                            import_litellm())
+        self.api_key_env = found.env or self.api_key_env
+        self._placeholder = bool(self.api_base) and not found.present
+        log.info("provider_key source=%s placeholder=%s", "env" if found.present else "none",
+                 self._placeholder)
+
+    def _max_tokens(self, asked: int | None) -> int | None:
+        """The request's answer cap: never above the model's output limit (a reserve of 16,384
+        is refused by a model that writes at most 4,096), and always one for Anthropic."""
+        if asked is None and (self.info.provider_kind == "anthropic"
+                              or "claude" in self.info.model.rsplit("/", 1)[-1].lower()):
+            asked = ANTHROPIC_DEFAULT_MAX_TOKENS
+        if asked is not None and self.max_output:
+            asked = min(asked, self.max_output)
+        return asked
+
     def _kwargs(self, request: ProviderRequest) -> dict[str, Any]:
+        self._settle_key()
         kwargs: dict[str, Any] = {
             "model": self.info.model,
             "messages": [dict(m) for m in request.messages],
@@ -64,14 +106,17 @@ class LiteLLMProvider(Provider):
             kwargs["tools"] = [dict(t) for t in request.tools]
         if request.temperature is not None:
             kwargs["temperature"] = request.temperature
-        if request.max_tokens is not None:
-            kwargs["max_tokens"] = request.max_tokens
+        max_tokens = self._max_tokens(request.max_tokens)
+        if max_tokens is not None:
+            kwargs["max_tokens"] = max_tokens
         if self.api_base:
             kwargs["api_base"] = self.api_base
         if self.api_key:
             kwargs["api_key"] = self.api_key
-        elif self.api_base:
-            kwargs["api_key"] = "not-needed"  # OpenAI-compatible servers often take none
+        elif self._placeholder:
+            kwargs["api_key"] = keys.PLACEHOLDER  # no key anywhere: the server takes none
+        for name, value in self.extra.items():
+            kwargs.setdefault(name, value)
         return kwargs
 
     async def aclose(self) -> None:
