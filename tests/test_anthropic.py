@@ -23,6 +23,7 @@ from tests.fake_anthropic import (
     PROMPT_TOO_LONG,
     FakeAnthropic,
     fake_anthropic,  # noqa: F401  (fixture)
+    is_summary_request,
 )
 from tests.test_cli_litellm import NOISE, assert_clean_failure, history
 
@@ -120,6 +121,22 @@ def test_every_request_asks_for_picochats_answer_cap_not_litellms_64000(run_cli,
         write_config(config_file, fake.base_url, f"token_limit = {limit}\n")
     assert ask(run_cli, "hello").status == 0
     assert [b["max_tokens"] for b in fake.requests] == [cap]
+
+
+def test_a_summary_goes_through_the_same_path_with_its_own_cap(run_cli, fake, config_file):
+    write_config(config_file, fake.base_url,
+                 "[context_compaction]\nkeep_recent_tokens = 100\n")
+    assert ask(run_cli, "my port is 8443 " + prose(2_000, 1)).status == 0
+    assert ask(run_cli, "the deploy runs at nine " + prose(2_000, 2)).status == 0
+    compacted = run_cli("compact", "--json", env=ENV)
+    assert compacted.status == 0, compacted.stderr
+    assert json.loads(compacted.stdout)["status"] == "compacted"
+    assert ask(run_cli, "what port?").status == 0
+    turn1, turn2, summary, turn3 = fake.requests
+    assert is_summary_request(summary) and not summary.get("tools")
+    assert 0 < summary["max_tokens"] < 16384  # the summary's cap, not a turn's, nor 64,000
+    assert "fake summary 1" in json.dumps(turn3["messages"])
+    assert [b["max_tokens"] for b in (turn1, turn2, turn3)] == [16384] * 3
 
 
 # --- busy: one wait, then one more try -------------------------------------------------------
