@@ -14,6 +14,7 @@ output limit, which with a long prompt overflows the window).
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import logging
@@ -238,7 +239,7 @@ class LiteLLMProvider(Provider):
         transport = self._transport_error(exc, litellm, received)
         if transport is not None:
             return transport
-        raw = self._redact(_strip_prefixes(str(exc)))
+        raw = self._redact(_provider_words(_strip_prefixes(str(exc))))
         text = _short(raw)
         if isinstance(exc, litellm.ContextWindowExceededError) or pe.looks_like_overflow(raw):
             return self._overflow(str(exc), request)
@@ -255,8 +256,9 @@ class LiteLLMProvider(Provider):
             return pe.RateLimited(f"{where} is rate limiting requests",
                                   after, f"retry in {after:g} s" if after else "retry later")
         if _overloaded(exc, raw):
-            after = _retry_after(exc)
-            return pe.Overloaded(f"{where} is overloaded ({_status(exc)})", after,
+            after, status = _retry_after(exc), _status(exc)
+            said = f" ({status})" if status in (503, 529) else ""  # not litellm's stand-in 500
+            return pe.Overloaded(f"{where} is overloaded{said}", after,
                                  f"retry in {after:g} s" if after else "retry later")
         if isinstance(exc, litellm.NotFoundError):
             return pe.ModelNotFound(f"{where} does not know the model {self.info.model!r}",
@@ -465,13 +467,38 @@ def _overloaded(exc: Exception, text: str) -> bool:
 
 
 def _retry_after(exc: Exception) -> float | None:
+    """The Retry-After the provider sent: on the response litellm passes on, or, when it
+    builds a stand-in response (Anthropic's 429 and 529), on `litellm_response_headers`."""
     response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None) or {}
+    for headers in (getattr(response, "headers", None),
+                    getattr(exc, "litellm_response_headers", None)):
+        try:
+            value = (headers or {}).get("retry-after") or (headers or {}).get("Retry-After")
+            if value is not None:
+                return float(value)
+        except (AttributeError, TypeError, ValueError):
+            continue
+    return None
+
+
+_LITELLM_ADVICE = re.compile(r"\.?\s*Handle with `litellm\.\w+`\.?\s*$")
+_BYTES_REPR = re.compile(r"b'\{.*\}'|b\"\{.*\}\"", re.S)
+
+
+def _provider_words(text: str) -> str:
+    """The provider's own message. litellm passes Anthropic's error body on as the repr of
+    bytes (b'{"type": "error", "error": {"type": ..., "message": ...}}'), followed by its own
+    advice ("Handle with `litellm.InternalServerError`."); keep the message alone."""
+    text = _LITELLM_ADVICE.sub("", text)
+    body = text
     try:
-        value = headers.get("retry-after") or headers.get("Retry-After")
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+        if _BYTES_REPR.fullmatch(text):
+            body = ast.literal_eval(text).decode("utf-8", "replace")
+        error = json.loads(body).get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+    except (ValueError, SyntaxError, AttributeError, TypeError, RecursionError):
+        return text
+    return message.strip() if isinstance(message, str) and message.strip() else text
 
 
 async def close_clients() -> None:
