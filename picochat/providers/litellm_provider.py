@@ -24,10 +24,12 @@ from picochat.providers.base import (
     ProviderRequest,
     StreamEvent,
     TextDelta,
+    ThinkingDelta,
     ToolCallDelta,
     Usage,
 )
 from picochat.providers.litellm_env import import_litellm
+from picochat.providers.thinking import ThinkSplitter, starts_inside
 
 log = logging.getLogger("picochat.providers")
 READ_TIMEOUT_S = 60.0
@@ -38,6 +40,8 @@ KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY",
 
 
 class LiteLLMProvider(Provider):
+    _opens_thinking = False  # learned: a reply ended thinking with `</think>` it never opened
+
     def __init__(self, model: str, provider_kind: str, api_base: str | None = None,
                  api_key: str | None = None, api_key_env: str | None = None,
                  read_timeout: float = READ_TIMEOUT_S) -> None:
@@ -117,6 +121,9 @@ class LiteLLMProvider(Provider):
         # From here the server has accepted the request and sent its headers: a failure is a
         # broken or unreadable stream, never "cannot connect".
         finish, received = "stop", 0
+        # Thinking comes as `reasoning_content` (litellm's name for it, also for a provider's
+        # `reasoning`) or inline as <think>…</think> text: both become ThinkingDelta.
+        split = ThinkSplitter(self._opens_thinking or starts_inside(self.info.model))
         try:
             async for chunk in response:
                 usage = getattr(chunk, "usage", None)
@@ -126,10 +133,17 @@ class LiteLLMProvider(Provider):
                     continue
                 choice = chunk.choices[0]
                 delta = choice.delta
+                thought = (getattr(delta, "reasoning_content", None)
+                           or getattr(delta, "reasoning", None))
+                if thought and isinstance(thought, str):
+                    split.server_thinks()
+                    yield ThinkingDelta(thought)
                 text = getattr(delta, "content", None)
                 if text:
-                    received += len(text)
-                    yield TextDelta(text)
+                    for piece in split.feed(text):
+                        if isinstance(piece, TextDelta):
+                            received += len(piece.text)  # answer text: thinking is not kept
+                        yield piece
                 for call in getattr(delta, "tool_calls", None) or ():
                     fn = getattr(call, "function", None)
                     yield ToolCallDelta(index=int(getattr(call, "index", 0) or 0),
@@ -140,6 +154,10 @@ class LiteLLMProvider(Provider):
                     finish = choice.finish_reason
         except Exception as exc:
             raise self.translate(exc, request, received) from None
+        for piece in split.flush():
+            yield piece
+        if split.stray_close:  # this model's template opens the block: its replies start inside
+            self._opens_thinking = True
         yield Finish(finish)
 
     def translate(self, exc: Exception, request: ProviderRequest | None = None,
