@@ -5,6 +5,7 @@ reasoning model room to think."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import textwrap
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from picochat import tokens
+from picochat.cli.thinking import ThinkingLine
 from picochat.compaction.transcript import reasoning_allowance, summary_budget
 from picochat.config import load_config
 from picochat.models import create_provider, resolve_model, supports_reasoning
@@ -218,6 +220,24 @@ def test_ask_json_prints_only_the_answer_and_the_cut_line(run_cli, fake):
     assert result.status == 0, result.stderr
     assert json.loads(result.stdout)["reply"] == "Partial"
     assert result.stderr.startswith("picochat: cut at the output limit")
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_ask_tells_a_terminal_on_stderr_that_the_model_thinks_and_a_pipe_nothing():
+    tty, pipe = Terminal(), io.StringIO()
+    for stream in (tty, pipe):
+        line = ThinkingLine(stream)
+        line.thinking()
+        line.thinking()  # once per stretch of thinking
+        line.done()
+        line.done()
+    assert pipe.getvalue() == ""
+    assert tty.getvalue().count("thinking…") == 1
+    assert tty.getvalue().endswith("picochat: thought for <1 s\x1b[0m\n")
 
 
 # --- summary requests to reasoning models -------------------------------------------------------

@@ -30,7 +30,8 @@ class ThinkingLine:
             return
         seconds = time.monotonic() - self._since
         self._since = None
-        self._write(f"{CLEAR_LINE}{DIM}picochat: thought for {seconds:.0f} s{RESET}\n")
+        took = f"{seconds:.0f} s" if seconds >= 0.5 else "<1 s"
+        self._write(f"{CLEAR_LINE}{DIM}picochat: thought for {took}{RESET}\n")
 
     def _write(self, text: str) -> None:
         if not self.shown:

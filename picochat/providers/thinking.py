@@ -69,9 +69,10 @@ class ThinkSplitter:
         self._tail = ""             # the answer's last characters, to see a `</think>` split
 
     def server_thinks(self) -> None:
-        """The server sent thinking separately: the text that follows is the answer."""
+        """The server sent thinking separately: the text that follows is the answer, without
+        the blank lines some servers leave where `</think>` was."""
         if self._state == _START:
-            self.starts_inside = False
+            self._state, self._closed, self._after_close = _ANSWER, True, True
 
     def feed(self, text: str) -> list[Piece]:
         out: list[Piece] = []
