@@ -66,6 +66,8 @@ async def test_thinking_shows_open_while_it_streams_then_collapses_above_the_ans
         await pilot.press("enter")
         await pilot.pause(0.1)
         assert not block.collapsed and "Step 1:" in str(block._thought.render())
+        await pilot.press("c")
+        assert app.clipboard == "".join(STEPS)
 
 
 def test_the_open_block_shows_the_newest_lines_at_its_width():

@@ -3,8 +3,8 @@
 While the model thinks, the block is open and shows the newest few lines, and its title counts
 seconds and characters, so a long silence before the answer is explained. Once the answer
 starts (or the turn ends) it collapses to one line, "thought for N s", which opens on a click or
-enter to show all of it. Thinking is never saved: an answer read back from the database has no
-block.
+enter to show all of it; c copies it. Thinking is never saved: an answer read back from the
+database has no block.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import time
 
 from rich.console import Console
 from rich.text import Text
+from textual.binding import Binding
 from textual.timer import Timer
 from textual.widgets import Collapsible, Static
 
 from picochat.textsafe import StreamCleaner, clean
 from picochat.tui.preview import preview
+from picochat.tui.safe import literal
 
 OPEN_ROWS = 6            # lines of thinking in view while it streams
 OPEN_TAIL_CHARS = 4_000  # the most text wrapped to find them
@@ -45,6 +47,7 @@ def duration(seconds: float) -> str:
 
 
 class ThinkingBlock(Collapsible):
+    BINDINGS = [Binding("c", "copy", "Copy thinking", key_display="c")]
     DEFAULT_CSS = """
     ThinkingBlock {
         margin: 1 0 0 1;
@@ -85,6 +88,10 @@ class ThinkingBlock(Collapsible):
         self.chars += len(fragment)
         if self._redraw is None and self.is_mounted:
             self._redraw = self.set_timer(REDRAW_S, self._draw)
+
+    def action_copy(self) -> None:
+        self.app.copy_to_clipboard(self.text)
+        self.notify(literal(f"Copied the thinking ({self.chars:,} characters)"))
 
     def _tick(self) -> None:
         self.title = title(time.monotonic() - self._since, self.chars, done=False)
