@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +87,11 @@ class ResolvedModel:
     def token_factor(self) -> float:
         """Our o200k counts times this estimate the model's own tokens (tokens.family_factor)."""
         return tokens.family_factor(self.provider_kind, self.model)
+
+    @property
+    def reasoning(self) -> bool:
+        """Whether the model thinks before it answers (its output cap must leave room)."""
+        return not self.offline and supports_reasoning(self.model)
 
     @property
     def label(self) -> str:
@@ -228,6 +234,23 @@ def lookup_window(model: str) -> int | None:
             if isinstance(value, int) and value > 0:
                 return value
     return None
+
+
+# Open-weight reasoning models served locally (no entry in litellm's map): DeepSeek-R1 and its
+# distills, QwQ, Qwen3, gpt-oss, Magistral, and releases named "thinking" or "reasoning".
+_REASONING_NAME = re.compile(r"qwq|(?<![a-z0-9])r1(?![0-9])|think|reason|qwen3|gpt-oss|magistral",
+                             re.I)
+
+
+def supports_reasoning(model: str) -> bool:
+    """litellm's bundled map says the model reasons (`supports_reasoning`), or its name is one
+    of a local reasoning model."""
+    table = model_map()
+    for key in (model, model.split("/", 1)[1] if "/" in model else None):
+        info = table.get(key) if key else None
+        if info and info.get("supports_reasoning") is True:
+            return True
+    return bool(_REASONING_NAME.search(model))
 
 
 def auto_detect() -> str:

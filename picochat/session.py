@@ -2,9 +2,9 @@
 
 It owns the session's turns and commands and runs them one at a time, in the order they were
 submitted, so a `/compact` typed during a turn waits for it instead of racing it. Callers submit
-work and await results; a turn also streams typed events (`TurnStarted`, `TextDelta`,
-`CompactionStarted`/`Compacted`, `TurnFinished` | `TurnFailed`) that the CLI prints and the TUI
-renders.
+work and await results; a turn also streams typed events (`TurnStarted`, `ThinkingDelta`,
+`TextDelta`, `CompactionStarted`/`Compacted`, `TurnFinished` | `TurnFailed`) that the CLI prints
+and the TUI renders. Thinking is shown, never saved: only the answer text is.
 
 Before each turn the full request draft is budgeted and compacted at most once (§11.2); an
 overflow from the provider is recovered once and retried once (§11.3). `/compact`, `/uncompact`,
@@ -67,7 +67,14 @@ from picochat.agent_loop import (
     shorten_old_tool_results,
     this_turn_only,
 )
-from picochat.providers.base import Provider, ProviderRequest, TextDelta, Usage, collect
+from picochat.providers.base import (
+    Provider,
+    ProviderRequest,
+    TextDelta,
+    ThinkingDelta,
+    Usage,
+    collect,
+)
 from picochat.providers.errors import (
     ContextOverflow,
     ProviderError,
@@ -111,6 +118,10 @@ class TurnStarted:
     user_seq: int
 
 
+CUT_AT_LIMIT = ("cut at the output limit: the answer is incomplete; send \"continue\" for "
+                "the rest, or ask for a shorter answer")
+
+
 @dataclass(frozen=True)
 class TurnFinished:
     turn_id: str
@@ -118,6 +129,12 @@ class TurnFinished:
     usage: Usage | None
     assistant_seq: int
     compactions: tuple[CompactOutcome, ...] = ()
+    finish: str | None = None   # the provider's finish reason of the last request
+
+    @property
+    def cut(self) -> bool:
+        """The model stopped at its output limit: the answer is saved, but incomplete."""
+        return self.finish == "length"
 
 
 @dataclass(frozen=True)
@@ -188,8 +205,8 @@ class ToolRan:
     seq: int
 
 
-TurnEvent = Union[TurnStarted, TextDelta, CompactionStarted, Compacted, ToolRan, TurnFinished,
-                  TurnFailed]
+TurnEvent = Union[TurnStarted, ThinkingDelta, TextDelta, CompactionStarted, Compacted, ToolRan,
+                  TurnFinished, TurnFailed]
 TurnOutcome = Union[TurnFinished, TurnFailed]
 
 
@@ -274,6 +291,7 @@ class TurnHandle:
 class _Step:
     usage: Usage | None
     calls: tuple[ToolCall, ...]
+    finish: str | None = None
 
 
 @dataclass
@@ -538,7 +556,8 @@ class SessionWorker:
             system_prompt=self.system_prompt, tools=self.offered_tools, focus=focus,
             instructions=self.compaction.instructions, try_summary=try_summary,
             degraded_fallback=degraded_fallback,
-            timeout=self.total_timeout, summary_model=self._summarizer())
+            timeout=self.total_timeout, summary_model=self._summarizer(),
+            reasoning=self.model.reasoning)
         outcome = await compact_context(self.store, self.provider, request)
         self._tally(outcome)
         return outcome
@@ -552,7 +571,7 @@ class SessionWorker:
         if self._summary_provider is None:
             self._summary_provider = create_provider(self.summary_model)
         return SummaryModel(self._summary_provider, self.summary_model.usable_window,
-                            self.summary_model.token_factor)
+                            self.summary_model.token_factor, self.summary_model.reasoning)
 
     def _tally(self, outcome: CompactOutcome) -> None:
         """Count the summaries rejected in a row (a real checkpoint resets the count). While
@@ -720,7 +739,8 @@ class SessionWorker:
                  "prompt_tokens=%s completion_tokens=%s", sid, turn_id, user.seq, assistant.seq,
                  steps, usage.prompt_tokens if usage else None,
                  usage.completion_tokens if usage else None)
-        handle._emit(TurnFinished(turn_id, reply, usage, assistant.seq, tuple(compactions)))
+        handle._emit(TurnFinished(turn_id, reply, usage, assistant.seq, tuple(compactions),
+                                  step.finish))
 
     def _request_view(self, projection: ContextProjection, user_seq: int, tools_ran: bool,
                       this_turn: bool) -> ContextProjection:
@@ -877,7 +897,8 @@ class SessionWorker:
 
     async def _stream(self, handle: TurnHandle, draft: RequestDraft, parts: list[str],
                       step: int) -> "_Step":
-        """One provider call; text goes to `parts` and the handle as it arrives."""
+        """One provider call; text goes to `parts` and the handle as it arrives, thinking to
+        the handle only (it is shown, never saved nor sent back)."""
         def on_text(delta: TextDelta) -> None:
             parts.append(delta.text)
             handle._emit(delta)
@@ -888,7 +909,8 @@ class SessionWorker:
         request = ProviderRequest(messages=tuple(draft.messages()), tools=tuple(draft.tools),
                                   max_tokens=cap)
         try:
-            reply = await collect(self.provider, request, self.total_timeout, on_text)
+            reply = await collect(self.provider, request, self.total_timeout, on_text,
+                                  handle._emit)
         except ContextOverflow as exc:
             exc.asked = used + cap  # what the refused request asked of the window
             raise
@@ -896,7 +918,12 @@ class SessionWorker:
             raise ProviderTimeout(f"no complete answer within {self.total_timeout:g} s",
                                   "retry, or check the provider") from None
         calls = reply.tool_calls
-        return _Step(reply.usage, assemble_tool_calls(calls, handle.turn_id, step) if calls else ())
+        if reply.finish == "length" and not calls and not "".join(parts).strip():
+            how = "while still thinking" if reply.thinking.strip() else "before any text"
+            raise ProviderError(f"the model reached its output limit {how}: no answer",
+                                "ask again, or ask for less at once")
+        steps = assemble_tool_calls(calls, handle.turn_id, step) if calls else ()
+        return _Step(reply.usage, steps, reply.finish)
 
     async def _fail(self, handle: TurnHandle, user_seq: int, parts: list[str],
                     error: PicochatError, compactions: Sequence[CompactOutcome] = ()) -> None:

@@ -15,6 +15,12 @@ answers with `default_text`. A script item is one of:
     ("status", code, body, {"Header": "v"})   ... and these extra headers
     ("tool_calls", [(id, name, arguments)])   stream these tool calls (arguments in two pieces;
                                               any string, invalid JSON too, is sent as given)
+    ("reasoning", "thinking", "reply")        stream "thinking" as `reasoning_content` deltas (as
+                                              DeepSeek, vLLM with a reasoning parser and
+                                              llama.cpp do), then "reply" as the answer
+    ("chunks", ["<thi", "nk>a</think>b"])     stream exactly these content pieces
+    ("length", item)                          stream a "text", "reasoning" or "chunks" item (or
+                                              a plain string) ending with finish_reason "length"
     ("delay", seconds, "reply")               wait `seconds`, then answer "reply"
     ("delay", seconds, item)                  wait, then answer with any other item
     ("delay", seconds)                        wait, then answer as if unscripted
@@ -191,6 +197,21 @@ def _words(text: str) -> list[str]:
     return [p for p in pieces if p]
 
 
+def _shaped(item: tuple[Any, ...]) -> dict[str, Any]:
+    """The stream shape of a "reasoning", "chunks" or "length" item (keywords of `_events`)."""
+    kind = item[0]
+    if kind == "length":
+        inner = ("text", item[1]) if isinstance(item[1], str) else tuple(item[1])
+        return {**_shaped(inner), "finish": "length"}
+    if kind == "reasoning":
+        return {"reasoning": item[1], "pieces": _words(item[2])}
+    if kind == "chunks":
+        return {"pieces": list(item[1])}
+    if kind == "text":
+        return {"pieces": _words(item[1])}
+    raise ValueError(f"cannot shape script item {item!r}")
+
+
 class _Cut(Exception):
     """A ("cut", ...) item reached its cut: the handler stops writing mid-body."""
 
@@ -240,6 +261,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._complete(body, item[1])
         elif kind == "tool_calls":
             self._stream(body, "", item[1])
+        elif kind in ("reasoning", "chunks", "length"):
+            self._stream(body, "", **_shaped(item))
         elif kind == "hold":
             self._stream(body, item[1], hold=item[2], after=item[3])
         elif kind == "cut":
@@ -310,17 +333,19 @@ class _Handler(BaseHTTPRequestHandler):
                 calls: list[tuple[str, str, str]] | None = None,
                 hold: threading.Event | None = None, after: str = "", *,
                 cut_after: int | None = None, garbage: bool = False, usage: bool = True,
-                empty: bool = False) -> None:
+                empty: bool = False, **shape: Any) -> None:
         self._sse_headers()
         try:
-            self._events(body, text, calls, hold, after, cut_after, garbage, usage, empty)
+            self._events(body, text, calls, hold, after, cut_after, garbage, usage, empty,
+                         **shape)
         except _Cut:
             self.close_connection = True  # the body ends here, unfinished
 
     def _events(self, body: dict[str, Any], text: str,
                 calls: list[tuple[str, str, str]] | None, hold: threading.Event | None,
                 after: str, cut_after: int | None, garbage: bool, usage: bool,
-                empty: bool) -> None:
+                empty: bool, reasoning: str = "", pieces: list[str] | None = None,
+                finish: str | None = None) -> None:
         base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": body.get("model", "fake-model")}
         sent = 0
@@ -336,7 +361,13 @@ class _Handler(BaseHTTPRequestHandler):
         if empty:
             send({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                        "finish_reason": None}]})
-        for piece in _words(text):
+        for piece in _words(reasoning):
+            delta = {"role": "assistant", "content": None, "reasoning_content": piece}
+            first = False
+            send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        if pieces is not None:
+            text = "".join(pieces)
+        for piece in pieces if pieces is not None else _words(text):
             delta = {"role": "assistant", "content": piece} if first else {"content": piece}
             first = False
             send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
@@ -358,10 +389,10 @@ class _Handler(BaseHTTPRequestHandler):
                     call["function"]["name"] = name
                 delta = {"role": "assistant", "content": None, "tool_calls": [call]}
                 send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
-        finish = "tool_calls" if calls else "stop"
+        finish = finish or ("tool_calls" if calls else "stop")
         send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         if usage and (body.get("stream_options") or {}).get("include_usage"):
-            send({**base, "choices": [], "usage": self._usage(body, text)})
+            send({**base, "choices": [], "usage": self._usage(body, reasoning + text)})
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")  # the last chunk: the connection stays open for the next request
 

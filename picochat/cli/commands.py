@@ -233,11 +233,14 @@ def _model(app: App, session: Session | None) -> Any:
 
 
 async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: str) -> int:
-    from picochat.providers.base import TextDelta
-    from picochat.session import Compacted, Notice, RetryWaiting, ToolRan, TurnFailed
+    from picochat.cli.thinking import ThinkingLine
+    from picochat.providers.base import TextDelta, ThinkingDelta
+    from picochat.session import (CUT_AT_LIMIT, Compacted, Notice, RetryWaiting, ToolRan,
+                                  TurnFailed)
 
     as_json = app.opt("json")
     stdout = _Stdout()
+    thinking = ThinkingLine()  # stderr on a terminal only: stdout is the answer
     streamed_newline = True
     screen = StreamCleaner() if sys.stdout.isatty() else None  # an escape may span two deltas
     async with _worker(app, session, resolved, provider) as worker:
@@ -249,6 +252,10 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
             async for event in handle:
                 if stopped_by:  # the terminal may be gone: nothing more is written to it
                     continue
+                if isinstance(event, ThinkingDelta):
+                    thinking.thinking()
+                    continue
+                thinking.done()
                 if isinstance(event, TextDelta) and not as_json:
                     piece = screen.feed(event.text) if screen else event.text
                     if piece:
@@ -267,6 +274,8 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
         except asyncio.CancelledError:  # Ctrl-C: keep what arrived, then report
             handle.cancel()
         outcome = await handle.result()
+        if not stopped_by:
+            thinking.done()
     compaction = outcome.compactions[-1].as_dict() if outcome.compactions else None
     if stopped_by:  # SIGTERM, SIGHUP: what arrived is saved; the terminal may be gone
         saved = outcome.saved if isinstance(outcome, TurnFailed) else "the whole answer is saved"
@@ -288,6 +297,8 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
         saved = "" if outcome.user_seq is None else f"; {outcome.saved}"
         err(f"{outcome.error.user_line()}{saved}")
         return 130 if outcome.cancelled else outcome.error.exit_status
+    if outcome.cut:  # saved, and a success: the line says it is incomplete (status 0)
+        err(CUT_AT_LIMIT)
     if app.opt("model") and session.model != app.opt("model"):
         app.store.set_session_model(session.id, app.opt("model"))  # remembered once it worked
     if as_json:

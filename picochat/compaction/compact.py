@@ -49,6 +49,7 @@ class CompactRequest:
     degraded_fallback: bool = False   # overflow recovery: trim whole turns when the summary fails
     timeout: float = 600.0
     summary_model: SummaryModel | None = None  # None: the chat model summarizes
+    reasoning: bool = False           # the chat model thinks first (room in its summary cap)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ async def compact_context(store: Store, provider: Provider,
     sid, reason, limits = request.session_id, request.reason, request.limits
     projection = project(store.context_snapshot(sid))
     compactor = ContextCompactor(provider, limits, request.system_prompt, request.tools,
-                                 request.instructions, request.timeout, request.summary_model)
+                                 request.instructions, request.timeout, request.summary_model,
+                                 request.reasoning)
     # Both figures of a checkpoint come from the same estimate (§6.2): a provider-reported
     # usage would compare tokens of one tokenizer with tokens of another.
     parts = estimate(limits, RequestDraft(request.system_prompt, projection, request.tools))

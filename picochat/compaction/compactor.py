@@ -111,6 +111,7 @@ class SummaryModel:
     provider: Provider
     window: int
     token_factor: float = 1.0
+    reasoning: bool = False   # it thinks before it writes (see `summary_budget`)
 
 
 class ContextCompactor:
@@ -119,9 +120,10 @@ class ContextCompactor:
     def __init__(self, provider: Provider, limits: BudgetLimits, system_prompt: str,
                  tools: tuple[Mapping[str, Any], ...] = (), instructions: str = "",
                  timeout: float = SUMMARY_TIMEOUT_S,
-                 summary_model: SummaryModel | None = None) -> None:
+                 summary_model: SummaryModel | None = None, reasoning: bool = False) -> None:
         self.provider = provider
         self.summary_model = summary_model
+        self.reasoning = reasoning  # the chat model thinks (when it writes the summaries)
         self.limits = limits
         self.system_prompt = system_prompt
         self.tools = tools
@@ -136,12 +138,17 @@ class ContextCompactor:
         """One provider call: no tools, low temperature, output capped (§10.1), and the reply
         through the quality gate. The summary model's window bounds the transcript; the
         summary lands in the chat model's context, so the smaller window of the two bounds
-        its cap. `room`: what the context leaves for the whole summary (see `prose_cap`)."""
+        its cap. `room`: what the context leaves for the whole summary (see `prose_cap`).
+
+        A reasoning model's thinking counts against `max_tokens`, so its request asks for the
+        prose cap plus room to think; the summary's own size is still held to the prose cap.
+        Its thinking never becomes the summary: the provider streams it apart."""
         model = self.summary_model or SummaryModel(self.provider, self.limits.window,
-                                                   self.limits.token_factor)
+                                                   self.limits.token_factor, self.reasoning)
         overhead = tokens.scale(prompt_overhead(focus, self.instructions), model.token_factor)
         budget = summary_budget(model.window, overhead,
-                                summary_budget(self.limits.window, 0).output_reserve)
+                                summary_budget(self.limits.window, 0).output_reserve,
+                                reasoning=model.reasoning)
         if budget.source_budget < MIN_SOURCE_TOKENS:
             raise SummaryFailed(
                 f"the model's window ({model.window:,} tokens) is too small for a summary "
@@ -150,7 +157,8 @@ class ContextCompactor:
                                int(budget.source_budget / model.token_factor))
         ledger = self.ledger_of(plan)
         max_tokens = self.prose_cap(budget.output_reserve, ledger, room)
-        request = summary_request(transcript.text, max_tokens, focus, self.instructions)
+        request = summary_request(transcript.text, max_tokens + budget.reasoning, focus,
+                                  self.instructions)
         try:
             reply = await collect(model.provider, request, self.timeout)
         except TimeoutError:

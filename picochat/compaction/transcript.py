@@ -36,20 +36,36 @@ class SummaryBudget:
     """The §10.3 sizes for one summary call on a model with this window."""
 
     window: int
-    output_reserve: int
+    output_reserve: int          # the summary's own size: its prose cap
     safety: int
     prompt_overhead: int
+    reasoning: int = 0           # room a reasoning model thinks in, on top of the summary
 
     @property
     def source_budget(self) -> int:
-        return self.window - self.output_reserve - self.prompt_overhead - self.safety
+        return (self.window - self.output_reserve - self.reasoning - self.prompt_overhead
+                - self.safety)
 
 
-def summary_budget(window: int, prompt_overhead: int, cap: int | None = None) -> SummaryBudget:
-    """`cap`: a tighter output cap (the chat model's, when another model summarizes)."""
+def summary_budget(window: int, prompt_overhead: int, cap: int | None = None,
+                   reasoning: bool = False) -> SummaryBudget:
+    """`cap`: a tighter output cap (the chat model's, when another model summarizes).
+    `reasoning`: the summarizing model thinks first, and its thinking counts against the
+    request's `max_tokens`: it gets `reasoning_allowance(window)` more, taken from the
+    transcript's share of the window."""
     reserve = min(2048, window // 4)
     return SummaryBudget(window, reserve if cap is None else min(reserve, cap),
-                         min(512, window // 16), prompt_overhead)
+                         min(512, window // 16), prompt_overhead,
+                         reasoning_allowance(window) if reasoning else 0)
+
+
+REASONING_TOKENS = 8192   # the most a summary request leaves a reasoning model to think in
+REASONING_SHARE = 8       # and at most this fraction of its window
+
+
+def reasoning_allowance(window: int) -> int:
+    """Output tokens a reasoning model may think in before it writes a summary."""
+    return min(REASONING_TOKENS, window // REASONING_SHARE)
 
 
 @dataclass(frozen=True)

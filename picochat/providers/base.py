@@ -1,8 +1,17 @@
 """What every provider implements, and the typed events its stream yields.
 
-Callers never see litellm types: a stream is `TextDelta`/`ToolCallDelta` parts, then `Usage`
-when the provider reports it, then exactly one `Finish`. Failures are `ProviderError`s
-(`picochat.providers.errors`).
+Callers never see litellm types: a stream is `ThinkingDelta`/`TextDelta`/`ToolCallDelta` parts,
+then `Usage` when the provider reports it, then exactly one `Finish`. Failures are
+`ProviderError`s (`picochat.providers.errors`).
+
+Thinking (a reasoning model's `reasoning_content`, or its inline `<think>…</think>` text) is its
+own event: it is shown while it streams and never becomes the answer, so it is neither stored
+nor sent back to the model. For plain turns no provider wants it back: OpenAI-compatible
+servers (vLLM, llama.cpp, Ollama, DeepSeek) ignore or drop earlier thinking, and Anthropic's
+signed thinking blocks are needed only with extended thinking switched on, which picochat never
+asks for. One known exception: DeepSeek's own API in thinking mode asks that the thinking of an
+assistant message that made tool calls be sent back in later requests; picochat does not store
+thinking, so such a session may need `[tools] enabled = []`.
 """
 
 from __future__ import annotations
@@ -28,6 +37,13 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class ThinkingDelta:
+    """A piece of the model's thinking: shown, never part of the answer (module docstring)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class ToolCallDelta:
     """A fragment of one tool call; fragments with the same `index` concatenate."""
 
@@ -48,7 +64,7 @@ class Finish:
     reason: str = "stop"  # "stop" | "length" | "tool_calls" | ...
 
 
-StreamEvent = Union[TextDelta, ToolCallDelta, Usage, Finish]
+StreamEvent = Union[ThinkingDelta, TextDelta, ToolCallDelta, Usage, Finish]
 
 
 @dataclass(frozen=True)
@@ -78,21 +94,24 @@ class Provider(ABC):
 
 @dataclass(frozen=True)
 class Reply:
-    """Everything one stream produced."""
+    """Everything one stream produced; `thinking` is kept apart from the answer `text`."""
 
     text: str
     tool_calls: tuple[ToolCallDelta, ...]
     usage: Usage | None
     finish: str | None
+    thinking: str = ""
 
 
 async def collect(provider: Provider, request: ProviderRequest, timeout: float,
-                  on_text: Callable[[TextDelta], None] | None = None) -> Reply:
+                  on_text: Callable[[TextDelta], None] | None = None,
+                  on_thinking: Callable[[ThinkingDelta], None] | None = None) -> Reply:
     """Drain one stream, bounded in total by `timeout` seconds (`TimeoutError` past it).
 
     `on_text` sees each text piece as it arrives, so a caller that is cancelled or times out
-    still holds what came before."""
+    still holds what came before; `on_thinking` sees each piece of thinking."""
     parts: list[str] = []
+    thought: list[str] = []
     calls: list[ToolCallDelta] = []
     usage: Usage | None = None
     finish: str | None = None
@@ -103,6 +122,10 @@ async def collect(provider: Provider, request: ProviderRequest, timeout: float,
                 parts.append(event.text)
                 if on_text is not None:
                     on_text(event)
+            elif isinstance(event, ThinkingDelta):
+                thought.append(event.text)
+                if on_thinking is not None:
+                    on_thinking(event)
             elif isinstance(event, ToolCallDelta):
                 calls.append(event)
             elif isinstance(event, Usage):
@@ -110,4 +133,4 @@ async def collect(provider: Provider, request: ProviderRequest, timeout: float,
             elif isinstance(event, Finish):
                 finish = event.reason
                 break
-    return Reply("".join(parts), tuple(calls), usage, finish)
+    return Reply("".join(parts), tuple(calls), usage, finish, "".join(thought))

@@ -32,10 +32,12 @@ from picochat.providers.base import (
     ProviderRequest,
     StreamEvent,
     TextDelta,
+    ThinkingDelta,
     ToolCallDelta,
     Usage,
 )
 from picochat.providers.litellm_env import import_litellm
+from picochat.providers.thinking import ThinkSplitter, starts_inside
 
 log = logging.getLogger("picochat.providers")
 READ_TIMEOUT_S = 60.0
@@ -47,6 +49,8 @@ ANTHROPIC_DEFAULT_MAX_TOKENS = 8192
 
 
 class LiteLLMProvider(Provider):
+    _opens_thinking = False  # learned: a reply ended thinking with `</think>` it never opened
+
     def __init__(self, model: str, provider_kind: str, api_base: str | None = None,
                  api_key: str | None = None, api_key_env: str | None = None,
                  read_timeout: float = READ_TIMEOUT_S,
@@ -164,6 +168,9 @@ class LiteLLMProvider(Provider):
         # From here the server has accepted the request and sent its headers: a failure is a
         # broken or unreadable stream, never "cannot connect".
         finish, received, heard = "stop", 0, False
+        # Thinking comes as `reasoning_content` (litellm's name for it, also for a provider's
+        # `reasoning`) or inline as <think>…</think> text: both become ThinkingDelta.
+        split = ThinkSplitter(self._opens_thinking or starts_inside(self.info.model))
         try:
             async for chunk in response:
                 usage = getattr(chunk, "usage", None)
@@ -174,11 +181,19 @@ class LiteLLMProvider(Provider):
                     continue
                 choice = chunk.choices[0]
                 delta = choice.delta
+                thought = (getattr(delta, "reasoning_content", None)
+                           or getattr(delta, "reasoning", None))
+                if thought and isinstance(thought, str):
+                    heard = True
+                    split.server_thinks()
+                    yield ThinkingDelta(thought)
                 text = getattr(delta, "content", None)
                 if text:
-                    received += len(text)
                     heard = True
-                    yield TextDelta(text)
+                    for piece in split.feed(text):
+                        if isinstance(piece, TextDelta):
+                            received += len(piece.text)  # answer text: thinking is not kept
+                        yield piece
                 for call in getattr(delta, "tool_calls", None) or ():
                     heard = True
                     yield _tool_call_delta(call)
@@ -186,6 +201,10 @@ class LiteLLMProvider(Provider):
                     finish = choice.finish_reason
         except Exception as exc:
             raise self.translate(exc, request, received) from None
+        for piece in split.flush():
+            yield piece
+        if split.stray_close:  # this model's template opens the block: its replies start inside
+            self._opens_thinking = True
         if not heard:  # not a reply: the server said nothing at all (see `_probe`)
             async for event in self._probe(kwargs, request):
                 yield event
@@ -219,8 +238,13 @@ class LiteLLMProvider(Provider):
         choice = response.choices[0] if getattr(response, "choices", None) else None
         message = getattr(choice, "message", None)
         text = getattr(message, "content", None) if message is not None else None
-        if text:
-            yield TextDelta(text)
+        thought = getattr(message, "reasoning_content", None) if message is not None else None
+        split = ThinkSplitter(self._opens_thinking or starts_inside(self.info.model))
+        if thought and isinstance(thought, str):
+            split.server_thinks()
+            yield ThinkingDelta(thought)
+        for piece in [*split.feed(text or ""), *split.flush()]:
+            yield piece
         for index, call in enumerate(getattr(message, "tool_calls", None) or ()):
             yield _tool_call_delta(call, index)
         usage = getattr(response, "usage", None)

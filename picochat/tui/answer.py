@@ -20,6 +20,7 @@ from textual.widgets import Label
 from picochat.tui.copyable import COPY, Copyable
 from picochat.tui.markdown import Block, Prose, markdown_theme, split_blocks
 from picochat.tui.preview import preview
+from picochat.tui.thinking import ThinkingBlock
 from picochat.textsafe import StreamCleaner, clean
 
 if TYPE_CHECKING:
@@ -288,18 +289,33 @@ class AssistantMessage(Copyable, Widget):
 
 
 class AnswerStream:
-    """The answer being streamed: its widget mounts with the first text."""
+    """The answer being streamed: its widget mounts with the first text, and the model's
+    thinking, if any, in a block above it with the first thinking (collapsed once the answer
+    starts)."""
 
     def __init__(self, chat: "ChatView") -> None:
         self.chat = chat
         self.message: AssistantMessage | None = None
+        self.thinking: ThinkingBlock | None = None
+
+    async def add_thinking(self, fragment: str) -> None:
+        if self.message is not None:  # thinking after the answer began: not shown apart
+            return
+        if self.thinking is None:
+            self.thinking = ThinkingBlock()
+            await self.chat.add(self.thinking)
+        self.thinking.add_text(fragment)
 
     async def add_text(self, fragment: str) -> None:
+        if self.thinking is not None:
+            self.thinking.finish()
         if self.message is None:
             self.message = AssistantMessage()
             await self.chat.add(self.message)
         self.message.add_text(fragment)
 
     async def finish(self, seq: int | None = None, interrupted: bool = False) -> None:
+        if self.thinking is not None:
+            self.thinking.finish()
         if self.message is not None:
             await self.message.finish(seq, interrupted)

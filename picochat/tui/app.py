@@ -35,8 +35,9 @@ from picochat.errors import PicochatError
 from picochat.messages import Session
 from picochat.paths import Paths
 from picochat.models import ResolvedModel
-from picochat.providers.base import Provider, TextDelta
+from picochat.providers.base import Provider, TextDelta, ThinkingDelta
 from picochat.session import (
+    CUT_AT_LIMIT,
     CompactionStarted,
     Compacted,
     Notice as TurnNotice,
@@ -395,6 +396,10 @@ class PicochatApp(App[None]):
                     chat.move_child(user, after=chat.children[-1])
                 user.started(event.user_seq)
                 self.set_state("answering…")
+            elif isinstance(event, ThinkingDelta):
+                if answer is None:
+                    answer = await chat.add_assistant()
+                await answer.add_thinking(event.text)
             elif isinstance(event, TextDelta):
                 if answer is None:
                     answer = await chat.add_assistant()
@@ -421,6 +426,8 @@ class PicochatApp(App[None]):
             elif isinstance(event, TurnFinished):
                 if answer is not None:
                     await answer.finish(event.assistant_seq)
+                if event.cut:  # saved, but incomplete: say so under it
+                    await chat.add_notice(CUT_AT_LIMIT, "warning")
             elif isinstance(event, TurnFailed):
                 if answer is not None:
                     await answer.finish(event.partial_seq, interrupted=True)

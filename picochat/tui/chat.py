@@ -90,6 +90,7 @@ class Notice(Static):
     DEFAULT_CSS = """
     Notice { margin: 1 0 0 0; padding: 0 1; color: $text-muted; }
     Notice.error { color: $error; border-left: thick $error; }
+    Notice.warning { color: $warning; border-left: thick $warning; }
     Notice.info { color: $text-muted; }
     Notice.card { border: round $primary 50%; color: $text; }
     """
@@ -122,7 +123,8 @@ def divider_text(cp: Checkpoint) -> str:
             f"below: raw tail from #{cp.first_retained_seq}")
 
 
-SELECTABLE = "UserMessage, AssistantMessage, CodeFence, ToolBlock > CollapsibleTitle"
+SELECTABLE = ("UserMessage, AssistantMessage, CodeFence, ToolBlock > CollapsibleTitle, "
+              "ThinkingBlock > CollapsibleTitle")
 
 
 class ChatView(VerticalScroll):
