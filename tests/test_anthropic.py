@@ -94,6 +94,8 @@ def test_the_streamed_answer_and_its_usage_arrive_through_anthropics_api(run_cli
     [request] = fake.requests
     assert fake.paths == ["/v1/messages"]  # Anthropic's Messages API, not /chat/completions
     assert fake.headers[0]["anthropic-version"]
+    # the provider's own key, though api_base is set (a proxy): never a placeholder
+    assert fake.headers[0]["x-api-key"] == ENV["ANTHROPIC_API_KEY"]
     assert request["model"] == "claude-sonnet-4-5" and request["stream"] is True
     assert request["system"] == [{"type": "text", "text": "You are a helpful assistant."}]
     assert request["messages"] == [{"role": "user",
