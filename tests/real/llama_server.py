@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -81,11 +82,14 @@ class LlamaServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def log_tail(self, lines: int = 3) -> str:
+        """The server log's last error line (a bind failure is followed by shutdown chatter),
+        else its last lines."""
         try:
-            text = self.log.read_text(errors="replace").strip().splitlines()
+            text = [line.strip() for line in self.log.read_text(errors="replace").splitlines()]
         except OSError:
             return ""
-        return " | ".join(line.strip() for line in text[-lines:])
+        errors = [line for line in text if re.search(r"error|exception|errno", line, re.I)]
+        return errors[-1] if errors else " | ".join(line for line in text[-lines:] if line)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -126,10 +130,25 @@ class LlamaServer:
 
 def start_server(n_ctx: int, log_dir: Path, seed: int = 7) -> LlamaServer:
     """Start the server with this context size and wait until it answers; RealServerError (one
-    line, naming the log) when it cannot."""
+    line, naming the log) when it cannot. A port taken between choosing and binding it (other
+    servers start on this machine too) is one retry on another."""
     model = check_installed()
-    port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):
+        try:
+            return _start(model, n_ctx, log_dir, seed)
+        except _PortTaken:
+            continue
+    raise RealServerError(f"llama-cpp-python's server found no free port in 3 tries "
+                          f"(n_ctx {n_ctx}; logs in {log_dir})")
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _start(model: Path, n_ctx: int, log_dir: Path, seed: int) -> LlamaServer:
+    port = free_port()
     log = log_dir / f"llama-server-{n_ctx}-{port}.log"
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
@@ -144,18 +163,24 @@ def start_server(n_ctx: int, log_dir: Path, seed: int = 7) -> LlamaServer:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env=dict(os.environ))
     server = LlamaServer(n_ctx, port, process, log)
+    # ours is up once its own log says so: another server that took the port would answer too
+    running = f"running on http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            tail = server.log_tail()
+            if "address already in use" in tail:
+                raise _PortTaken(port)
             raise RealServerError(
                 f"llama-cpp-python's server exited with status {process.returncode} while "
-                f"starting (n_ctx {n_ctx}, port {port}): {server.log_tail()} (log: {log})")
-        try:
-            with urllib.request.urlopen(f"{server.base_url}/models", timeout=2) as response:
-                if response.status == 200:
-                    return server
-        except (urllib.error.URLError, OSError):
-            pass
+                f"starting (n_ctx {n_ctx}, port {port}): {tail} (log: {log})")
+        if running in log.read_text(errors="replace"):
+            try:
+                with urllib.request.urlopen(f"{server.base_url}/models", timeout=2) as response:
+                    if response.status == 200:
+                        return server
+            except (urllib.error.URLError, OSError):
+                pass
         time.sleep(0.25)
     server.stop()
     raise RealServerError(f"llama-cpp-python's server did not answer within "
