@@ -175,8 +175,12 @@ class LiteLLMProvider(Provider):
             async for chunk in response:
                 usage = getattr(chunk, "usage", None)
                 if usage and getattr(usage, "prompt_tokens", None) is not None:
-                    heard = True
-                    yield Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+                    if _server_counted(response):
+                        heard = True
+                        yield Usage(int(usage.prompt_tokens or 0),
+                                    int(usage.completion_tokens or 0))
+                    else:  # litellm's own count: the budget's estimate is as good, and honest
+                        log.info("stream_usage_not_reported model=%s", self.info.model)
                 if not chunk.choices:
                     continue
                 choice = chunk.choices[0]
@@ -367,6 +371,18 @@ class LiteLLMProvider(Provider):
         """Servers quote what they were sent: the key never reaches the user's terminal,
         an error line or the JSON output through their words."""
         return redact.redact(text, (self.api_key, os.environ.get(self.api_key_env or "")))
+
+
+def _server_counted(response: Any) -> bool:
+    """Whether the server itself sent a usage figure in this stream. litellm's stream wrapper
+    keeps the chunks it received (`chunks`; a usage-bearing one keeps its usage) and, when the
+    server sent none (llama-cpp-python never does), makes one up with its own tokenizer for the
+    last chunk: that figure must not pass for the provider's. A wrapper without `chunks` (a
+    mock stream) is believed."""
+    chunks = getattr(response, "chunks", None)
+    if not isinstance(chunks, list):
+        return True
+    return any(getattr(c, "usage", None) is not None for c in chunks)
 
 
 def _tool_call_delta(call: Any, index: int | None = None) -> ToolCallDelta:
