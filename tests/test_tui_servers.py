@@ -37,7 +37,7 @@ async def test_a_busy_server_shows_the_wait_then_the_answer(app_for, fake_openai
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready, timeout=60)
         await say(pilot, "hello")
-        await settle(pilot, app, lambda: "waiting 2 s" in app.query_one(StatusBar).state,
+        await settle(pilot, app, lambda: "sending again in" in app.query_one(StatusBar).state,
                      timeout=30)
         assert any("sending once more in 2 s" in t for t in texts(app, Notice))
         assert "Esc stops" in app.query_one(StatusBar).state
@@ -53,8 +53,8 @@ async def test_esc_during_the_wait_stops_the_turn_and_sends_nothing_more(
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready, timeout=60)
         await say(pilot, "hello")
-        await settle(pilot, app, lambda: "waiting 20 s" in app.query_one(StatusBar).state,
-                     timeout=30)
+        await settle(pilot, app, lambda: "sending again in 2" in app.query_one(StatusBar).state,
+                     timeout=30)  # a countdown from 20 s
         await pilot.press("escape")
         await settle(pilot, app, lambda: not app.worker.busy, timeout=10)
         await pilot.pause(0.2)

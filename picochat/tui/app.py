@@ -112,6 +112,7 @@ class PicochatApp(App[None]):
         self.worker = SessionWorker.from_config(store, session.id, model, provider, config)
         self.state = ""
         self._state_since = 0.0
+        self._retry_at = 0.0  # when a busy server's request is sent again (a countdown)
         self._turn: Any = None  # the TurnHandle streaming now
         self._turn_shown = asyncio.Event()  # the newest turn sent is on screen in full
         self._turn_shown.set()
@@ -247,7 +248,10 @@ class PicochatApp(App[None]):
 
     def refresh_status(self) -> None:
         state = self.state
-        if state and self._state_since:
+        if state and self._retry_at:  # a countdown, not the time spent
+            state = (f"sending again in {max(0.0, self._retry_at - time.monotonic()):.0f}s · "
+                     "Esc stops")
+        elif state and self._state_since:
             state += f" {time.monotonic() - self._state_since:.0f}s"
         queued = self.worker.queued
         if queued:
@@ -267,9 +271,10 @@ class PicochatApp(App[None]):
         self._gc.tick(busy=self.worker.busy or bool(self.state)
                       or not self.transcript_ready.is_set())
 
-    def set_state(self, state: str) -> None:
+    def set_state(self, state: str, retry_in: float | None = None) -> None:
         self.state = state
         self._state_since = time.monotonic() if state else 0.0
+        self._retry_at = self._state_since + retry_in if retry_in is not None else 0.0
         self.refresh_status()
 
     def active_checkpoint(self):
@@ -415,7 +420,7 @@ class PicochatApp(App[None]):
                 await chat.add_notice(event.text, "info")
             elif isinstance(event, RetryWaiting):
                 await chat.add_notice(event.text, "info")
-                self.set_state(f"waiting {event.seconds:g} s to send again · Esc stops")
+                self.set_state("waiting", retry_in=event.seconds)
             elif isinstance(event, ToolRan):
                 if answer is not None:
                     await answer.finish()
