@@ -39,14 +39,13 @@ request without `max_tokens` gets the API's 400 "max_tokens: Field required".
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+from tests.fake_http import QuietHandler, Served
 from tests.fake_openai import _words, is_summary_request, summary_text
 
 OVERLOADED = ("error", 529, "overloaded_error", "Overloaded")
@@ -81,30 +80,9 @@ def input_tokens(body: dict[str, Any], chars_per_token: float = 4.0) -> int:
     return max(1, int(chars / chars_per_token))
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: "FakeAnthropic"
-
-    def get_request(self):  # type: ignore[override]
-        conn, addr = super().get_request()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else ~40 ms per response
-        return conn, addr
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
-        pass
-
+class _Handler(QuietHandler):
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            body = {"_unparsed": raw.decode("utf-8", "replace")}
+        body = self.read_json()
         headers = {k.lower(): v for k, v in self.headers.items()}
         item = self.server.fake._record(self.path, body, headers)
         self._answer(body, item)
@@ -179,8 +157,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-class FakeAnthropic:
+class FakeAnthropic(Served):
     """The fake server; use as a context manager (or call start()/stop())."""
+
+    handler = _Handler
+    thread_name = "fake-anthropic"
 
     def __init__(self, default_text: str = "Hello from Claude") -> None:
         self.default_text = default_text
@@ -193,31 +174,10 @@ class FakeAnthropic:
         self._requests: list[dict[str, Any]] = []
         self._headers: list[dict[str, str]] = []
         self._paths: list[str] = []
-        self._server: _Server | None = None
-
-    def start(self) -> "FakeAnthropic":
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.fake = self
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True, name="fake-anthropic").start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> "FakeAnthropic":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     @property
     def base_url(self) -> str:
-        assert self._server is not None, "server not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
     def script(self, *items: tuple[Any, ...]) -> None:
         with self._lock:

@@ -28,14 +28,14 @@ Script items for /api/chat, one per request, in order (unscripted: `default_text
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
+from tests.fake_http import QuietHandler, Served
 
 
 def _full_name(name: str) -> str:
@@ -52,23 +52,7 @@ def _words(text: str) -> list[str]:
     return [p for p in pieces if p]
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: "FakeOllama"
-
-    def get_request(self):  # type: ignore[override]
-        conn, addr = super().get_request()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn, addr
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
+class _Handler(QuietHandler):
     def do_GET(self) -> None:
         fake = self.server.fake
         fake._record("GET", self.path, None, self.headers)
@@ -84,11 +68,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         fake = self.server.fake
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            body = {"_unparsed": raw.decode("utf-8", "replace")}
+        body = self.read_json()
         item = fake._record("POST", self.path, body, self.headers)
         path = self.path.rstrip("/")
         if path == "/api/show":
@@ -189,8 +169,11 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
 
 
-class FakeOllama:
+class FakeOllama(Served):
     """The fake server; use as a context manager (or call start()/stop())."""
+
+    handler = _Handler
+    thread_name = "fake-ollama"
 
     def __init__(self, default_text: str = "Hello from fake Ollama") -> None:
         self.default_text = default_text
@@ -198,26 +181,6 @@ class FakeOllama:
         self._lock = threading.Lock()
         self._script: deque[tuple[Any, ...]] = deque()
         self._requests: list[tuple[str, str, Any, dict[str, str]]] = []
-        self._server: _Server | None = None
-
-    def start(self) -> "FakeOllama":
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.fake = self
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True, name="fake-ollama").start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> "FakeOllama":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     # --- for tests -------------------------------------------------------------------------
 
@@ -225,11 +188,6 @@ class FakeOllama:
                   arch: str = "llama") -> None:
         self.models[_full_name(name)] = {"context_length": context_length, "num_ctx": num_ctx,
                                          "arch": arch}
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "server not started"
-        return self._server.server_address[1]
 
     @property
     def host(self) -> str:

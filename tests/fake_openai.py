@@ -84,10 +84,11 @@ import socket
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
+from tests.fake_http import QuietHandler, Served
 
 CONTEXT_OVERFLOW_BODY = {"error": {
     "message": "This model's maximum context length is 8192 tokens. However, your messages "
@@ -216,30 +217,9 @@ class _Cut(Exception):
     """A ("cut", ...) item reached its cut: the handler stops writing mid-body."""
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: "FakeOpenAI"
-
-    def get_request(self):  # type: ignore[override]
-        conn, addr = super().get_request()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else ~40 ms per response
-        return conn, addr
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
-        pass
-
+class _Handler(QuietHandler):
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            body = {"_unparsed": raw.decode("utf-8", "replace")}
+        body = self.read_json()
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
@@ -432,8 +412,11 @@ class _Handler(BaseHTTPRequestHandler):
         return True
 
 
-class FakeOpenAI:
+class FakeOpenAI(Served):
     """The fake server; use as a context manager (or call start()/stop())."""
+
+    handler = _Handler
+    thread_name = "fake-openai"
 
     def __init__(self, default_text: str = "Hello from fake",
                  usage: dict[str, int] | None = None) -> None:
@@ -454,40 +437,16 @@ class FakeOpenAI:
         self._stopping = threading.Event()
         self._requests: list[dict[str, Any]] = []
         self._headers: list[dict[str, str]] = []
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    def start(self) -> "FakeOpenAI":
+    def _starting(self) -> None:
         self._stopping.clear()
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.fake = self
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.05}, daemon=True,
-                                        name="fake-openai")
-        self._thread.start()
-        return self
 
-    def stop(self) -> None:
+    def _stopping_now(self) -> None:
         self._stopping.set()  # ends every delay at once
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> "FakeOpenAI":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     # --- for tests -----------------------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "server not started"
-        return self._server.server_address[1]
 
     @property
     def base_url(self) -> str:
