@@ -139,7 +139,9 @@ def test_a_500_then_success_is_one_request_each(run_cli, fake):
                                        {"Retry-After": "1"}))
     first, second = ask(run_cli, "one"), ask(run_cli, "two")
     assert_clean_failure(first)
-    assert_clean_failure(second)
-    assert len(fake.turn_requests) == 2  # no retries behind the user's back
-    assert [m["content"] for m in history(run_cli, "--session", "s")] == ["one", "two"]
-    assert_next_turn_well_formed(run_cli, fake, 2)
+    # a 429 gets one said wait and one more request (issue 20); a 500 none
+    assert second.status == 0 and "sending once more in 1 s" in second.stderr
+    assert len(fake.turn_requests) == 3
+    assert [m["content"] for m in history(run_cli, "--session", "s")] == [
+        "one", "two", fake.default_text]
+    assert_next_turn_well_formed(run_cli, fake, 3)
