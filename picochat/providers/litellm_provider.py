@@ -173,12 +173,11 @@ class LiteLLMProvider(Provider):
         split = ThinkSplitter(self._opens_thinking or starts_inside(self.info.model))
         try:
             async for chunk in response:
-                usage = getattr(chunk, "usage", None)
-                if usage and getattr(usage, "prompt_tokens", None) is not None:
+                usage = _usage(chunk)
+                if usage is not None:
                     if _server_counted(response):
                         heard = True
-                        yield Usage(int(usage.prompt_tokens or 0),
-                                    int(usage.completion_tokens or 0))
+                        yield usage
                     else:  # litellm's own count: the budget's estimate is as good, and honest
                         log.info("stream_usage_not_reported model=%s", self.info.model)
                 if not chunk.choices:
@@ -251,9 +250,9 @@ class LiteLLMProvider(Provider):
             yield piece
         for index, call in enumerate(getattr(message, "tool_calls", None) or ()):
             yield _tool_call_delta(call, index)
-        usage = getattr(response, "usage", None)
-        if usage and getattr(usage, "prompt_tokens", None) is not None:
-            yield Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+        usage = _usage(response)
+        if usage is not None:
+            yield usage
         yield Finish(getattr(choice, "finish_reason", None) or "stop")
 
     def translate(self, exc: Exception, request: ProviderRequest | None = None,
@@ -371,6 +370,14 @@ class LiteLLMProvider(Provider):
         """Servers quote what they were sent: the key never reaches the user's terminal,
         an error line or the JSON output through their words."""
         return redact.redact(text, (self.api_key, os.environ.get(self.api_key_env or "")))
+
+
+def _usage(reply: Any) -> Usage | None:
+    """The usage a chunk or a whole reply carries, as our type (None: it carries none)."""
+    usage = getattr(reply, "usage", None)
+    if not usage or getattr(usage, "prompt_tokens", None) is None:
+        return None
+    return Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
 
 
 def _server_counted(response: Any) -> bool:
