@@ -59,12 +59,18 @@ class Message:
     retracted: bool = False  # removed from the context by undo; still in the raw log
     facts: tuple[tuple[str, str], ...] | None = None  # (kind, value), taken at append; None:
     # not taken (a row from before schema 7, or a value built in memory)
+    reasoning: str | None = None  # the thinking behind an assistant row's tool calls, kept
+    # only for a provider that wants it back (`Provider.keeps_thinking`: DeepSeek)
 
     def provider_dict(self) -> dict[str, Any]:
-        """The OpenAI-format message the provider receives: the raw row, unchanged."""
+        """The OpenAI-format message the provider receives: the raw row, unchanged. Kept
+        thinking rides along as `reasoning_content`; a provider that does not want it back
+        leaves it out of the request."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
             out["tool_calls"] = [dict(c) for c in self.tool_calls]
+        if self.reasoning:
+            out["reasoning_content"] = self.reasoning
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
         if self.name is not None and self.role == "tool":
@@ -104,6 +110,7 @@ class NewMessage:
     tool_status: str | None = None
     status: str = COMPLETE
     token_count: int | None = None
+    reasoning: str | None = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ It owns the session's turns and commands and runs them one at a time, in the ord
 submitted, so a `/compact` typed during a turn waits for it instead of racing it. Callers submit
 work and await results; a turn also streams typed events (`TurnStarted`, `ThinkingDelta`,
 `TextDelta`, `CompactionStarted`/`Compacted`, `TurnFinished` | `TurnFailed`) that the CLI prints
-and the TUI renders. Thinking is shown, never saved: only the answer text is.
+and the TUI renders. Thinking is shown, not saved: only the answer text is, except the thinking
+behind tool calls for a provider that requires it back (DeepSeek; `Provider.keeps_thinking`).
 
 Before each turn the full request draft is budgeted and compacted at most once (§11.2); an
 overflow from the provider is recovered once and retried once (§11.3). `/compact`, `/uncompact`,
@@ -292,6 +293,7 @@ class _Step:
     usage: Usage | None
     calls: tuple[ToolCall, ...]
     finish: str | None = None
+    thinking: str = ""  # the reasoning model's thinking before this step's answer or calls
 
 
 @dataclass
@@ -712,7 +714,7 @@ class SessionWorker:
                 if not step.calls:
                     break
                 steps += 1
-                await self._run_tools(handle, turn_id, parts, step.calls, user.seq)
+                await self._run_tools(handle, turn_id, parts, step, user.seq)
                 projection = self.projection()
             reply = "".join(parts)
             if not reply.strip():
@@ -755,14 +757,17 @@ class SessionWorker:
         return projection
 
     async def _run_tools(self, handle: TurnHandle, turn_id: str, parts: list[str],
-                         calls: tuple[ToolCall, ...], user_seq: int) -> None:
+                         step: "_Step", user_seq: int) -> None:
         """Persist the assistant's text and calls (`parts` is emptied: that text is saved),
-        run each tool once, persist each result in order. A stop pressed meanwhile takes
-        effect once every result is saved, so no call is left without its result."""
-        sid = self.session_id
+        with its thinking when the provider wants that back; run each tool once, persist each
+        result in order. A stop pressed meanwhile takes effect once every result is saved, so
+        no call is left without its result."""
+        sid, calls = self.session_id, step.calls
+        thinking = step.thinking if self.provider.keeps_thinking else ""
         _, stopped = await self._settle(self.store.append_message, sid, "assistant",
                                         "".join(parts), tool_calls=[c.openai() for c in calls],
-                                        turn_id=turn_id)
+                                        turn_id=turn_id,
+                                        reasoning=thinking if thinking.strip() else None)
         parts.clear()
         context = ToolContext(self.store, sid, self.tool_root, before_seq=user_seq)
         names = [t["function"]["name"] for t in self.tools]
@@ -898,7 +903,7 @@ class SessionWorker:
     async def _stream(self, handle: TurnHandle, draft: RequestDraft, parts: list[str],
                       step: int) -> "_Step":
         """One provider call; text goes to `parts` and the handle as it arrives, thinking to
-        the handle only (it is shown, never saved nor sent back)."""
+        the handle (shown; saved only behind tool calls, for a provider that wants it back)."""
         def on_text(delta: TextDelta) -> None:
             parts.append(delta.text)
             handle._emit(delta)
@@ -923,7 +928,7 @@ class SessionWorker:
             raise ProviderError(f"the model reached its output limit {how}: no answer",
                                 "ask again, or ask for less at once")
         steps = assemble_tool_calls(calls, handle.turn_id, step) if calls else ()
-        return _Step(reply.usage, steps, reply.finish)
+        return _Step(reply.usage, steps, reply.finish, reply.thinking)
 
     async def _fail(self, handle: TurnHandle, user_seq: int, parts: list[str],
                     error: PicochatError, compactions: Sequence[CompactOutcome] = ()) -> None:

@@ -67,9 +67,13 @@ def count_message(
     tool_calls: Iterable[Mapping[str, Any]] | None = None,
     tool_call_id: str | None = None,
     name: str | None = None,
+    reasoning: str | None = None,
 ) -> int:
-    """What one chat message costs in a request: frame, role, content and tool-call JSON."""
+    """What one chat message costs in a request: frame, role, content, tool-call JSON and
+    the thinking sent back with it (`reasoning_content`, for DeepSeek)."""
     total = PER_MESSAGE_TOKENS + count_text(role) + count_text(content or "")
+    if reasoning:
+        total += count_text(reasoning)
     if tool_calls:
         total += count_text(json.dumps(list(tool_calls), ensure_ascii=False, sort_keys=True))
     if tool_call_id:
@@ -85,7 +89,7 @@ def count_provider_messages(messages: Iterable[Mapping[str, Any]]) -> int:
     for m in messages:
         total += count_message(
             m.get("role", ""), m.get("content"), m.get("tool_calls"),
-            m.get("tool_call_id"), m.get("name"),
+            m.get("tool_call_id"), m.get("name"), m.get("reasoning_content"),
         )
     return total
 

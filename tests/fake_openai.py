@@ -18,6 +18,8 @@ answers with `default_text`. A script item is one of:
     ("reasoning", "thinking", "reply")        stream "thinking" as `reasoning_content` deltas (as
                                               DeepSeek, vLLM with a reasoning parser and
                                               llama.cpp do), then "reply" as the answer
+    ("reasoning", "thinking", [(id, name, args)])
+                                              ... then these tool calls instead of an answer
     ("chunks", ["<thi", "nk>a</think>b"])     stream exactly these content pieces
     ("length", item)                          stream a "text", "reasoning" or "chunks" item (or
                                               a plain string) ending with finish_reason "length"
@@ -204,6 +206,8 @@ def _shaped(item: tuple[Any, ...]) -> dict[str, Any]:
     if kind == "length":
         inner = ("text", item[1]) if isinstance(item[1], str) else tuple(item[1])
         return {**_shaped(inner), "finish": "length"}
+    if kind == "reasoning" and not isinstance(item[2], str):
+        return {"reasoning": item[1], "pieces": [], "calls": list(item[2])}
     if kind == "reasoning":
         return {"reasoning": item[1], "pieces": _words(item[2])}
     if kind == "chunks":

@@ -20,6 +20,7 @@ from picochat.models import create_provider, resolve_model, supports_reasoning
 from picochat.providers.base import TextDelta, ThinkingDelta
 from picochat.session import SessionWorker, TurnFailed, TurnFinished
 from picochat.storage.store import open_store
+from picochat.tools.registry import schemas
 from tests.fake_openai import (
     FakeOpenAI,
     fake_openai,  # noqa: F401  (fixture)
@@ -64,14 +65,16 @@ def db_store(home: Path):
     s.close()
 
 
-def worker(store, sid: str, config_file: Path, model: str | None = None) -> SessionWorker:
+def worker(store, sid: str, config_file: Path, model: str | None = None,
+           tools: tuple = ()) -> SessionWorker:
     if model is not None:
         text = config_file.read_text(encoding="utf-8").replace("openai/fake-model", model)
         config_file.write_text(text, encoding="utf-8")
     config = load_config(config_file)
     resolved = resolve_model(config, "fake")
     return SessionWorker(store, sid, resolved, create_provider(resolved),
-                         config.agent.system_prompt, compaction=config.context_compaction)
+                         config.agent.system_prompt, compaction=config.context_compaction,
+                         tools=tools)
 
 
 async def turn(w: SessionWorker, text: str) -> tuple[list, TurnFinished | TurnFailed]:
@@ -167,6 +170,70 @@ def test_after_one_reply_closes_a_block_it_never_opened_the_next_start_inside(fa
 
 
 # --- finish_reason "length" ---------------------------------------------------------------------
+
+
+# --- the one provider that wants thinking back: DeepSeek, behind tool calls ---------------------
+
+CALL_THOUGHT = "I should search the history for the port before I answer."
+SEARCH = [("call_1", "history_search", json.dumps({"query": "port"}))]
+
+
+def tool_turns(db_store, config_file, model: str) -> list:
+    """Two turns: the first thinks, calls history_search, then thinks again and answers; then
+    the session is reopened (a new process would be) for a second turn."""
+    s = db_store.create_session("s")
+
+    async def run():
+        async with worker(db_store, s.id, config_file, model,
+                          tools=schemas(["history_search"])) as w:
+            await turn(w, "which port did we pick?")
+        async with worker(db_store, s.id, config_file, tools=schemas(["history_search"])) as w:
+            _, outcome = await turn(w, "and the host?")
+        return outcome
+
+    outcome = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished), outcome
+    return db_store.history(s.id)
+
+
+def assistant_calls(body: dict) -> list[dict]:
+    return [m for m in body["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
+
+
+def test_deepseek_gets_the_thinking_behind_its_tool_calls_back_in_every_later_request(
+        fake, db_store, config_file):
+    fake.script(("reasoning", CALL_THOUGHT, SEARCH), ("reasoning", THOUGHT, "Port 8080."),
+                ("text", "localhost."))
+    rows = tool_turns(db_store, config_file, "deepseek/deepseek-reasoner")
+    after_tool, next_turn = fake.requests[1], fake.requests[2]
+    for body in (after_tool, next_turn):  # the same turn, and the next turn of a new worker
+        [call] = assistant_calls(body)
+        assert call["reasoning_content"] == CALL_THOUGHT
+    # only the thinking behind the calls: an answer's thinking is neither kept nor sent back
+    assert "arithmetic" not in sent_back(next_turn)
+    assert [m.reasoning for m in rows if m.role == "assistant"] == [CALL_THOUGHT, None, None]
+    call_row = next(m for m in rows if m.tool_calls)
+    # what is sent is counted: the row's tokens include its thinking
+    assert call_row.tokens >= tokens.count_text(CALL_THOUGHT)
+
+
+def test_no_other_provider_gets_thinking_back_nor_has_it_saved(fake, db_store, config_file):
+    fake.script(("reasoning", CALL_THOUGHT, SEARCH), ("reasoning", THOUGHT, "Port 8080."),
+                ("text", "localhost."))
+    rows = tool_turns(db_store, config_file, "openai/fake-model")
+    assert len(fake.requests) == 3
+    for body in fake.requests[1:]:
+        assert assistant_calls(body), "the tool call itself is sent back"
+        assert "reasoning_content" not in json.dumps(body["messages"])
+    assert all(m.reasoning is None for m in rows)
+
+
+def test_deepseek_reached_as_an_openai_compatible_server_is_told_by_its_address():
+    from picochat.providers.litellm_provider import wants_thinking_back
+    assert wants_thinking_back("openai", "https://api.deepseek.com/v1")
+    assert wants_thinking_back("deepseek", None)
+    assert not wants_thinking_back("openai", None)
+    assert not wants_thinking_back("openai", "http://127.0.0.1:8000/v1")
 
 
 def test_an_answer_cut_at_the_output_limit_is_saved_and_marked_cut(fake, db_store, config_file):

@@ -21,7 +21,7 @@ def app_for(store, monkeypatch):
     monkeypatch.setenv("FAKE_API_KEY", "test-key")
 
     def make(fake: FakeOpenAI) -> PicochatApp:
-        config = Config(models={"fake": ModelConfig(
+        config = Config(default_model="fake", models={"fake": ModelConfig(
             name="fake", model="openai/fake-model", api_base=fake.base_url,
             api_key_env="FAKE_API_KEY", token_limit=8192)})
         resolved = resolve_model(config, "fake")
@@ -75,3 +75,24 @@ async def test_a_server_that_refuses_tools_is_told_once(app_for, fake_openai):  
         assert len(notices) == 1
         assert texts(app, AssistantMessage) == ["Hello from fake", "Hello from fake"]
         assert [bool(b.get("tools")) for b in fake_openai.requests] == [True, False, False]
+
+
+async def test_a_new_session_in_the_same_app_still_reaches_the_server(app_for, fake_openai):  # noqa: F811
+    """Closing the old session's worker closes litellm's HTTP clients; the next session's
+    requests must get fresh ones, not "the client has been closed"."""
+    app = app_for(fake_openai)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready, timeout=60)
+        await say(pilot, "hello")
+        await settle(pilot, app, lambda: not app.worker.busy and texts(app, AssistantMessage),
+                     timeout=30)
+        first = app.session.id
+        for command in ("/new second", "/model fake"):
+            await say(pilot, command)
+            await settle(pilot, app, lambda: not app.worker.busy, timeout=30)
+            await say(pilot, "again")
+            await pilot.pause(0.2)
+            await settle(pilot, app, lambda: not app.worker.busy, timeout=30)
+            assert texts(app, AssistantMessage)[-1] == "Hello from fake", texts(app, Notice)
+        assert app.session.id != first
+        assert len(fake_openai.requests) == 3

@@ -5,13 +5,14 @@ then `Usage` when the provider reports it, then exactly one `Finish`. Failures a
 `ProviderError`s (`picochat.providers.errors`).
 
 Thinking (a reasoning model's `reasoning_content`, or its inline `<think>…</think>` text) is its
-own event: it is shown while it streams and never becomes the answer, so it is neither stored
-nor sent back to the model. For plain turns no provider wants it back: OpenAI-compatible
-servers (vLLM, llama.cpp, Ollama, DeepSeek) ignore or drop earlier thinking, and Anthropic's
-signed thinking blocks are needed only with extended thinking switched on, which picochat never
-asks for. One known exception: DeepSeek's own API in thinking mode asks that the thinking of an
-assistant message that made tool calls be sent back in later requests; picochat does not store
-thinking, so such a session may need `[tools] enabled = []`.
+own event: it is shown while it streams and never becomes the answer. For plain turns no
+provider wants it back: OpenAI-compatible servers (vLLM, llama.cpp, Ollama) ignore or drop
+earlier thinking, and Anthropic's signed thinking blocks are needed only with extended thinking
+switched on, which picochat never asks for. One provider does: DeepSeek in thinking mode
+requires the thinking of an assistant message that made tool calls to come back in later
+requests. A provider with `keeps_thinking` set gets it: the session stores that thinking with
+the tool-call row and the row's message carries it as `reasoning_content`; every other
+provider's request leaves the field out.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class ModelInfo:
 
 class Provider(ABC):
     info: ModelInfo
+    keeps_thinking: bool = False  # it wants the thinking behind tool calls back (docstring)
 
     @abstractmethod
     def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:

@@ -9,7 +9,8 @@ own variable (OPENAI_API_KEY, ...), also for an `api_base` server such as a Lite
 gateway; only when no key is there at all does an `api_base` server get a placeholder, since
 the OpenAI SDK refuses to send none (providers.keys). `max_tokens` never exceeds the model's
 output limit, and Anthropic models always get one (litellm would fill in the model's whole
-output limit, which with a long prompt overflows the window).
+output limit, which with a long prompt overflows the window). Kept thinking
+(`reasoning_content`) goes only to DeepSeek, which requires it (providers.base).
 """
 
 from __future__ import annotations
@@ -46,6 +47,16 @@ WARM_UP_LIMIT_S = 30.0
 # of the model's whole output limit (64,000 for Claude Sonnet 4.5), which with a long prompt
 # is refused as larger than the window.
 ANTHROPIC_DEFAULT_MAX_TOKENS = 8192
+# Providers that require an assistant's thinking behind its tool calls in later requests: their
+# litellm prefix, or a word of their address when reached as an OpenAI-compatible server.
+THINKING_SENT_BACK = ("deepseek",)
+
+
+def wants_thinking_back(provider_kind: str, api_base: str | None) -> bool:
+    """DeepSeek's thinking mode refuses a tool-call history without its thinking."""
+    base = (api_base or "").lower()
+    return provider_kind in THINKING_SENT_BACK or any(
+        f"{name}." in base for name in THINKING_SENT_BACK)
 
 
 class LiteLLMProvider(Provider):
@@ -67,6 +78,7 @@ class LiteLLMProvider(Provider):
         self._key_settled = bool(api_key or api_key_env)
         self._placeholder = False
         self.extra = dict(extra or {})
+        self.keeps_thinking = wants_thinking_back(provider_kind, api_base)
         self.max_output = model_map.max_output_tokens(model)
         redact.register(api_key)  # masked in every error line and log record from now on
         self.read_timeout = read_timeout
@@ -96,11 +108,18 @@ class LiteLLMProvider(Provider):
             asked = min(asked, self.max_output)
         return asked
 
+    def _message(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """A message as this provider gets it: kept thinking only where it is wanted."""
+        out = dict(message)
+        if not self.keeps_thinking:
+            out.pop("reasoning_content", None)
+        return out
+
     def _kwargs(self, request: ProviderRequest) -> dict[str, Any]:
         self._settle_key()
         kwargs: dict[str, Any] = {
             "model": self.info.model,
-            "messages": [dict(m) for m in request.messages],
+            "messages": [self._message(m) for m in request.messages],
             "stream": True,
             "stream_options": {"include_usage": True},
             "timeout": self.read_timeout,
@@ -549,12 +568,22 @@ def _provider_words(text: str) -> str:
 
 
 async def close_clients() -> None:
-    """Close litellm's cached async HTTP clients (else an unclosed-transport warning prints)."""
+    """Close litellm's cached async HTTP clients (else an unclosed-transport warning prints),
+    and forget them: litellm would hand a closed client to the next request, and a process
+    goes on after one session closes (the app's /new, /model, switching sessions)."""
     from picochat.providers import litellm_env
 
-    if litellm_env._module is None:
+    litellm = litellm_env._module
+    if litellm is None:
         return
     try:
-        await litellm_env._module.close_litellm_async_clients()
+        await litellm.close_litellm_async_clients()
     except Exception:  # best effort at shutdown
         pass
+    cache = getattr(litellm, "in_memory_llm_clients_cache", None)
+    if hasattr(cache, "flush_cache"):
+        cache.flush_cache()
+    handler = getattr(litellm, "base_llm_aiohttp_handler", None)
+    session = getattr(handler, "client_session", None)
+    if session is not None and getattr(session, "closed", False):
+        handler.client_session = None  # opened again on its next use

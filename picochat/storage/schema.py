@@ -130,6 +130,11 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at        INTEGER NOT NULL
     );
     """,
+    # 9: the thinking behind an assistant message's tool calls, for a provider that requires
+    # it back in later requests (DeepSeek's thinking mode); NULL for every other row.
+    """
+    ALTER TABLE messages ADD COLUMN reasoning TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -111,8 +111,9 @@ _SESSION_COLS = (
 )
 _MESSAGE_COLS = (
     "session_id, seq, role, content, tool_calls, tool_call_id, name, turn_id, tool_status, "
-    "status, tokens, created_at, facts"
+    "status, tokens, created_at, facts, reasoning"
 )
+_MESSAGE_FIELDS = tuple(name.strip() for name in _MESSAGE_COLS.split(","))
 _CHECKPOINT_COLS = (
     "id, session_id, generation, parent_checkpoint_id, summary, first_retained_seq, "
     "source_max_seq, trigger_reason, provider_kind, model, tokens_before, tokens_after, "
@@ -297,12 +298,13 @@ class Store:
         tool_status: str | None = None,
         status: str = COMPLETE,
         token_count: int | None = None,
+        reasoning: str | None = None,
     ) -> Message:
         """Append one message; its seq comes from the durable maximum inside the transaction."""
         calls = tuple(dict(c) for c in tool_calls) if tool_calls else None
         return self.append_messages(session_id, [NewMessage(
             role, content, calls, tool_call_id, name, turn_id, tool_status, status,
-            token_count)])[0]
+            token_count, reasoning)])[0]
 
     def append_messages(self, session_id: str, drafts: Iterable[NewMessage],
                         *, if_draft: str | None = None) -> list[Message]:
@@ -320,10 +322,12 @@ class Store:
                 calls_json = valid_text(raw)
                 calls = json.loads(calls_json) if calls_json != raw else \
                     [dict(c) for c in d.tool_calls]
-            d = dataclasses.replace(d, content=valid_text(d.content))
+            d = dataclasses.replace(d, content=valid_text(d.content),
+                                    reasoning=valid_text(d.reasoning) if d.reasoning else None)
             count = d.token_count
             if count is None:
-                count = tokens.count_message(d.role, d.content, calls, d.tool_call_id, d.name)
+                count = tokens.count_message(d.role, d.content, calls, d.tool_call_id, d.name,
+                                             d.reasoning)
             probe = Message(session_id, 0, d.role, d.content, tuple(calls) if calls else None,
                             d.tool_call_id, d.name, d.turn_id, d.tool_status, d.status, count, 0)
             facts = fact_ledger.facts_of(probe)  # taken once, like the count
@@ -343,16 +347,17 @@ class Store:
             for d, calls, calls_json, count, facts in prepared:
                 seq += 1
                 rowid = c.execute(
-                    f"INSERT INTO messages ({_MESSAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO messages ({_MESSAGE_COLS}) "
+                    f"VALUES ({', '.join('?' * len(_MESSAGE_FIELDS))})",
                     (session_id, seq, d.role, d.content, calls_json, d.tool_call_id, d.name,
                      d.turn_id, d.tool_status, d.status, count, now,
-                     json.dumps(facts, ensure_ascii=False))).lastrowid
+                     json.dumps(facts, ensure_ascii=False), d.reasoning)).lastrowid
                 c.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)",
                           (rowid, d.content))
                 out.append(Message(session_id, seq, d.role, d.content,
                                    tuple(calls) if calls else None, d.tool_call_id, d.name,
                                    d.turn_id, d.tool_status, d.status, count, now,
-                                   facts=facts))
+                                   facts=facts, reasoning=d.reasoning))
             c.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
         return out
 
@@ -767,10 +772,15 @@ def _session(c: sqlite3.Connection, row: Sequence[Any]) -> Session:
 
 
 def _message(row: Sequence[Any]) -> Message:
-    calls = tuple(json.loads(row[4])) if row[4] else None
-    facts = tuple((k, v) for k, v in json.loads(row[12])) if row[12] is not None else None
-    return Message(row[0], row[1], row[2], row[3], calls, *row[5:12], retracted=bool(row[13]),
-                   facts=facts)
+    """A `SELECT {_MESSAGE_COLS}, <retracted>` row, read by column name."""
+    r = dict(zip(_MESSAGE_FIELDS + ("retracted",), row))
+    calls = tuple(json.loads(r["tool_calls"])) if r["tool_calls"] else None
+    facts = (tuple((k, v) for k, v in json.loads(r["facts"])) if r["facts"] is not None
+             else None)
+    return Message(r["session_id"], r["seq"], r["role"], r["content"], calls,
+                   r["tool_call_id"], r["name"], r["turn_id"], r["tool_status"], r["status"],
+                   r["tokens"], r["created_at"], retracted=bool(r["retracted"]), facts=facts,
+                   reasoning=r["reasoning"])
 
 
 def _checkpoint(row: Sequence[Any]) -> Checkpoint:

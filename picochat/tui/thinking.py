@@ -3,8 +3,8 @@
 While the model thinks, the block is open and shows the newest few lines, and its title counts
 seconds and characters, so a long silence before the answer is explained. Once the answer
 starts (or the turn ends) it collapses to one line, "thought for N s", which opens on a click or
-enter to show all of it; c copies it. Thinking is never saved: an answer read back from the
-database has no block.
+enter to show all of it; c copies it. An answer's thinking is not saved: an answer read back
+from the database has no block.
 """
 
 from __future__ import annotations
