@@ -93,22 +93,21 @@ def assert_no_orphans(messages: list[dict[str, Any]]) -> None:
 
 
 def undone_turn(live: list[Message]) -> list[int]:
-    """What undo should take out: the newest turn by turn_id, else back to the newest user."""
+    """What undo should take out: every row of the newest turn by turn_id (and the id-less rows
+    among them), else back to the newest user."""
     if not live:
         return []
     newest = live[-1].turn_id
+    if newest is not None:
+        first = min(m.seq for m in live if m.turn_id == newest)
+        return [m.seq for m in live if m.seq >= first and m.turn_id in (newest, None)]
     out: list[int] = []
     for m in reversed(live):
-        if newest is not None:
-            if m.turn_id != newest:
-                break
-            out.append(m.seq)
-        else:
-            if m.turn_id is not None:
-                break
-            out.append(m.seq)
-            if m.role == "user":
-                break
+        if m.turn_id is not None:
+            break
+        out.append(m.seq)
+        if m.role == "user":
+            break
     return sorted(out)
 
 

@@ -94,3 +94,49 @@ def test_min_turns_keeps_the_last_complete_turn_beside_one_in_progress():
     assert turns[find_cut_point(turns, 100)].first_seq == 5
     assert turns[find_cut_point(turns, 100, min_turns=2)].first_seq == 3
     assert find_cut_point(turns[1:], 100, min_turns=2) is None
+
+
+def test_a_question_and_its_answer_are_never_cut_apart_when_two_writers_interleave():
+    # `picochat ask` in two shells: turn a asks (#3), turn b asks and is answered (#4, #5),
+    # then a's answer lands (#6). No seq boundary separates a from b: they fold or stay together.
+    rows = [msg(1, "user", "old"), msg(2, "assistant", "old"),
+            msg(3, "user", "a"), msg(4, "user", "b"), msg(5, "assistant", "b"),
+            msg(6, "assistant", "a"), msg(7, "user", "c"), msg(8, "assistant", "c")]
+    turns = group_turns(rows)
+    assert [[m.seq for m in t.messages] for t in turns] == [[1, 2], [3, 4, 5, 6], [7, 8]]
+    assert turns[find_cut_point(turns, 0)].first_seq == 7
+
+
+def _interleaved(draw_order: list[int], shapes: list[str]) -> list[Message]:
+    """Rows of several turns written at once, in the order `draw_order` picks the writers."""
+    scripts = {"plain": ["user", "assistant"], "tools": ["user", "calls", "tool", "assistant"],
+               "steer": ["user", "user", "assistant"], "open": ["user"]}
+    pending = [list(scripts[s]) for s in shapes]
+    rows: list[Message] = []
+    for writer in draw_order:
+        queue = pending[writer % len(pending)]
+        if not queue:
+            continue
+        role, tid, seq = queue.pop(0), f"t{writer % len(pending)}", len(rows) + 1
+        if role == "calls":
+            rows.append(msg(seq, "assistant", tid, calls=(call(f"{tid}c"),)))
+        elif role == "tool":
+            rows.append(msg(seq, "tool", tid, call_id=f"{tid}c"))
+        else:
+            rows.append(msg(seq, role, tid))
+    return rows
+
+
+@given(st.lists(st.sampled_from(["plain", "tools", "steer", "open"]), min_size=1, max_size=6),
+       st.lists(st.integers(0, 5), min_size=1, max_size=40), st.integers(0, 200))
+def test_interleaved_turns_stay_whole_on_either_side_of_every_cut(shapes, order, keep):
+    rows = _interleaved(order, shapes)
+    turns = group_turns(rows)
+    assert [m for t in turns for m in t.messages] == rows  # a partition, in seq order
+    for tid in {m.turn_id for m in rows}:
+        assert sum(any(m.turn_id == tid for m in t.messages) for t in turns) == 1
+    index = find_cut_point(turns, keep)
+    if index is not None:
+        folded = {m.turn_id for t in turns[:index] for m in t.messages}
+        kept = {m.turn_id for t in turns[index:] for m in t.messages}
+        assert not folded & kept

@@ -298,6 +298,19 @@ def test_undo_removes_newest_turn_but_keeps_rows(store) -> None:
     assert store.session(sid).context_generation == 2
 
 
+def test_undo_takes_every_row_of_the_newest_turn_and_only_those(store) -> None:
+    """Two writers: turn a asks (#1), turn b asks and is answered (#2, #3), a's answer lands
+    last (#4). Undo takes a's question and answer; b stays in the context whole."""
+    sid = store.create_session().id
+    store.append_message(sid, "user", "a?", turn_id="a")
+    store.append_message(sid, "user", "b?", turn_id="b")
+    store.append_message(sid, "assistant", "b!", turn_id="b")
+    store.append_message(sid, "assistant", "a!", turn_id="a")
+    assert store.undo_last_turn(sid).removed == (1, 4)
+    assert [m.content for m in store.context_snapshot(sid).messages] == ["b?", "b!"]
+    assert store.undo_last_turn(sid).removed == (2, 3)
+
+
 def test_undo_without_turn_ids_goes_back_to_user_message(store) -> None:
     sid = store.create_session().id
     store.append_message(sid, "user", "q1")

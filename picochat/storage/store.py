@@ -543,14 +543,17 @@ class Store:
             removed = _last_turn(rows)
             if not removed:
                 return UndoResult((), session.active_context_checkpoint_id is not None)
-            low, high = min(removed), max(removed)
+            low = min(removed)
             keep = False
             if session.active_context_checkpoint_id:
                 cp = _checkpoint_by_id(c, session.active_context_checkpoint_id)
                 keep = cp is not None and low >= cp.first_retained_seq
-            c.execute("INSERT INTO retractions (session_id, from_seq, to_seq, context_generation, "
-                      "created_at) VALUES (?, ?, ?, ?, ?)",
-                      (session_id, low, high, session.context_generation + 1, self._clock()))
+            now = self._clock()
+            c.executemany(  # one range per run of the turn's rows: another turn's rows between
+                "INSERT INTO retractions (session_id, from_seq, to_seq, context_generation, "
+                "created_at) VALUES (?, ?, ?, ?, ?)",  # them (two writers) stay in the context
+                [(session_id, a, b, session.context_generation + 1, now)
+                 for a, b in _runs([r[0] for r in reversed(rows)], set(removed))])
             c.execute("UPDATE sessions SET context_generation = context_generation + 1, "
                       "active_context_checkpoint_id = CASE WHEN ? THEN "
                       "active_context_checkpoint_id ELSE NULL END WHERE id = ?",
@@ -822,24 +825,41 @@ def _checkpoint_problem(c: sqlite3.Connection, session: Session,
 
 
 def _last_turn(rows_desc: Iterable[Sequence[Any]]) -> list[int]:
-    """Seqs of the newest turn: by turn_id, else back to and including the newest user message."""
+    """Seqs of the newest turn: every row of its turn_id, wherever another writer's rows fell
+    between them, and the rows without an id among them (a tool result belongs to the call
+    before it); without an id, back to and including the newest user message."""
     rows = list(rows_desc)
     if not rows:
         return []
     newest_turn = rows[0][2]
+    if newest_turn is not None:
+        first = min(seq for seq, _, turn_id in rows if turn_id == newest_turn)
+        return [seq for seq, _, turn_id in rows
+                if seq >= first and turn_id in (newest_turn, None)]
     seqs: list[int] = []
     for seq, role, turn_id in rows:
-        if newest_turn is not None:
-            if turn_id != newest_turn:
-                break
-            seqs.append(seq)
-        else:
-            if turn_id is not None:
-                break
-            seqs.append(seq)
-            if role == "user":
-                break
+        if turn_id is not None:
+            break
+        seqs.append(seq)
+        if role == "user":
+            break
     return seqs
+
+
+def _runs(seqs: Sequence[int], chosen: set[int]) -> list[tuple[int, int]]:
+    """(first, last) of each run of `chosen` seqs that lie next to each other in `seqs`."""
+    runs: list[tuple[int, int]] = []
+    start = prev = None
+    for seq in seqs:
+        if seq in chosen:
+            start = seq if start is None else start
+            prev = seq
+        elif start is not None:
+            runs.append((start, prev))
+            start = None
+    if start is not None:
+        runs.append((start, prev))
+    return runs
 
 
 def _matches_up_to(c: sqlite3.Connection, word: str, cap: int) -> int:
