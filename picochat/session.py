@@ -53,7 +53,7 @@ from picochat.compaction.compactor import SummaryModel
 from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextUsage, limits_for
 from picochat.errors import PicochatError
-from picochat.messages import INTERRUPTED, Message, ModelTraits
+from picochat.messages import INTERRUPTED, Message, ModelTraits, NewMessage
 from picochat.models import (
     SUMMARY_MODEL_KEY,
     ResolvedModel,
@@ -711,6 +711,9 @@ class SessionWorker:
                     projection = await self._recover_overflow(handle, exc, compactions)
                     continue
                 usage = step.usage or usage
+                if step.calls and not draft.tools:  # asked of a request that offered none
+                    self._ignore_calls(handle, step, steps, parts)
+                    break
                 if not step.calls:
                     break
                 steps += 1
@@ -744,6 +747,20 @@ class SessionWorker:
         handle._emit(TurnFinished(turn_id, reply, usage, assistant.seq, tuple(compactions),
                                   step.finish))
 
+    def _ignore_calls(self, handle: TurnHandle, step: "_Step", steps: int,
+                      parts: list[str]) -> None:
+        """Tool calls from a request that offered no tools are never run: the turn ends with
+        the text that came with them, or fails with a line that says why."""
+        log.warning("tool_calls_ignored session=%s turn=%s calls=%d tool_steps=%d",
+                    self.session_id, handle.turn_id, len(step.calls), steps)
+        if "".join(parts).strip():
+            return
+        if steps:
+            raise ProviderError(f"the model still asked for tools after {steps} rounds of them "
+                                "and gave no answer", "ask again, or ask for less at once")
+        raise ProviderError("the model asked for a tool although none was offered, and gave "
+                            "no answer", "ask again; if it keeps happening, switch models")
+
     def _request_view(self, projection: ContextProjection, user_seq: int, tools_ran: bool,
                       this_turn: bool) -> ContextProjection:
         """The request-local copy a tool step sends (§11.4): old tool results shortened when
@@ -758,25 +775,24 @@ class SessionWorker:
 
     async def _run_tools(self, handle: TurnHandle, turn_id: str, parts: list[str],
                          step: "_Step", user_seq: int) -> None:
-        """Persist the assistant's text and calls (`parts` is emptied: that text is saved),
-        with its thinking when the provider wants that back; run each tool once, persist each
-        result in order. A stop pressed meanwhile takes effect once every result is saved, so
-        no call is left without its result."""
+        """Run each call once, then persist the assistant's text and calls (with its thinking
+        when the provider wants that back) and every result, in order, in one transaction:
+        another writer can never land between a call and its results, and a crash leaves
+        all of them or none. `parts` is emptied: that text is saved. A stop pressed meanwhile
+        takes effect once they are saved."""
         sid, calls = self.session_id, step.calls
         thinking = step.thinking if self.provider.keeps_thinking else ""
-        _, stopped = await self._settle(self.store.append_message, sid, "assistant",
-                                        "".join(parts), tool_calls=[c.openai() for c in calls],
-                                        turn_id=turn_id,
-                                        reasoning=thinking if thinking.strip() else None)
-        parts.clear()
         context = ToolContext(self.store, sid, self.tool_root, before_seq=user_seq)
         names = [t["function"]["name"] for t in self.tools]
-        for call in calls:
-            result = run_tool(call.name, call.arguments, context, enabled=names)
-            row, cancelled = await self._settle(
-                self.store.append_message, sid, "tool", result.content, tool_call_id=call.id,
-                name=call.name, turn_id=turn_id, tool_status=result.status)
-            stopped = stopped or cancelled
+        results = [run_tool(call.name, call.arguments, context, enabled=names) for call in calls]
+        rows, stopped = await self._settle(self.store.append_messages, sid, [
+            NewMessage("assistant", "".join(parts), tuple(c.openai() for c in calls),
+                       turn_id=turn_id, reasoning=thinking if thinking.strip() else None),
+            *(NewMessage("tool", result.content, tool_call_id=call.id, name=call.name,
+                         turn_id=turn_id, tool_status=result.status)
+              for call, result in zip(calls, results))])
+        parts.clear()
+        for call, result, row in zip(calls, results, rows[1:]):
             log.info("tool_ran session=%s turn=%s tool=%s status=%s seq=%d chars=%d", sid,
                      turn_id, call.name, result.status, row.seq, len(result.content))
             handle._emit(ToolRan(call.id, call.name, result.status, row.seq))
@@ -788,21 +804,26 @@ class SessionWorker:
         """Auto compaction (§11.2): budget the full draft, compact at most once, re-budget.
 
         A failed summary leaves the context as it was, unless the draft is already over the
-        hard window: then a degraded checkpoint now beats a request bound to fail.
+        hard window: then a degraded checkpoint now beats a request bound to fail. That
+        check holds with auto compaction off too (it is the overflow recovery, done early).
         """
         projection = self.projection()
         if projection.repairs or projection.diagnostics:
             log.warning("projection_repaired session=%s repairs=%d diagnostics=%d",
                         self.session_id, len(projection.repairs), len(projection.diagnostics))
         budget = self.budget(projection)
-        if not budget.should_compact(self.compaction.enabled):
+        auto = budget.should_compact(self.compaction.enabled)
+        if not auto and not budget.over_window:
             return projection, budget
         if budget.fixed_exceeds_threshold:  # compacting cannot help; send if it still fits
             if budget.over_window:
                 raise FixedContextExceedsBudget(budget.parts, budget.limits.threshold)
             return projection, budget
-        handle._emit(CompactionStarted("auto"))
-        outcome = await self._compact("auto", degraded_fallback=budget.over_window)
+        # `enabled = false` turns off only auto compaction: a draft known to be over the hard
+        # window gets the overflow recovery now rather than a request bound to be refused
+        reason = "auto" if auto else "overflow"
+        handle._emit(CompactionStarted(reason))
+        outcome = await self._compact(reason, degraded_fallback=budget.over_window)
         compactions.append(outcome)
         handle._emit(Compacted(outcome))
         # the outcome's projection is the durable context now, committed or not

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from picochat.agent_loop import MAX_TOOL_STEPS
 from picochat.config import CompactionConfig, Config, ModelConfig
 from picochat.models import resolve_model
 from picochat.providers.errors import ContextOverflow
@@ -17,9 +18,9 @@ from tests.test_compaction_engine import talk
 TOOLS = schemas(["history_search", "timeline_recall", "read_file"])
 
 
-def worker(store, sid, provider, tmp_path, window=32_000):
+def worker(store, sid, provider, tmp_path, window=32_000, tools=TOOLS):
     m = resolve_model(Config(models={"m": ModelConfig("m", "offline", token_limit=window)}), "m")
-    return SessionWorker(store, sid, m, provider, "sys", tools=TOOLS, tool_root=tmp_path,
+    return SessionWorker(store, sid, m, provider, "sys", tools=tools, tool_root=tmp_path,
                          compaction=CompactionConfig(reserve_tokens=1_024,
                                                      keep_recent_tokens=800))
 
@@ -151,6 +152,75 @@ def test_a_model_that_keeps_calling_tools_gets_a_last_request_without_tools(stor
     (outcome, _), provider = asyncio.run(run())
     assert isinstance(outcome, TurnFinished) and outcome.reply == "final"
     assert len(provider.turn_requests) == 9 and provider.turn_requests[-1].tools == ()
+
+
+def only_calls(i):
+    return {"calls": [(f"c{i}", "history_search", json.dumps({"query": f"q{i}"}))]}
+
+
+def test_a_model_that_never_stops_calling_tools_is_stopped_firmly(store, tmp_path):
+    """After MAX_TOOL_STEPS rounds the last request offers no tools; calls that still come
+    back are not run, and with no text the turn fails with a line that says why."""
+    s = store.create_session("loop")
+
+    async def run():
+        provider = Recorder(turns=[only_calls(i) for i in range(30)])
+        async with worker(store, s.id, provider, tmp_path) as w:
+            return await one_turn(w), provider
+
+    (outcome, events), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFailed)
+    assert "still asked for tools after 8 rounds" in outcome.error.user_line()
+    assert len(provider.turn_requests) == MAX_TOOL_STEPS + 1
+    rows = store.history(s.id)
+    assert [r.role for r in rows].count("tool") == MAX_TOOL_STEPS
+    assert [type(e) for e in events].count(ToolRan) == MAX_TOOL_STEPS
+    assert rows[0].role == "user"  # the question is kept
+
+
+def test_calls_from_a_request_that_offered_no_tools_are_never_run(store, tmp_path):
+    s = store.create_session("none")
+
+    async def run():
+        provider = Recorder(turns=[search("host"), only_calls(2)])
+        async with worker(store, s.id, provider, tmp_path, tools=()) as w:
+            with_text = await one_turn(w)
+            without = await one_turn(w, "and now?")
+            return with_text, without, provider
+
+    (first, _), (second, _), provider = asyncio.run(run())
+    assert isinstance(first, TurnFinished) and first.reply == "Let me look that up. "
+    assert isinstance(second, TurnFailed)
+    assert "asked for a tool although none was offered" in second.error.user_line()
+    assert len(provider.turn_requests) == 2
+    assert not any(r.role == "tool" or r.tool_calls for r in store.history(s.id))
+
+
+def test_another_writer_never_lands_between_a_call_and_its_results(store, tmp_path,
+                                                                     monkeypatch):
+    """`picochat ask` in a second shell appends while this turn's tool runs: the call and its
+    result are written together, so the other row lands before or after them, never between."""
+    import picochat.session as session_module
+    s = store.create_session("two")
+    real = session_module.run_tool
+
+    def tool_while_another_writes(*args, **kwargs):
+        store.append_message(s.id, "user", "from the other shell", turn_id="other")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(session_module, "run_tool", tool_while_another_writes)
+
+    async def run():
+        provider = Recorder(turns=[search("host"), "done"])
+        async with worker(store, s.id, provider, tmp_path) as w:
+            return await one_turn(w)
+
+    outcome, _ = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished)
+    rows = store.history(s.id)
+    call = next(i for i, r in enumerate(rows) if r.tool_calls)
+    assert rows[call + 1].role == "tool" and rows[call + 1].tool_call_id == "c1"
+    assert any(r.content == "from the other shell" for r in rows)
 
 
 def test_bad_arguments_and_unknown_tools_are_error_results_and_the_turn_goes_on(

@@ -77,6 +77,27 @@ def test_disabled_auto_compaction_does_not_run_but_manual_does(store):
     assert asyncio.run(run()).compacted
 
 
+def test_with_auto_compaction_off_a_draft_over_the_hard_window_is_still_made_to_fit(store):
+    """`enabled = false` turns off auto compaction only: a request the estimate knows is over
+    the window is not sent as it is; the overflow recovery runs first."""
+    s = store.create_session("off")
+    talk(store, s.id, 30, words=60)  # far over the 4,096 window
+
+    async def run():
+        provider = Recorder()
+        off = CompactionConfig(enabled=False, reserve_tokens=1_024, keep_recent_tokens=800)
+        async with worker(store, s.id, provider, compaction=off) as w:
+            return await turn(w), provider
+
+    (outcome, events), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished)
+    [started] = [e for e in events if isinstance(e, CompactionStarted)]
+    assert started.reason == "overflow"
+    assert outcome.compactions[0].checkpoint.trigger_reason == "overflow"
+    assert len(provider.turn_requests) == 1
+    assert request_tokens(provider.turn_requests[0]) <= 4_096
+
+
 def test_a_failed_auto_summary_keeps_the_context_and_the_turn_goes_on(store):
     s = store.create_session("f")
     talk(store, s.id, 15, words=120)  # ~5,250 tokens: over the 4,976 threshold, under 6,000
