@@ -200,7 +200,7 @@ def test_another_writer_never_lands_between_a_call_and_its_results(store, tmp_pa
                                                                      monkeypatch):
     """`picochat ask` in a second shell appends while this turn's tool runs: the call and its
     result are written together, so the other row lands before or after them, never between."""
-    import picochat.session as session_module
+    import picochat.turn as session_module
     s = store.create_session("two")
     real = session_module.run_tool
 

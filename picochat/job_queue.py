@@ -1,0 +1,80 @@
+"""A serial job queue: one session's turns and commands run one at a time, in the order they
+were submitted, so a `/compact` typed during a turn waits for it instead of racing it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Job:
+    run: Callable[[], Awaitable[Any]]
+    future: asyncio.Future[Any]
+    answers_itself: bool  # it reports its own end (a turn, to its handle), even when closing
+
+
+class JobQueue:
+    """Each job's result or exception goes to its future; a failing job never stops the
+    queue. Once closing, jobs still queued are cancelled unless they answer for themselves."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closing = False
+        self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._task is not None
+
+    @property
+    def waiting(self) -> int:
+        """Jobs submitted and not yet begun."""
+        return self._queue.qsize()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name=self.name)
+
+    def submit(self, run: Callable[[], Awaitable[T]],
+               answers_itself: bool = False) -> "asyncio.Future[T]":
+        """Queue `run` behind everything already submitted."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Job(run, future, answers_itself))
+        return future
+
+    async def close(self) -> None:
+        """Begin nothing new that does not answer for itself, and wait for the queue to end."""
+        self.closing = True
+        if self._task is not None:
+            self._queue.put_nowait(None)
+            await asyncio.wait([self._task])
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            job = await self._queue.get()
+            if job is None:
+                return
+            if job.future.done():  # cancelled while queued
+                continue
+            if self.closing and not job.answers_itself:
+                job.future.cancel()
+                continue
+            try:
+                value = await job.run()
+            except BaseException as exc:  # delivered to the caller, never kills the queue
+                if not job.future.done():
+                    job.future.set_exception(exc)
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    raise
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():  # the queue itself is cancelled
+                    raise
+            else:
+                if not job.future.done():
+                    job.future.set_result(value)

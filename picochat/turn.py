@@ -1,0 +1,483 @@
+"""One turn, from the user's message to its outcome.
+
+A `TurnRun` owns everything one turn needs while it runs: the answer so far, the compactions it
+ran, how many tool rounds it took, and its retry budget. The user's message is written before
+the provider is called; a failed or cancelled turn keeps it, keeps any partial answer (marked
+interrupted) and says what happened. While an answer streams, its text so far is saved as a
+draft about once a second, so a process killed mid-answer loses at most that much.
+
+How a turn recovers, each at most once:
+- before sending, a draft over the threshold is compacted (auto compaction); one over the hard
+  window is compacted even with auto compaction off, with a degraded trim if no summary comes;
+- a provider that says the request is too long: first the window it stated is learned; if
+  only the answer cap was too large, the same messages go again with a cap that fits; else the
+  context is compacted (a summary unless this turn already tried one, else a degraded trim) and
+  the request is sent once more;
+- after tools ran, the turn is never restarted from the durable history: an overflow gets one
+  request-local retry that leaves out the earlier turns (and shortens old tool results first);
+- a 429/503/529 gets one wait (its Retry-After, up to a limit) and one more request;
+- a server that refuses tools gets the request again without them (and never again with them).
+Tool calls run at most MAX_TOOL_STEPS rounds; the request after that offers no tools, and calls
+that still come back are never run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from picochat import crashpoints
+from picochat.agent_loop import (
+    MAX_TOOL_STEPS,
+    ToolCall,
+    assemble_tool_calls,
+    shorten_old_tool_results,
+    this_turn_only,
+)
+from picochat.budget import FixedContextExceedsBudget, RequestDraft, answer_cap
+from picochat.compaction.compact import CompactOutcome, ContextMisfit
+from picochat.errors import PicochatError
+from picochat.messages import INTERRUPTED, Message, NewMessage
+from picochat.projection import ContextProjection, project
+from picochat.providers.base import ProviderRequest, TextDelta, Usage, collect
+from picochat.providers.errors import (
+    ContextOverflow,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    ToolsUnsupported,
+)
+from picochat.storage.store import Store
+from picochat.tools.base import ToolContext
+from picochat.tools.registry import run_tool
+from picochat.turn_events import (
+    Compacted,
+    CompactionStarted,
+    RetryWaiting,
+    ToolRan,
+    TurnCancelled,
+    TurnFailed,
+    TurnFinished,
+    TurnHandle,
+    TurnStarted,
+)
+
+if TYPE_CHECKING:
+    from picochat.session import SessionWorker
+
+log = logging.getLogger("picochat.session")
+T = TypeVar("T")
+
+DRAFT_EVERY_S = 1.0          # how often the answer being streamed is saved as a draft
+RETRY_WAIT_DEFAULT_S = 5.0   # a 429/503/529 that names no Retry-After
+RETRY_WAIT_LIMIT_S = 30.0    # a longer Retry-After fails the turn: waiting is the user's call
+STILL_TOO_LONG_HINT = "shorten the message, /clear, or switch to a model with a larger window"
+
+
+@dataclass
+class Retries:
+    """The one-shot recoveries a turn may spend (module docstring): each is used at most once."""
+
+    compacted: bool = False   # the overflow recovery by compaction, before any tool ran
+    local: bool = False       # the request-local retry after a tool round ran
+    waited: bool = False      # the wait for a rate-limited or overloaded provider
+    refitted: bool = False    # the resend with an answer cap that fits a learned window
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one provider request of the turn brought back."""
+
+    usage: Usage | None
+    calls: tuple[ToolCall, ...]
+    finish: str | None = None
+    thinking: str = ""  # the reasoning model's thinking before this step's answer or calls
+
+
+def internal_error(exc: BaseException, session_id: str, turn_id: str) -> PicochatError:
+    """A bug inside a turn, logged with its traceback (code locations, no text) and turned
+    into the one line the user sees, so the turn still ends in an outcome."""
+    log.error("turn_crashed session=%s turn=%s kind=%s\n%s", session_id, turn_id,
+              type(exc).__name__, "".join(traceback.format_tb(exc.__traceback__)))
+    return PicochatError(f"internal error ({type(exc).__name__}); see the log")
+
+
+async def settle(store: Store, fn: Callable[..., T], *args: Any,
+                 after: "asyncio.Task[None] | None" = None, **kwargs: Any) -> tuple[T, bool]:
+    """A write on the store's thread that a cancel never leaves half-known: it returns the
+    write's result, and whether the caller was cancelled while it ran (the caller decides what
+    that cancel means once the row is known to be there). `after`: a draft save this write
+    replaces, which goes first."""
+    async def write() -> T:  # one shielded unit: a cancel interrupts neither part
+        if after is not None:
+            await asyncio.wait([after])
+        return await store.io(fn, *args, **kwargs)
+
+    future = asyncio.ensure_future(write())
+    cancelled = False
+    while True:
+        try:
+            return await asyncio.shield(future), cancelled
+        except asyncio.CancelledError:
+            if future.done():  # it ended before this task resumed: the write stands
+                if future.cancelled():
+                    raise
+                return future.result(), True
+            cancelled = True
+
+
+def own_view(store: Store, projection: ContextProjection, user: Message) -> ContextProjection:
+    """The history one turn sends: everything before its message, its message, and its own
+    later rows. Another process may append to the session meanwhile: a turn begun there after
+    this one (a later seq, another turn id) is left out, so this turn's request ends with its
+    own question, not with someone else's. And if a `clear` or compaction of another process
+    took this turn's own message out of the context after it was written, it is put back: a
+    request must carry the question it answers.
+
+    The rows are filtered before the tool-chain repair, not after: a foreign row between this
+    turn's tool call and its result would have the repair drop both, and the model would ask
+    for the same tool again."""
+    def mine(m: Message) -> bool:
+        return m.seq <= user.seq or m.turn_id == user.turn_id
+
+    if (not projection.repairs and all(map(mine, projection.raw))
+            and any(m.seq == user.seq for m in projection.raw)):
+        return projection  # nobody else wrote: the usual case, and no second read
+    snapshot = store.context_snapshot(projection.session_id)
+    rows = [m for m in snapshot.messages if mine(m)]
+    if not any(m.seq == user.seq for m in rows):
+        rows = sorted([*rows, user], key=lambda m: m.seq)
+    return project(dataclasses.replace(snapshot, messages=tuple(rows)))
+
+
+class TurnRun:
+    """One turn of `worker`'s session, reporting to `handle` (module docstring)."""
+
+    def __init__(self, worker: "SessionWorker", handle: TurnHandle) -> None:
+        self.worker = worker
+        self.handle = handle
+        self.store = worker.store
+        self.session_id = worker.session_id
+        self.turn_id = handle.turn_id
+        self.parts: list[str] = []          # the answer's text so far (unsaved)
+        self.compactions: list[CompactOutcome] = []
+        self.retries = Retries()
+        self.steps = 0                      # tool rounds run
+        self.usage: Usage | None = None
+        self.user: Message | None = None
+        self._draft_task: asyncio.Task[None] | None = None
+        self._draft_at = 0.0
+
+    # --- the turn ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Write the user's message, get the answer, save it; always end in one outcome."""
+        handle = self.handle
+        try:
+            self.user, cancelled = await self._settle(self.store.append_message,
+                                                      self.session_id, "user", handle.text,
+                                                      turn_id=self.turn_id)
+        except Exception as exc:  # a turn always ends in an outcome, even on a bug
+            if not isinstance(exc, PicochatError):
+                exc = internal_error(exc, self.session_id, self.turn_id)
+            log.warning("turn_failed session=%s turn=%s kind=%s stage=user_message",
+                        self.session_id, self.turn_id, exc.kind)
+            handle._emit(TurnFailed(self.turn_id, exc, None, None))
+            return
+        crashpoints.reached("user_written")
+        handle._emit(TurnStarted(self.turn_id, self.user.seq))
+        if cancelled:
+            await self._fail(TurnCancelled("stopped"))
+            return
+        try:
+            draft, step = await self._answer()
+            reply = "".join(self.parts)
+            if not reply.strip():
+                raise ProviderError("the model returned an empty reply", "try again")
+            # a stop pressed while the whole answer is being saved comes too late: it is saved
+            assistant, _ = await self._settle(self.store.append_message, self.session_id,
+                                              "assistant", reply, turn_id=self.turn_id)
+        except asyncio.CancelledError:
+            await self._fail(TurnCancelled("stopped"))
+            return
+        except PicochatError as exc:
+            await self._fail(exc)
+            return
+        except Exception as exc:  # a bug, not a provider problem: still keep the user's data
+            await self._fail(internal_error(exc, self.session_id, self.turn_id))
+            return
+        await self.worker.learn_from_reply(self.usage, draft if self.steps == 0 else None)
+        usage = self.usage
+        log.info("turn_ok session=%s turn=%s user_seq=%d assistant_seq=%d tool_steps=%d "
+                 "prompt_tokens=%s completion_tokens=%s", self.session_id, self.turn_id,
+                 self.user.seq, assistant.seq, self.steps,
+                 usage.prompt_tokens if usage else None,
+                 usage.completion_tokens if usage else None)
+        handle._emit(TurnFinished(self.turn_id, reply, usage, assistant.seq,
+                                  tuple(self.compactions), step.finish))
+
+    async def _answer(self) -> tuple[RequestDraft, Step]:
+        """Requests until the model answers without tool calls: tool rounds, and the one-shot
+        recoveries of the module docstring. Returns the last request and what it brought."""
+        assert self.user is not None
+        projection = await self._before_send()
+        while True:
+            view = self._request_view(own_view(self.store, projection, self.user))
+            draft = self.worker.request_draft(view)
+            if self.steps >= MAX_TOOL_STEPS:  # enough tools: ask for the answer
+                draft = dataclasses.replace(draft, tools=())
+            try:
+                step = await self._stream(draft)
+            except ToolsUnsupported:
+                if not draft.tools or self.parts:
+                    raise
+                await self.worker.refuse_tools(self.handle)  # this request again, without tools
+                continue
+            except RateLimited as exc:
+                if self.retries.waited or self.parts:
+                    raise
+                self.retries.waited = True
+                await self._wait_to_retry(exc)
+                continue
+            except ContextOverflow as exc:
+                recovered = await self._recover(exc)
+                if recovered is not None:
+                    projection = recovered
+                continue
+            self.usage = step.usage or self.usage
+            if step.calls and not draft.tools:  # asked of a request that offered none
+                self._ignore_calls(step)
+                return draft, step
+            if not step.calls:
+                return draft, step
+            self.steps += 1
+            await self._run_tools(step)
+            projection = self.worker.projection()
+
+    async def _recover(self, exc: ContextOverflow) -> ContextProjection | None:
+        """The provider said the request is too long: spend the recovery this turn still has
+        (module docstring), or raise. Returns the compacted context, or None to resend."""
+        if self.parts:
+            raise exc
+        if exc.misfit and (self.retries.compacted or self.retries.local):  # the window is
+            raise exc  # wrong: its own line says so; "still too long" would mislead
+        if self.steps > 0:  # tools ran: never restart the turn from durable history
+            if self.retries.local:
+                raise ContextOverflow("the request is still too long for the model after "
+                                      "leaving out the earlier turns", exc.window,
+                                      STILL_TOO_LONG_HINT) from None
+            await self.worker.learn_window(exc)
+            self.retries.local = True
+            return None
+        if self.retries.compacted:
+            raise ContextOverflow("the request is still too long for the model after "
+                                  "compacting once", exc.window, STILL_TOO_LONG_HINT) from None
+        if not self.retries.refitted and await self.worker.refit(exc):
+            self.retries.refitted = True  # the same messages, with an answer cap that fits
+            return None
+        self.retries.compacted = True
+        return await self._recover_overflow(exc)
+
+    def _ignore_calls(self, step: Step) -> None:
+        """Tool calls from a request that offered no tools are never run: the turn ends with
+        the text that came with them, or fails with a line that says why."""
+        log.warning("tool_calls_ignored session=%s turn=%s calls=%d tool_steps=%d",
+                    self.session_id, self.turn_id, len(step.calls), self.steps)
+        if "".join(self.parts).strip():
+            return
+        if self.steps:
+            raise ProviderError(f"the model still asked for tools after {self.steps} rounds "
+                                "of them and gave no answer", "ask again, or ask for less "
+                                "at once")
+        raise ProviderError("the model asked for a tool although none was offered, and gave "
+                            "no answer", "ask again; if it keeps happening, switch models")
+
+    def _request_view(self, projection: ContextProjection) -> ContextProjection:
+        """The request-local copy a tool round sends: old tool results shortened when the
+        request would not fit; after an overflow, only this turn (and the summary)."""
+        assert self.user is not None
+        if self.steps == 0:
+            return projection
+        if self.retries.local:
+            return this_turn_only(projection, self.user.seq)
+        if self.worker.budget(projection).over_window:
+            return shorten_old_tool_results(projection, self.user.seq)
+        return projection
+
+    # --- the provider --------------------------------------------------------------------------
+
+    async def _stream(self, draft: RequestDraft) -> Step:
+        """One provider call; text goes to `parts` and the handle as it arrives, thinking to
+        the handle (shown; saved only behind tool calls, for a provider that wants it back)."""
+        worker, handle = self.worker, self.handle
+
+        def on_text(delta: TextDelta) -> None:
+            self.parts.append(delta.text)
+            handle._emit(delta)
+            self._draft_soon()
+
+        used = worker.measure(draft).used_tokens
+        cap = answer_cap(worker.limits, used)
+        request = ProviderRequest(messages=tuple(draft.messages()), tools=tuple(draft.tools),
+                                  max_tokens=cap)
+        try:
+            reply = await collect(worker.provider, request, worker.total_timeout, on_text,
+                                  handle._emit)
+        except ContextOverflow as exc:
+            exc.asked = used + cap  # what the refused request asked of the window
+            raise
+        except TimeoutError:
+            raise ProviderTimeout(f"no complete answer within {worker.total_timeout:g} s",
+                                  "retry, or check the provider") from None
+        calls = reply.tool_calls
+        if reply.finish == "length" and not calls and not "".join(self.parts).strip():
+            how = "while still thinking" if reply.thinking.strip() else "before any text"
+            raise ProviderError(f"the model reached its output limit {how}: no answer",
+                                "ask again, or ask for less at once")
+        steps = assemble_tool_calls(calls, self.turn_id, self.steps) if calls else ()
+        return Step(reply.usage, steps, reply.finish, reply.thinking)
+
+    async def _wait_to_retry(self, exc: RateLimited) -> None:
+        """One bounded wait before the one retry a 429, 503 or 529 earns: the provider's
+        Retry-After when it gives one, up to RETRY_WAIT_LIMIT_S; longer than that, the turn
+        fails and its line says when to retry."""
+        seconds = exc.retry_after if exc.retry_after is not None else RETRY_WAIT_DEFAULT_S
+        if seconds > RETRY_WAIT_LIMIT_S:
+            raise exc
+        seconds = max(0.0, seconds)
+        log.info("retry_wait session=%s kind=%s seconds=%g", self.session_id, exc.kind, seconds)
+        self.handle._emit(RetryWaiting(seconds, exc))
+        await asyncio.sleep(seconds)
+
+    # --- tools ---------------------------------------------------------------------------------
+
+    async def _run_tools(self, step: Step) -> None:
+        """Run each call once, then persist the assistant's text and calls (with its thinking
+        when the provider wants that back) and every result, in order, in one transaction:
+        another writer can never land between a call and its results, and a crash leaves
+        all of them or none. `parts` is emptied: that text is saved. A stop pressed meanwhile
+        takes effect once they are saved."""
+        assert self.user is not None
+        worker, calls = self.worker, step.calls
+        thinking = step.thinking if worker.provider.keeps_thinking else ""
+        context = ToolContext(self.store, self.session_id, worker.tool_root,
+                              before_seq=self.user.seq)
+        names = [t["function"]["name"] for t in worker.tools]
+        results = [run_tool(call.name, call.arguments, context, enabled=names) for call in calls]
+        rows, stopped = await self._settle(self.store.append_messages, self.session_id, [
+            NewMessage("assistant", "".join(self.parts), tuple(c.openai() for c in calls),
+                       turn_id=self.turn_id, reasoning=thinking if thinking.strip() else None),
+            *(NewMessage("tool", result.content, tool_call_id=call.id, name=call.name,
+                         turn_id=self.turn_id, tool_status=result.status)
+              for call, result in zip(calls, results))])
+        self.parts.clear()
+        for call, result, row in zip(calls, results, rows[1:]):
+            log.info("tool_ran session=%s turn=%s tool=%s status=%s seq=%d chars=%d",
+                     self.session_id, self.turn_id, call.name, result.status, row.seq,
+                     len(result.content))
+            self.handle._emit(ToolRan(call.id, call.name, result.status, row.seq))
+        if stopped:
+            raise asyncio.CancelledError
+
+    # --- compaction ----------------------------------------------------------------------------
+
+    async def _before_send(self) -> ContextProjection:
+        """Budget the full draft, compact at most once, and return the context to send.
+
+        Over the threshold, auto compaction runs (when enabled). A failed summary leaves the
+        context as it was, unless the draft is already over the hard window: then a degraded
+        checkpoint now beats a request bound to fail. That check holds with auto compaction
+        off too: it is the overflow recovery, done before the request instead of after.
+        """
+        worker = self.worker
+        projection = worker.projection()
+        if projection.repairs or projection.diagnostics:
+            log.warning("projection_repaired session=%s repairs=%d diagnostics=%d",
+                        self.session_id, len(projection.repairs), len(projection.diagnostics))
+        budget = worker.budget(projection)
+        auto = budget.should_compact(worker.compaction.enabled)
+        if not auto and not budget.over_window:
+            return projection
+        if budget.fixed_exceeds_threshold:  # compacting cannot help; send if it still fits
+            if budget.over_window:
+                raise FixedContextExceedsBudget(budget.parts, budget.limits.threshold)
+            return projection
+        reason = "auto" if auto else "overflow"
+        outcome = await self._compact(reason, try_summary=True,
+                                      degraded_fallback=budget.over_window)
+        return outcome.projection  # the durable context now, committed or not
+
+    async def _recover_overflow(self, exc: ContextOverflow) -> ContextProjection:
+        """Recompute with the stated window, one summary unless this turn tried one, else a
+        degraded whole-turn trim; the caller retries exactly once."""
+        await self.worker.learn_window(exc)
+        tried = any(o.summary_called for o in self.compactions)
+        outcome = await self._compact("overflow", try_summary=not tried,
+                                      degraded_fallback=True)
+        if not outcome.compacted:
+            reason = outcome.error.message if outcome.error else "no summary"
+            hint = (None if isinstance(outcome.error, ContextMisfit) else  # it says what to do
+                    "shorten the message, or switch to a model with a larger window")
+            raise ContextOverflow(f"{exc.message}, and compacting could not make it fit "
+                                  f"({reason})", exc.window, hint)
+        return outcome.projection
+
+    async def _compact(self, reason: str, *, try_summary: bool,
+                       degraded_fallback: bool) -> CompactOutcome:
+        """A compaction this turn runs first, announced before and after."""
+        self.handle._emit(CompactionStarted(reason))
+        outcome = await self.worker.compact_now(reason, try_summary=try_summary,
+                                                degraded_fallback=degraded_fallback)
+        self.compactions.append(outcome)
+        self.handle._emit(Compacted(outcome))
+        return outcome
+
+    # --- saving --------------------------------------------------------------------------------
+
+    async def _settle(self, fn: Callable[..., T], *args: Any, **kwargs: Any
+                      ) -> tuple[T, bool]:
+        """`settle`, after the draft save this write replaces."""
+        return await settle(self.store, fn, *args, after=self._draft_task, **kwargs)
+
+    def _draft_soon(self) -> None:
+        """Save the answer so far as the turn's draft, at most every DRAFT_EVERY_S and one
+        save at a time (a save waiting for a lock is not queued behind by more)."""
+        now = time.monotonic()
+        if (self._draft_task is not None and not self._draft_task.done()) or \
+                now - self._draft_at < DRAFT_EVERY_S:
+            return
+        self._draft_at = now
+        self._draft_task = asyncio.create_task(self._save_draft("".join(self.parts)))
+
+    async def _save_draft(self, text: str) -> None:
+        try:
+            await self.store.io(self.store.save_draft, self.session_id, self.turn_id, text)
+        except PicochatError as exc:  # the answer itself is still saved when it ends
+            log.warning("draft_not_saved session=%s turn=%s kind=%s", self.session_id,
+                        self.turn_id, exc.kind)
+
+    async def _fail(self, error: PicochatError) -> None:
+        """End the turn with `error`: the user's message stays, and any partial answer is
+        saved, marked interrupted."""
+        assert self.user is not None
+        partial_seq = None
+        text = "".join(self.parts)
+        try:
+            if text.strip():
+                partial_seq = (await self._settle(
+                    self.store.append_message, self.session_id, "assistant", text,
+                    turn_id=self.turn_id, status=INTERRUPTED))[0].seq
+            elif self._draft_at:  # a draft of only whitespace: nothing to keep, nor to recover
+                await self._settle(self.store.drop_draft, self.turn_id)
+        except PicochatError as exc:
+            log.warning("partial_not_saved session=%s turn=%s kind=%s", self.session_id,
+                        self.turn_id, exc.kind)
+        log.warning("turn_failed session=%s turn=%s kind=%s user_seq=%d partial_seq=%s",
+                    self.session_id, self.turn_id, error.kind, self.user.seq, partial_seq)
+        self.handle._emit(TurnFailed(self.turn_id, error, self.user.seq, partial_seq,
+                                     tuple(self.compactions)))
