@@ -1,4 +1,4 @@
-"""The tool loop inside one turn (design §11.4): pieces the session worker composes.
+"""The tool loop inside one turn: pieces the session worker composes.
 
 Everything here works on request-local copies. The durable history only ever grows by the
 assistant tool-call messages and tool results the worker appends, in order, with the turn id;
@@ -48,8 +48,9 @@ def assemble_tool_calls(deltas: Iterable[ToolCallDelta], turn_id: str, step: int
 
 def shorten_old_tool_results(projection: ContextProjection, before_seq: int,
                              max_chars: int = OLD_TOOL_RESULT_CHARS) -> ContextProjection:
-    """A copy whose tool results from before this turn keep only head and tail (§11.4 step 1).
-    Their token counts are recounted, so the budget of the copy stays honest."""
+    """A copy whose tool results from before this turn keep only head and tail: the first,
+    cheapest way to fit a request once tools have run. Their token counts are recounted, so
+    the budget of the copy stays honest."""
     raw = []
     for m in projection.raw:
         if m.role == "tool" and m.seq < before_seq and len(m.content) > max_chars:
@@ -66,6 +67,7 @@ def shorten_old_tool_results(projection: ContextProjection, before_seq: int,
 
 def this_turn_only(projection: ContextProjection, user_seq: int) -> ContextProjection:
     """A copy without the whole turns before this one (the summary block stays): the one
-    request-local retry after an overflow once tools have run (§11.4 step 4)."""
+    request-local retry after an overflow once tools have run, since restarting the turn
+    would run its tools again."""
     raw = tuple(m for m in projection.raw if m.seq >= user_seq)
     return dataclasses.replace(projection, raw=raw, first_raw_seq=raw[0].seq if raw else None)

@@ -1,9 +1,9 @@
-"""ContextBudget: how full the next request is, and whether to compact first (design §7.2, §8).
+"""ContextBudget: how full the next request is, and whether to compact first.
 
 Every figure comes from counts taken once: each message's tokens are stored at append, the
 system prompt, tool schemas and a checkpoint summary are counted once and cached. Nothing here
-re-tokenizes history. The same `ContextBudget` value decides auto compaction and fills `/info`
-(§21.10).
+re-tokenizes history. The same `ContextBudget` value decides auto compaction and fills `/info`,
+so `/info` shows what the trigger sees.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from picochat.projection import ContextProjection, summary_block
 
 @dataclass(frozen=True)
 class BudgetLimits:
-    """Configured and effective limits side by side (§8.2), so `/info` can show both."""
+    """Configured and effective limits side by side, so `/info` can show both: small windows
+    shrink the reserve and the kept tail, and that must not be hidden."""
 
     configured_window: int
     window: int
@@ -37,13 +38,14 @@ class BudgetLimits:
 
 
 def effective_window(model_window: int, agent_limit: int | None) -> int:
-    """§10.3, §21.14: an agent's limit may only tighten the model's window."""
+    """An agent's limit may only tighten the model's window, never widen it."""
     return model_window if agent_limit is None else min(model_window, agent_limit)
 
 
 def budget_limits(model_window: int, agent_limit: int | None, reserve_tokens: int,
                   keep_recent_tokens: int, token_factor: float = 1.0) -> BudgetLimits:
-    """§8.2 and §21.14: the agent only tightens; reserve and keep shrink with small windows."""
+    """The agent only tightens; reserve and keep shrink with small windows (to half the
+    window, half the threshold), so the threshold stays above zero and the kept tail under it."""
     window = effective_window(model_window, agent_limit)
     reserve = min(reserve_tokens, window // 2)
     threshold = window - reserve
@@ -67,7 +69,7 @@ def answer_cap(limits: BudgetLimits, request_tokens: int) -> int:
 
 
 def should_compact(enabled: bool, context_tokens: int, threshold: int) -> bool:
-    """The one auto-compaction rule (§8.3): strictly above the threshold, and only if enabled."""
+    """The one auto-compaction rule: strictly above the threshold, and only if enabled."""
     return enabled and context_tokens > threshold
 
 
@@ -76,7 +78,7 @@ def should_compact(enabled: bool, context_tokens: int, threshold: int) -> bool:
 
 @dataclass(frozen=True)
 class RequestParts:
-    """Token counts of each part of the next request (§7.2)."""
+    """Token counts of each part of the next request."""
 
     system: int = 0
     tools: int = 0
@@ -87,7 +89,7 @@ class RequestParts:
 
     @property
     def fixed(self) -> int:
-        """What compaction cannot shrink (§8.4)."""
+        """What compaction cannot shrink: it only removes history."""
         return self.system + self.tools + self.framing
 
     @property
@@ -105,7 +107,7 @@ class RequestParts:
 
 @dataclass(frozen=True)
 class CalibrationKey:
-    """Identifies one exact request prefix (§7.2); provider usage is reused only on a match."""
+    """Identifies one exact request prefix; provider usage is reused only on a match."""
 
     provider: str
     model: str
@@ -202,12 +204,13 @@ class ContextBudget:
 
     @property
     def fixed_exceeds_threshold(self) -> bool:
-        """System prompt and tools alone reach the threshold: compacting cannot help (§8.4)."""
+        """System prompt and tools alone reach the threshold: compacting cannot help."""
         return self.parts.fixed >= self.limits.threshold
 
 
 class FixedContextExceedsBudget(PicochatError):
-    """System prompt and tools alone reach the threshold: compaction cannot help (§8.4)."""
+    """System prompt and tools alone reach the threshold: compaction cannot help, and dropping
+    all history must not pass for a success."""
 
     kind = "fixed_context_exceeds_budget"
 
@@ -237,7 +240,7 @@ def measure(limits: BudgetLimits, draft: RequestDraft, provider: str = "", model
 
     When the provider reported usage for a request whose key matches this draft's prefix field
     for field, that figure is the truth for the prefix and only the raw messages after it are
-    estimated; otherwise the whole request is the sum of the stored counts (§7.2).
+    estimated; otherwise the whole request is the sum of the stored counts.
     """
     parts = estimate(limits, draft)
     if calibration is not None:

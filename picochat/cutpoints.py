@@ -1,4 +1,4 @@
-"""Turn boundaries and the cut point (design §9).
+"""Turn boundaries and the cut point.
 
 The raw tail kept after compaction always starts at a whole turn, so an assistant message with
 `tool_calls` never lands on the other side of the cut from its results.
@@ -26,7 +26,7 @@ class Turn:
 
 
 def group_turns(messages: Sequence[Message]) -> list[Turn]:
-    """Whole turns, in seq order: the units a cut may fall between (§9.1).
+    """Whole turns, in seq order: the units a cut may fall between.
 
     Rows are grouped by their durable `turn_id`, wherever they lie. Two processes writing one
     session (`picochat ask` in two shells) interleave their turns' rows, and no seq boundary
@@ -54,7 +54,7 @@ def group_turns(messages: Sequence[Message]) -> list[Turn]:
 def find_cut_point(turns: Sequence[Turn], keep_tokens: int, min_turns: int = 1) -> int | None:
     """The index of the first turn to keep raw, or None when nothing older is left to fold.
 
-    The newest `min_turns` turns are always kept, however large (§9.2); older whole turns are
+    The newest `min_turns` turns are always kept, however large; older whole turns are
     added walking back while the kept tail stays within `keep_tokens`. A turn that would push it
     over is folded into the summary, so one huge turn cannot make every later compaction keep
     it (and fail to shrink the context) forever.

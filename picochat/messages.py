@@ -80,7 +80,7 @@ class Message:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A row of `context_checkpoints` (design §6.2): never changed once written."""
+    """A row of `context_checkpoints`: never changed once written."""
 
     id: str
     session_id: str

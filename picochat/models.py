@@ -5,7 +5,7 @@ an earlier `--model` or `/model`), `[agents.default].model`, `default_model`, au
 The window is the `[models]` entry's `token_limit`, else, for an Ollama model, what the server
 gives it (`/api/show`, capped: providers.ollama.WINDOW_CAP), else litellm's bundled model map
 (read as JSON, without importing litellm), else 128000; the agent's `token_limit` can only
-tighten it (design §10.3, §21.14).
+tighten it, never widen it.
 
 An Ollama model (`ollama/…`, configured or auto-detected) is sent as `ollama_chat/…`: litellm's
 `ollama/` calls `/api/generate`, which puts tools in the prompt and forces JSON replies, while

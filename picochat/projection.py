@@ -1,9 +1,9 @@
-"""ContextProjection: the one history the provider sees, derived from durable state (design §7.1).
+"""ContextProjection: the one history the provider sees, derived from durable state.
 
 `project` is a pure function of a storage snapshot: summary block of the active checkpoint (if
 any) followed by the raw messages from its `first_retained_seq`, or every raw message since the
 last `/clear`. It never calls a provider and never writes, so the same database always gives the
-same projection (§14, §21.4).
+same projection: a restarted session sends the model what it sent before.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ SEARCH_HINT = ("(The exact earlier messages are not lost: the history_search too
 
 
 def summary_block(summary: str, searchable: bool = False) -> str:
-    """The text of the user-role message that carries a checkpoint summary (contract); with
+    """The text of the user-role message that carries a checkpoint summary, delimited so the
+    model reads it as a record, never as a system instruction or a new request; with
     `searchable`, a last line inside the block says `history_search` can reach the raw log."""
     hint = f"\n{SEARCH_HINT}" if searchable else ""
     return f"{SUMMARY_OPEN}\n{summary.strip()}{hint}\n{SUMMARY_CLOSE}"
@@ -33,7 +34,7 @@ class Repair:
 
     seq: int
     kind: str  # "orphan_tool_result" | "incomplete_tool_group"
-    # The row itself, so compaction can still fold it into a summary (§9.3): left out of the
+    # The row itself, so compaction can still fold it into a summary: left out of the
     # context, it must not be left out of the summary too.
     message: Message | None = field(default=None, compare=False, repr=False)
 
@@ -69,7 +70,7 @@ class ContextProjection:
 
     def provider_messages(self, system_prompt: str,
                           searchable: bool = False) -> list[dict[str, Any]]:
-        """What the provider receives: the system prompt first, then the history (contract)."""
+        """What the provider receives: the system prompt first, then the history."""
         head = [{"role": "system", "content": system_prompt}] if system_prompt else []
         return head + self.history_messages(searchable)
 
@@ -93,12 +94,13 @@ def project(snapshot: ContextSnapshot) -> ContextProjection:
 
 
 def restore(store: Store, session_id: str) -> ContextProjection:
-    """Restore a session's context from the database alone (§14): no provider, no writes."""
+    """Restore a session's context from the database alone: no provider, no writes."""
     return project(store.context_snapshot(session_id))
 
 
 def repair_tool_chains(messages: Sequence[Message]) -> tuple[tuple[Message, ...], tuple[Repair, ...]]:
-    """The one repair rule (§9.3): a tool group reaches the provider whole or not at all.
+    """The one repair rule: a tool group reaches the provider whole or not at all (providers
+    refuse a tool call without its results, and a result without its call).
 
     A group is an assistant message with `tool_calls` followed directly by a result for every
     call. An incomplete group is left out entirely; a tool result outside a group is an orphan

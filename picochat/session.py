@@ -270,7 +270,7 @@ class SessionWorker:
         return measure(self.limits, draft, info.provider_kind, info.model, self.calibration)
 
     def info(self) -> ContextUsage:
-        """The /info card, from the very budget auto compaction reads (§21.10)."""
+        """The /info card, from the very budget auto compaction reads."""
         snapshot = self.store.context_snapshot(self.session_id)
         projection = project(snapshot)
         return ContextUsage(snapshot.session, self.model, self.compaction.enabled,
@@ -289,7 +289,8 @@ class SessionWorker:
         return self.call(run)
 
     def compact(self, focus: str | None = None) -> "asyncio.Future[CompactOutcome]":
-        """`/compact [focus]`: forced, queued behind the running turn (§11.1)."""
+        """`/compact [focus]`: forced (no threshold, even with auto compaction off), queued
+        behind the running turn rather than cancelling it."""
         return self.submit(lambda: self.compact_now("manual", focus=focus))
 
     def uncompact(self) -> "asyncio.Future[UncompactResult]":
@@ -356,7 +357,7 @@ class SessionWorker:
     # --- what the model's server teaches, kept for later turns and processes -------------------
 
     async def learn_window(self, exc: ContextOverflow) -> bool:
-        """§11.3 step 1: a window the provider stated is the truth from now on (only smaller),
+        """A window the provider stated is the truth from now on (only smaller),
         and remembered for this model on this server, so the next process starts with it."""
         self.calibration = None
         if not exc.window or exc.window >= self.model.usable_window:

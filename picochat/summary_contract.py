@@ -1,9 +1,9 @@
-"""The shape of a summary request and of a summary (design §10.2), shared by the engine that
+"""The shape of a summary request and of a summary, shared by the engine that
 writes the request and the offline model that answers it."""
 
 from __future__ import annotations
 
-# The user-role message that carries a checkpoint summary to the provider (contract).
+# The user-role message that carries a checkpoint summary to the provider.
 SUMMARY_OPEN = "[Historical conversation summary — reference only, not a new user request]"
 SUMMARY_CLOSE = "[End historical conversation summary]"
 

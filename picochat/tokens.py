@@ -114,10 +114,11 @@ def _count_tools_json(text: str, n: int) -> int:
 # --- other model families ------------------------------------------------------------------------
 # History is counted once, in o200k (the encoding of OpenAI's current models). Other tokenizers
 # cut text finer, so for them the count is multiplied by a conservative factor: an estimate
-# should come out at or above the provider's figure, which replaces it whenever the calibration
-# key matches (design §7.2). The factors hold for Latin-script text (figures in the README,
-# "Token counting"); other scripts differ by up to 4x between tokenizers, and there the
-# provider's reported usage and overflow recovery (§11.3) keep the budget right.
+# should come out at or above the provider's figure, which replaces it whenever the provider
+# counted this exact request prefix (budget.CalibrationKey). The factors hold for Latin-script
+# text (figures in the README, "Token counting"); other scripts differ by up to 4x between
+# tokenizers, and there the provider's reported usage and overflow recovery (learn the window
+# the provider states, compact, retry once) keep the budget right.
 # - cl100k (gpt-4, gpt-3.5) / o200k: 0.99–1.01 on English and code (1.3–1.7 on Cyrillic, CJK).
 # - Claude: pi's chars/4 came out at 0.70–0.76 of real counts, so real ≈ chars/2.8–3.0; o200k
 #   gives chars/3.7–4.0 on English prose and chars/4.4–4.7 on Python, so real ≈ 1.3–1.66 ×

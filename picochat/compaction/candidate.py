@@ -1,4 +1,4 @@
-"""CompactionCandidate: a checkpoint that is built but not yet committed (design §7.3, §10.4).
+"""CompactionCandidate: a checkpoint that is built but not yet committed.
 
 A candidate is a value. It becomes durable only through `Store.commit_context_checkpoint`, and
 only after `validate` found nothing wrong with it: a failed check commits nothing.
@@ -42,14 +42,16 @@ RETRY_HINT = f"the previous context is unchanged; {RETRY}"  # every rejected sum
 
 
 class SummaryRejected(PicochatError):
-    """A summary came back but the candidate failed a §10.4 check."""
+    """A summary came back but failed a check (`validate` or the quality gate): no commit."""
 
     kind = "summary_rejected"
 
 
 def validate(candidate: CompactionCandidate, snapshot_seqs: Sequence[int],
              kept: Sequence[Message], summary_cap: int, threshold: int) -> None:
-    """The six checks of §10.4; raises `SummaryRejected` naming the first that fails.
+    """Six checks; raises `SummaryRejected` naming the first that fails: a summary that is
+    non-empty and within its cap, a cut inside the snapshot, a kept tail whose tool chains are
+    whole, and a context that shrinks and ends at or under `threshold`.
 
     `summary_cap` is the model's share plus the exact-fact ledger's; `threshold` is the auto-compaction threshold, or the hard window in overflow recovery."""
     hint = RETRY_HINT

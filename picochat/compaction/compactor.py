@@ -1,9 +1,9 @@
-"""ContextCompactor: choose the cut, summarize once, return a candidate (design §7.3, §9, §10).
+"""ContextCompactor: choose the cut, summarize once, return a candidate.
 
 It reads a projection and calls the provider; it never writes. What it folds is exactly the
-previous summary plus the raw messages from the old `first_retained_seq` up to the new one
-(§9.4): the raw rows an earlier checkpoint already covered are never sent again, and the rows
-that checkpoint kept are never skipped.
+previous summary plus the raw messages from the old `first_retained_seq` up to the new one:
+the raw rows an earlier checkpoint already covered are never sent again, and the rows that
+checkpoint kept are never skipped.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ LEDGER_MARGIN = 8        # tokens kept free under the limit when the ledger fill
 
 
 def ledger_share(window: int) -> int:
-    """The exact-fact ledger's own share of the summary cap, beside the model's text
-    (§10.3's output reserve, a quarter of the window up to 2,048): a third of the window up to
-    4,096, some 100 facts at 3,000 tokens and 600 at 128K. Where the context has less room,
+    """The exact-fact ledger's own share of the summary cap, beside the model's text (the
+    summary's output reserve, a quarter of the window up to 2,048): a third of the window up
+    to 4,096, some 100 facts at 3,000 tokens and 600 at 128K. Where the context has less room,
     the prose gives way first (`prose_cap`), then the oldest facts."""
     return min(4096, window // 3)
 
@@ -68,7 +68,7 @@ class CompactionPlan:
 
 
 def plan_compaction(projection: ContextProjection, keep_tokens: int) -> CompactionPlan | None:
-    """The cut for this projection, or None when there is nothing new to fold (§9.4).
+    """The cut for this projection, or None when there is nothing new to fold.
 
     A turn still in progress (its user message sent, no answer yet: the auto check before a
     turn) does not count as the newest whole turn, so the last answered one stays raw too.
@@ -83,7 +83,7 @@ def plan_compaction(projection: ContextProjection, keep_tokens: int) -> Compacti
         return None
     kept = tuple(m for t in turns[index:] for m in t.messages)
     # Rows the tool-chain rule left out of the context (an incomplete group, an orphan result)
-    # still belong to the history before the cut: the summary reads them (§9.3).
+    # still belong to the history before the cut: the summary reads them.
     left_out = [r.message for r in projection.repairs
                 if r.message is not None and r.seq < first]
     span = tuple(sorted([m for t in turns[:index] for m in t.messages] + left_out,
@@ -135,7 +135,7 @@ class ContextCompactor:
 
     async def summarize(self, plan: CompactionPlan, focus: str | None = None,
                         room: int | None = None) -> Summary:
-        """One provider call: no tools, low temperature, output capped (§10.1), and the reply
+        """One provider call: no tools, low temperature, output capped, and the reply
         through the quality gate. The summary model's window bounds the transcript; the
         summary lands in the chat model's context, so the smaller window of the two bounds
         its cap. `room`: what the context leaves for the whole summary (see `prose_cap`).

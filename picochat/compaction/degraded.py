@@ -1,11 +1,11 @@
-"""The overflow safety net: drop whole old turns, no summary (design §4.3, §11.3).
+"""The overflow safety net: drop whole old turns, no summary; never ordinary compaction.
 
 Used only when the provider said the request does not fit (or the draft is already over the
 hard window) and no semantic summary could be had. The result is a checkpoint marked
 `degraded`, whose summary says only what was left out; it invents nothing. The raw rows stay in
 the log, and an earlier checkpoint's summary is carried along when it still fits.
 
-With a model whose summaries always fail (SmolLM2-135M, issue 19) trims follow each other. Two
+With a model whose summaries always fail (such as SmolLM2-135M) trims follow each other. Two
 things then keep the facts of the dropped turns in the context: an earlier trim's breadcrumb is
 folded into the new one, not nested in it (four nested breadcrumbs cost some 200 tokens that
 said nothing but four seq ranges), and a trim drops one more raw turn rather than evict facts

@@ -1,11 +1,12 @@
-"""The summary quality gate (design §10.4, issue 19): junk never becomes a checkpoint.
+"""The summary quality gate: junk never becomes a checkpoint.
 
-§10.4 only asked for a non-empty summary under its cap, and a real small model (SmolLM2-135M)
-passed that with replies that were no summary at all: the transcript echoed back down to its
-`TRANSCRIPT>>>` line, "I'm ready to continue the conversation", pages of `[1] [2] [3]`. Once
-committed, such a reply replaces the history it claims to summarize, and its facts are gone
-from what the model sees. `check_summary` names what is wrong, or returns the summary with its
-nine headings in canonical form, so later code (the fact ledger) can find `## Exact Facts`.
+Of the summary's text the candidate checks ask only that it be non-empty and under its cap, and a
+real small model (SmolLM2-135M) passed that with replies that were no summary at all: the
+transcript echoed back down to its `TRANSCRIPT>>>` line, "I'm ready to continue the conversation",
+pages of `[1] [2] [3]`. Once committed, such a reply replaces the history it claims to summarize,
+and its facts are gone from what the model sees. `check_summary` names what is wrong, or returns
+the summary with its nine headings in canonical form, so later code (the fact ledger) can find
+`## Exact Facts`.
 
 Checks, in the order they are reported (the first that fails is the one the user reads):
 
@@ -36,8 +37,8 @@ Checks, in the order they are reported (the first that fails is the one the user
 Echo and continuation come first because they say this model cannot do the job (retrying it
 rarely helps; another summary model does); a cut-off says the cap was too small, and explains
 the headings it lacks; missing headings are the catch-all. Every rejection is a
-`SummaryRejected`, so the caller's §17 handling (old context, old projection, or degraded) is
-the same as for the other §10.4 checks.
+`SummaryRejected`, so the caller handles it as any failed candidate check: `/compact` keeps the
+old context, auto compaction the old projection, overflow recovery trims (degraded).
 
 Normalization: the nine headings become `## Heading` lines, written in any case, with `#` to
 `####`, bold (`**Objective**`, `**Objective:**`, `## **Objective**`), a number

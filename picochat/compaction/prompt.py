@@ -1,4 +1,4 @@
-"""The summary request (design §10.1, §10.2): one call, no tools, low temperature, capped output.
+"""The summary request: one call, no tools, low temperature, capped output.
 
 The prompt asks for exactly the nine headings, and for a summary that reads as a record of what
 happened, never as instructions to follow: a summary obeyed as a new command is a known failure
@@ -54,7 +54,8 @@ def summary_messages(transcript: str, focus: str | None = None,
 
 
 def prompt_overhead(focus: str | None = None, instructions: str | None = None) -> int:
-    """Tokens of the summary request without its transcript (§10.3 `summary_prompt_overhead`)."""
+    """Tokens of the summary request without its transcript: the window less this (and the
+    output reserve and a safety margin) is what the transcript may fill."""
     return tokens.count_provider_messages(summary_messages("", focus, instructions))
 
 

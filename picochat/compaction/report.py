@@ -9,7 +9,8 @@ from picochat.cutpoints import group_turns
 
 
 def compacted_lines(outcome: Any) -> str:
-    """The §11.1 success lines; figures from the new checkpoint row (contract)."""
+    """The `/compact` success lines, with the new checkpoint row's own figures (the ones
+    `/info` and `--json` show), never recomputed."""
     cp = outcome.checkpoint
     turns = outcome.kept_turns
     return (f"Context compacted: {cp.tokens_before:,} -> {cp.tokens_after:,} tokens\n"
@@ -49,7 +50,7 @@ def compaction_note(outcome: Any) -> str | None:
     if outcome.error is not None:
         if outcome.reason == "overflow":
             return None  # the turn fails, and its error says why
-        if outcome.error.kind == "stale_generation":  # design §17: re-evaluated next turn
+        if outcome.error.kind == "stale_generation":  # history changed meanwhile: not retried
             return (f"{outcome.reason} compaction refused: {outcome.error.message}; "
                     "the next turn checks again")
         return (f"{outcome.reason} compaction failed ({outcome.error.user_line()}); "

@@ -1,4 +1,4 @@
-"""The bounded transcript a summary call reads (design §10.3).
+"""The bounded transcript a summary call reads.
 
 A request-local copy: the raw rows are never changed. Its size comes from the summarizing
 model's window, not a fixed cap, so a 128K model reads up to ~125K tokens of source and a 4K
@@ -33,7 +33,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 
 @dataclass(frozen=True)
 class SummaryBudget:
-    """The §10.3 sizes for one summary call on a model with this window."""
+    """How one summary call splits a model's window; the transcript gets what is left."""
 
     window: int
     output_reserve: int          # the summary's own size: its prose cap
@@ -164,7 +164,8 @@ def _call_line(call: dict) -> str:
 
 
 def describe_binary(text: str) -> tuple[str, bool]:
-    """Replace binary and base64 payloads with their type and size (§10.3)."""
+    """Replace binary and base64 payloads with their type and size: a summary can use only
+    that they were there."""
     if text and len(_CONTROL.findall(text[:4096])) > max(8, len(text[:4096]) // 20):
         return f"[binary content: {len(text):,} characters, not shown]", True
     found = False

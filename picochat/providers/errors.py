@@ -15,7 +15,8 @@ class ContextOverflow(ProviderError):
     """The request did not fit; `window` is the real window when the provider said it.
 
     `tool_progress` is set when a tool already ran in the turn: then only the request-local
-    retry inside the tool loop may recover, never a checkpoint and a turn restart (§11.3, §11.4).
+    retry inside the tool loop may recover, never a checkpoint and a turn restart (a restart
+    from the durable history would run the turn's tools again).
     `misfit` is set when the request was far under the stated window: the window is wrong, and
     the hint (set token_limit, or raise the server's context) is the remedy, not a shorter turn.
     """
@@ -111,8 +112,8 @@ _WINDOW_PATTERNS = (
 
 
 def parse_context_window(message: str) -> int | None:
-    """The window an overflow message states, in any real server's wording (design §11.3 step
-    1): the last number a pattern captures is the window."""
+    """The window an overflow message states, in any real server's wording (recovery compacts
+    for it instead of the configured window): the last number a pattern captures is it."""
     for pattern in _WINDOW_PATTERNS:
         m = pattern.search(message)
         if m:

@@ -1,16 +1,16 @@
 """The offline model's summaries: extractive, deterministic, and within their cap, fact-complete.
 
-The summary request carries only text (design §10.3): the previous summary, then one record per
-message (`### #12 user` and its body). From the records this module rebuilds lightweight
-`Message` values and asks the exact-fact ledger (`picochat.ledger`) for their facts, so the
-offline summary finds what the compactor's ledger finds, with the same patterns and the same
-`- #12: a · b` lines. The previous summary's Exact Facts are read back (`ledger.parse` for the
-ledger's lines, the rest as plain items) and carried forward, a correction retiring what it
-overrides.
+The summary request carries only text, as it would to any provider: the previous summary, then one
+record per message (`### #12 user` and its body). From the records this module rebuilds lightweight
+`Message` values and asks the exact-fact ledger (`picochat.ledger`) for their facts, so the offline
+summary finds what the compactor's ledger finds, with the same patterns and the same `- #12: a · b`
+lines. The previous summary's Exact Facts are read back (`ledger.parse` for the ledger's lines, the
+rest as plain items) and carried forward, a correction retiring what it overrides.
 
-Under the cap the facts are the last thing to go (issue 19): prose first, the oldest item of the
-longest section each time (Objective keeps the first request and the latest), then facts, oldest
-first, with the ledger's own note saying how many went. All nine headings are always there.
+Under the cap the facts are the last thing to go, as no folded fact may be lost: prose first, the
+oldest item of the longest section each time (Objective keeps the first request and the latest),
+then facts, oldest first, with the ledger's own note saying how many went. All nine headings are
+always there.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def is_summary_request(text: str) -> bool:
 
 
 def summarize(request_text: str, max_tokens: int | None = None) -> str:
-    """Build a §10.2 summary from the transcript inside a summary request."""
+    """Build a summary with the required headings from the transcript inside a request."""
     start = request_text.index(sc.TRANSCRIPT_BEGIN) + len(sc.TRANSCRIPT_BEGIN)
     end = request_text.rindex(sc.TRANSCRIPT_END)
     transcript = request_text[start:end]

@@ -1,9 +1,10 @@
 """Schema migrations, one step per `PRAGMA user_version`.
 
-Version 1 is the plain chat log; version 2 adds checkpoints exactly as design §6.2 (and only
-the checkpoint table and session fields, as §15 asks); version 3 adds the §13 timeline and the
-retractions that undo writes instead of deleting rows; version 4 a full-text index of the raw
-log; version 5 a session's own system prompt (`/system`). Steps never rewrite existing messages.
+Version 1 is the plain chat log; version 2 adds only the checkpoint table and session fields (an
+old session starts with no checkpoint, never one guessed from old data); version 3 adds the
+timeline of accepted summaries and the retractions that undo writes instead of deleting rows;
+version 4 a full-text index of the raw log; version 5 a session's own system prompt (`/system`).
+Steps never rewrite existing messages.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ MIGRATIONS: tuple[str, ...] = (
         UNIQUE(session_id, seq)
     );
     """,
-    # 2: context checkpoints (design §6.2, column for column) and the session's pointer to one.
+    # 2: context checkpoints and the session's pointer to one.
     """
     CREATE TABLE IF NOT EXISTS context_checkpoints (
         id                    TEXT PRIMARY KEY,
@@ -63,7 +64,8 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE sessions ADD COLUMN context_generation INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE sessions ADD COLUMN last_compressed_message_at INTEGER;
     """,
-    # 3: /clear floor, undo retractions, and the timeline of accepted summaries (§13).
+    # 3: /clear floor, undo retractions, and the timeline of accepted summaries (searched by
+    # `timeline_recall`, never read to rebuild a context).
     """
     ALTER TABLE sessions ADD COLUMN context_floor_seq INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE retractions (
