@@ -1,5 +1,5 @@
 """The exact-fact ledger: the verbatim facts of everything a compaction folds, kept by picochat,
-not by the model (issue 19).
+not by the model.
 
 A summary model may drop a port or a ticket id, however it is asked; a ledger cannot. When a
 compaction folds a span, `extract` finds its exact facts with fixed patterns (paths, URLs, ports,

@@ -14,9 +14,6 @@ class ProviderError(PicochatError):
 class ContextOverflow(ProviderError):
     """The request did not fit; `window` is the real window when the provider said it.
 
-    `tool_progress` is set when a tool already ran in the turn: then only the request-local
-    retry inside the tool loop may recover, never a checkpoint and a turn restart (a restart
-    from the durable history would run the turn's tools again).
     `misfit` is set when the request was far under the stated window: the window is wrong, and
     the hint (set token_limit, or raise the server's context) is the remedy, not a shorter turn.
     """
@@ -24,10 +21,9 @@ class ContextOverflow(ProviderError):
     kind = "context_overflow"
 
     def __init__(self, message: str, window: int | None = None, hint: str | None = None,
-                 tool_progress: bool = False, misfit: bool = False) -> None:
+                 misfit: bool = False) -> None:
         super().__init__(message, hint)
         self.window = window
-        self.tool_progress = tool_progress
         self.misfit = misfit
         self.asked: int | None = None  # the refused request's tokens plus its answer cap
 

@@ -1,4 +1,4 @@
-"""Built-in tools the model may call (issue 4): search of the raw log, recall of earlier
+"""Built-in tools the model may call: search of the raw log, recall of earlier
 checkpoint summaries, and a read-only, confined file reader.
 
 `registry.schemas(enabled)` gives the OpenAI-format tool list a request carries (and the budget
