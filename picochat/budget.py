@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -182,12 +183,20 @@ class RequestDraft:
         return CalibrationKey(provider, model, self.projection.context_generation, last, digest)
 
 
+class UsageSource(StrEnum):
+    """How the budget's used figure was made."""
+
+    ESTIMATE = "estimate"                            # stored token counts only
+    PROVIDER = "provider"                            # the provider's count of this very prompt
+    PROVIDER_AND_ESTIMATE = "provider+estimate"      # its count of a prefix, plus the tail
+
+
 @dataclass(frozen=True)
 class ContextBudget:
     limits: BudgetLimits
     parts: RequestParts
     used_tokens: int
-    usage_source: str  # "estimate", "provider", or "provider+estimate" (reported prefix + tail)
+    usage_source: UsageSource
 
     @property
     def remaining_tokens(self) -> int:
@@ -249,9 +258,9 @@ def measure(limits: BudgetLimits, draft: RequestDraft, provider: str = "", model
             tail = sum(m.tokens for m in draft.projection.raw
                        if key.last_raw_seq is None or m.seq > key.last_raw_seq)
             extra = tokens.scale(tail, limits.token_factor) + parts.current_input
-            source = "provider+estimate" if extra else "provider"
+            source = UsageSource.PROVIDER_AND_ESTIMATE if extra else UsageSource.PROVIDER
             return ContextBudget(limits, parts, calibration.prompt_tokens + extra, source)
-    return ContextBudget(limits, parts, parts.total, "estimate")
+    return ContextBudget(limits, parts, parts.total, UsageSource.ESTIMATE)
 
 
 # --- cached counts of the parts that are not stored per message ----------------------------------

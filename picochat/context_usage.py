@@ -14,19 +14,20 @@ from picochat.budget import (
     Calibration,
     ContextBudget,
     RequestDraft,
+    UsageSource,
     budget_limits,
     measure,
 )
 from picochat.config import CompactionConfig
 from picochat.ledger import counts
 from picochat.messages import Checkpoint, Message, Session
-from picochat.models import ResolvedModel
+from picochat.models import ResolvedModel, WindowSource
 from picochat.projection import ContextProjection
 
 USAGE_SOURCES = {
-    "estimate": "estimate from stored counts",
-    "provider": "provider-reported",
-    "provider+estimate": "provider-reported + tail estimate",
+    UsageSource.ESTIMATE: "estimate from stored counts",
+    UsageSource.PROVIDER: "provider-reported",
+    UsageSource.PROVIDER_AND_ESTIMATE: "provider-reported + tail estimate",
 }
 
 
@@ -34,7 +35,7 @@ def _source(budget: ContextBudget) -> str:
     """How the used figure was made; a family factor is named where the estimate used it."""
     said = USAGE_SOURCES.get(budget.usage_source, budget.usage_source)
     factor = budget.limits.token_factor
-    if factor != 1.0 and budget.usage_source != "provider":
+    if factor != 1.0 and budget.usage_source != UsageSource.PROVIDER:
         said += f", o200k × {factor:g}"
     return said
 
@@ -58,7 +59,7 @@ class ContextUsage:
             "model": self.model.name,
             "offline": self.model.offline,
             "summary_model": self.summary_model.name if self.summary_model else None,
-            "window_source": ("learned" if self.model.learned_window is not None
+            "window_source": (WindowSource.LEARNED if self.model.learned_window is not None
                               else self.model.window_source),
             "learned_window_tokens": self.model.learned_window,
             "tools_refused": self.model.tools_refused,

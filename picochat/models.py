@@ -20,6 +20,7 @@ import dataclasses
 import os
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from picochat import tokens
@@ -36,13 +37,23 @@ OFFLINE = "offline"
 OLLAMA = "ollama"
 
 
+class WindowSource(StrEnum):
+    """Where a model's window comes from (shown by /info and `info --json`)."""
+
+    CONFIG = "config"      # the model's token_limit
+    OLLAMA = "ollama"      # the Ollama server's /api/show
+    LITELLM = "litellm"    # litellm's bundled model map
+    DEFAULT = "default"    # none of those: DEFAULT_WINDOW
+    LEARNED = "learned"    # a smaller window the server stated in an overflow error
+
+
 @dataclass(frozen=True)
 class ResolvedModel:
     name: str                 # what the user typed or configured: a [models] key or a model string
     model: str                # the litellm model string ("offline" for the built-in model)
     provider_kind: str        # "offline", "openai", "anthropic", "ollama", ...
     model_window: int
-    window_source: str        # "config" | "ollama" (the server's) | "litellm" | "default"
+    window_source: WindowSource
     agent_limit: int | None = None
     api_base: str | None = None
     api_key_env: str | None = None
@@ -148,10 +159,11 @@ def resolve_model(config: Config, name: str, origin: str | None = None) -> Resol
     if ollama.is_ollama(entry.model):
         return _resolve_ollama(config, name, entry)
     if entry.token_limit is not None:
-        window, source = entry.token_limit, "config"
+        window, source = entry.token_limit, WindowSource.CONFIG
     else:
         mapped = lookup_window(entry.model) if entry.model != OFFLINE else None
-        window, source = (mapped, "litellm") if mapped else (DEFAULT_WINDOW, "default")
+        window, source = ((mapped, WindowSource.LITELLM) if mapped
+                          else (DEFAULT_WINDOW, WindowSource.DEFAULT))
     return ResolvedModel(
         name=name,
         model=entry.model,
@@ -174,12 +186,13 @@ def _resolve_ollama(config: Config, name: str, entry: ModelConfig) -> ResolvedMo
     served = None if entry.token_limit is not None else \
         ollama.context_window(base, ollama.model_name(entry.model))
     if entry.token_limit is not None:
-        window, source = entry.token_limit, "config"
+        window, source = entry.token_limit, WindowSource.CONFIG
     elif served is not None:
-        window, source = served, "ollama"
+        window, source = served, WindowSource.OLLAMA
     else:
         mapped = lookup_window(entry.model)
-        window, source = (mapped, "litellm") if mapped else (DEFAULT_WINDOW, "default")
+        window, source = ((mapped, WindowSource.LITELLM) if mapped
+                          else (DEFAULT_WINDOW, WindowSource.DEFAULT))
         window = min(window, ollama.WINDOW_CAP)
     model = ollama.chat_model(entry.model)
     return ResolvedModel(
