@@ -3,7 +3,8 @@ item 5): the newest message, the system prompt and tools, or a summary that cann
 each with its figures and what to do; or, for a request that fits by picochat's count, the
 window (a server that refused it) or the server's own count (an auto check that went by it).
 
-"even the newest turn alone does not fit the model's window" was said for all of them."""
+Each over-the-window cause was told "even the newest turn alone does not fit the model's
+window", and the auto check spoke of a server error that never happened."""
 
 from __future__ import annotations
 
