@@ -13,7 +13,7 @@ from picochat import tokens
 from picochat.budget import budget_limits
 from picochat.compaction import report
 from picochat.compaction.compact import CompactRequest, compact_context
-from picochat.compaction.compactor import plan_compaction
+from picochat.compaction.compactor import ContextCompactor, CompactionPlan, plan_compaction
 from picochat.compaction.degraded import BREADCRUMB
 from picochat.compaction.prompt import prompt_overhead
 from picochat.compaction.transcript import UNKNOWN_TOOL_STATUS, serialize, summary_budget
@@ -204,6 +204,53 @@ def test_candidate_checks_reject_bad_summaries(store, summary, words):
     outcome = compact(store, Recorder(summaries=[summary]), s.id)
     assert outcome.status == "failed" and words in outcome.error.message
     assert store.checkpoints(s.id) == []
+
+
+def tool_turn(store, sid, n):
+    """A turn with one tool call and its result: (the call's row, the result's row)."""
+    store.append_message(sid, "user", f"list the files, take {n}", turn_id=f"t{n}")
+    call = store.append_message(sid, "assistant", "", turn_id=f"t{n}", tool_calls=[
+        {"id": f"c{n}", "type": "function",
+         "function": {"name": "ls", "arguments": '{"path": "."}'}}])
+    result = store.append_message(sid, "tool", "a.txt b.txt " + FILLER * 4, turn_id=f"t{n}",
+                                  tool_call_id=f"c{n}", name="ls", tool_status="ok")
+    store.append_message(sid, "assistant", f"two files, take {n}", turn_id=f"t{n}")
+    return call, result
+
+
+@pytest.mark.parametrize("broken", ["orphan_result", "call_without_result"])
+def test_a_cut_that_breaks_a_tool_chain_is_refused_and_says_where(store, monkeypatch, broken):
+    """The last net under the cut point (§10.4): were a plan to keep a tool result without its
+    call (the cut inside a group) or a call without its result, the candidate is refused, the
+    context stays as it was, and the line names the message and does not blame the model."""
+    s = store.create_session("chain")
+    talk(store, s.id, 4)
+    call, result = tool_turn(store, s.id, 4)
+    talk(store, s.id, 2, start=5)
+    before = restore(store, s.id)
+    assert before.repairs == ()  # the stored history itself is sound
+
+    def bad_plan(self, projection):
+        cut = result.seq if broken == "orphan_result" else call.seq
+        moved = {result.seq} if broken == "call_without_result" else set()  # result folded
+        span = tuple(m for m in projection.raw if m.seq < cut or m.seq in moved)
+        kept = tuple(m for m in projection.raw if m.seq >= cut and m.seq not in moved)
+        return CompactionPlan(projection.checkpoint_id, projection.context_generation,
+                              projection.summary, span, kept, 3, cut, projection.max_raw_seq)
+
+    monkeypatch.setattr(ContextCompactor, "plan", bad_plan)
+    outcome = compact(store, Recorder(), s.id, reason="auto")
+    assert outcome.status == "failed" and outcome.summary_called
+    assert store.checkpoints(s.id) == [] and restore(store, s.id) == before
+    expected = (f"the cut at #{result.seq} would keep tool result #{result.seq} without the "
+                "tool call it answers" if broken == "orphan_result" else
+                f"the cut at #{call.seq} would keep tool call #{call.seq} without all of its "
+                "results")
+    assert report.compaction_note(outcome) == (
+        f"auto compaction failed ({expected} (the previous context is unchanged; this is a "
+        "picochat bug, not the model's: please report it)); continuing with the context as it "
+        "was")
+    assert outcome.error.kind == "cut_rejected"  # not counted against the summary model
 
 
 def test_a_summary_that_does_not_shrink_the_context_is_rejected(store):

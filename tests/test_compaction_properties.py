@@ -560,17 +560,22 @@ TestCompactionMachine = CompactionMachine.TestCase
 
 
 def test_degraded_trim_shrinks_the_context(store) -> None:
+    """Found by the machine: the breadcrumb that replaces a dropped turn can be bigger than the
+    turn, and a trim that drops only "hi"/"hello" grew the request. Here dropping the first
+    turn alone would grow it; the trim must drop the second, large one too."""
     sid = store.create_session("grow").id
     store.append_message(sid, "user", "hi", turn_id="t1")
     store.append_message(sid, "assistant", "hello", turn_id="t1")
-    store.append_message(sid, "user", "how are you?", turn_id="t2")
+    store.append_message(sid, "user", "paste: " + FILLER * 30, turn_id="t2")
+    store.append_message(sid, "assistant", "noted", turn_id="t2")
+    newest = store.append_message(sid, "user", "how are you?", turn_id="t3")
     outcome = asyncio.run(compact_context(store, OfflineProvider(0), CompactRequest(
         session_id=sid, reason="overflow", limits=budget_limits(128_000, None, 50, 10),
-        system_prompt=SYSTEM, degraded_fallback=True)))
-    # found by the machine: a breadcrumb bigger than the dropped turn grew the request
-    if outcome.compacted:
-        cp = outcome.checkpoint
-        assert cp.tokens_after < cp.tokens_before, (cp.tokens_before, cp.tokens_after)
+        system_prompt=SYSTEM, try_summary=False, degraded_fallback=True)))
+    cp = outcome.checkpoint
+    assert outcome.compacted and cp.degraded, outcome.error
+    assert cp.tokens_after < cp.tokens_before, (cp.tokens_before, cp.tokens_after)
+    assert cp.first_retained_seq == newest.seq and outcome.kept_turns == 1
 
 
 def test_an_incomplete_tool_group_before_the_cut_reaches_the_summary(store) -> None:

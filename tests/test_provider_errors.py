@@ -170,8 +170,10 @@ def test_a_real_overflow_still_says_the_turn_does_not_fit(run_cli, fake):
     result = ask(run_cli, "word " * 5000)  # over the stated window by picochat's count too
     assert_clean_failure(result)
     assert "the request is larger than the model's window of 4,096 tokens" in result.stderr
-    assert ("even the newest turn alone does not fit the model's window of 4,096 tokens"
-            in result.stderr)
+    # the message named, with its size beside the rest: it is what does not fit
+    assert re.search(r"\(your message #1 is [\d,]+ tokens and the system prompt and tools "
+                     r"[\d,]+: together over the model's window of 4,096 tokens, and there is "
+                     r"no older turn to drop\)", result.stderr), result.stderr
     assert "picochat counts" not in result.stderr
 
 

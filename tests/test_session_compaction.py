@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from picochat import tokens
 from picochat.config import CompactionConfig, Config, ModelConfig
 from picochat.models import resolve_model
@@ -236,20 +238,46 @@ def test_uncompact_restores_the_parent_and_bumps_the_generation(store):
     assert store.session(s.id).context_generation == again.context_generation == 4
 
 
-def test_info_and_auto_compaction_read_the_same_budget(store):
+def sized(n):
+    """A user message that costs exactly `n` tokens in a request (n >= 6)."""
+    text = "x" + " go" * (n - 6)
+    assert tokens.count_message("user", text) == n
+    return text
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_info_and_auto_compaction_read_the_same_budget(store, over):
+    """/info's figures predict the next turn to the token, for a session with its own system
+    prompt and the tools on: a question that brings info's `used_tokens` exactly to its
+    threshold is sent as a request of exactly that size, with no compaction; one token more
+    and the turn compacts first, from a context of threshold + 1 tokens."""
     s = store.create_session("i")
-    talk(store, s.id, 15, words=60)
+    store.set_session_system_prompt(s.id, "Answer as a terse site reliability engineer. " * 40)
+    talk(store, s.id, 6, words=60)
+    config = Config(models={"m": ModelConfig("m", "offline", token_limit=4_096)},
+                    context_compaction=SMALL)
 
     async def run():
-        async with worker(store, s.id, Recorder()) as w:
-            return w.info(), w.budget()
+        provider = Recorder()
+        async with SessionWorker.from_config(store, s.id, model(4_096), provider, config) as w:
+            card = w.info().as_dict()
+            gap = card["compression_threshold_tokens"] - card["used_tokens"]
+            outcome, _ = await turn(w, sized(gap + over))
+            return card, outcome, provider
 
-    info, budget = asyncio.run(run())
-    card = info.as_dict()
-    assert card["used_tokens"] == budget.used_tokens
-    assert card["compression_threshold_tokens"] == budget.limits.threshold == 3_072
-    assert card["remaining_tokens"] == max(0, 3_072 - budget.used_tokens)
-    assert budget.should_compact(True) == (card["used_tokens"] > 3_072)
+    card, outcome, provider = asyncio.run(run())
+    assert card["compression_threshold_tokens"] == 3_072
+    assert card["parts"]["system"] > 300 and card["parts"]["tools"] > 0  # its own, and tools
+    assert isinstance(outcome, TurnFinished)
+    if not over:
+        assert [c.reason for c in outcome.compactions] == [] and not provider.summary_requests
+        [sent] = provider.turn_requests
+        assert (tokens.count_provider_messages(sent.messages) + tokens.count_tools(sent.tools)
+                == 3_072)
+    else:
+        [auto] = outcome.compactions
+        assert auto.reason == "auto" and auto.compacted
+        assert auto.checkpoint.tokens_before == 3_072 + 1
 
 
 def test_a_system_prompt_over_the_threshold_fails_the_turn_without_dropping_history(store):

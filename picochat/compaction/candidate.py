@@ -12,7 +12,7 @@ from typing import Sequence
 from picochat import tokens
 from picochat.errors import PicochatError
 from picochat.messages import Message, NewCheckpoint
-from picochat.projection import repair_tool_chains
+from picochat.projection import Repair, repair_tool_chains
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,27 @@ class SummaryRejected(PicochatError):
     kind = "summary_rejected"
 
 
+CUT_HINT = ("the previous context is unchanged; this is a picochat bug, not the model's: "
+            "please report it")
+
+
+class CutRejected(PicochatError):
+    """The cut, not the summary, failed a check: the kept messages would not be a valid
+    history. Not a `SummaryRejected`: another summary model would not help, and rejections
+    the model is blamed for are counted apart."""
+
+    kind = "cut_rejected"
+
+
 def validate(candidate: CompactionCandidate, snapshot_seqs: Sequence[int],
              kept: Sequence[Message], summary_cap: int, threshold: int) -> None:
-    """Six checks; raises `SummaryRejected` naming the first that fails: a summary that is
-    non-empty and within its cap, a cut inside the snapshot, a kept tail whose tool chains are
-    whole, and a context that shrinks and ends at or under `threshold`.
+    """Six checks; raises `SummaryRejected` naming the first that fails (a summary that is
+    non-empty and within its cap; a context that shrinks and ends at or under `threshold`),
+    or `CutRejected` when it is the cut's (inside the snapshot, tool chains of the kept tail
+    whole).
 
-    `summary_cap` is the model's share plus the exact-fact ledger's; `threshold` is the auto-compaction threshold, or the hard window in overflow recovery."""
+    `summary_cap` is the model's share plus the exact-fact ledger's; `threshold` is the
+    auto-compaction threshold, or the hard window in overflow recovery."""
     hint = RETRY_HINT
     if not candidate.summary.strip():
         raise SummaryRejected("the model returned an empty summary", hint)
@@ -61,13 +75,12 @@ def validate(candidate: CompactionCandidate, snapshot_seqs: Sequence[int],
     if size > summary_cap:
         raise SummaryRejected(f"the summary is {size:,} tokens, over its cap of "
                               f"{summary_cap:,}", hint)
-    if candidate.first_retained_seq not in set(snapshot_seqs):
-        raise SummaryRejected(f"message #{candidate.first_retained_seq} is not in the context "
-                              "being compacted", hint)
+    cut = candidate.first_retained_seq
+    if cut not in set(snapshot_seqs):
+        raise CutRejected(f"message #{cut} is not in the context being compacted", CUT_HINT)
     _, repairs = repair_tool_chains(kept)
     if repairs:
-        raise SummaryRejected(f"the kept history would start with a broken tool chain at "
-                              f"#{repairs[0].seq}", hint)
+        raise CutRejected(f"the cut at #{cut} would keep {_broken(repairs[0])}", CUT_HINT)
     if candidate.tokens_after >= candidate.tokens_before:
         raise SummaryRejected(f"compaction would not shrink the context "
                               f"({candidate.tokens_before:,} -> {candidate.tokens_after:,} "
@@ -76,3 +89,10 @@ def validate(candidate: CompactionCandidate, snapshot_seqs: Sequence[int],
         raise SummaryRejected(f"the compacted context would still be "
                               f"{candidate.tokens_after:,} tokens, over the limit of "
                               f"{threshold:,}", hint)
+
+
+def _broken(repair: Repair) -> str:
+    """The first broken tool chain of a kept tail, in the user's words."""
+    if repair.kind == "orphan_tool_result":
+        return f"tool result #{repair.seq} without the tool call it answers"
+    return f"tool call #{repair.seq} without all of its results"

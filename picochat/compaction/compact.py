@@ -23,6 +23,10 @@ from picochat.compaction.candidate import CompactionCandidate, SummaryRejected
 from picochat.compaction.compactor import ContextCompactor, SummaryModel
 from picochat.compaction.degraded import trim_candidate
 from picochat.compaction.transcript import Transcript
+from picochat.compaction.trim_failure import (  # noqa: F401 (the session imports ContextMisfit)
+    ContextMisfit,
+    trim_impossible,
+)
 from picochat.errors import PicochatError
 from picochat.messages import Checkpoint
 from picochat.projection import ContextProjection, project, restore
@@ -139,7 +143,8 @@ async def compact_context(store: Store, provider: Provider,
     if candidate is None and request.degraded_fallback:
         candidate = trim_candidate(compactor, projection, before, "overflow")
         if candidate is None:
-            summary_error = trim_impossible(before, limits.window)
+            summary_error = trim_impossible(projection, parts, limits,
+                                            refused=reason == "overflow")
         elif summary_error is not None:
             _context_changed(summary_error)
     if candidate is None:
@@ -194,40 +199,6 @@ def _made_by(provider: Provider, request: CompactRequest, degraded: bool) -> tup
     if request.summary_model is not None and not degraded:
         provider = request.summary_model.provider
     return provider.info.provider_kind, provider.info.model
-
-
-class TrimImpossible(PicochatError):
-    """Overflow recovery found no whole-turn trim that fits the window."""
-
-    kind = "context_overflow"
-
-
-def trim_impossible(request_tokens: int, window: int) -> TrimImpossible:
-    """Why no trim helps, truthfully. A request that fits the window by picochat's count was
-    refused because the server's real context is smaller than its error or the config says,
-    not because the newest turn is too long; callers quote only the message, so it says what
-    to do."""
-    if request_tokens > window:
-        return TrimImpossible(
-            f"even the newest turn alone does not fit the model's window of {window:,} tokens",
-            "shorten the message, or use a model with a larger window")
-    counted = f"picochat counts about {request_tokens:,} tokens in the request, within the " \
-              f"window of {window:,}"
-    if request_tokens * 2 <= window:  # far under: no tokenizer is that different
-        return ContextMisfit(
-            f"{counted}: the server's real context must be smaller than its error or the "
-            f"config says (llama.cpp's -c / n_ctx, or a per-slot context), or the prompt plus "
-            f"max_tokens exceed it; set token_limit for this model in the config to the "
-            f"server's real context, or raise the server's context")
-    return ContextMisfit(
-        f"{counted}: the server counts more tokens than picochat, or its real context is "
-        f"smaller than its error or the config says; shorten the message, or raise the "
-        f"server's context")
-
-
-class ContextMisfit(TrimImpossible):
-    """The provider refused a request that fits the window picochat knows: the window is
-    wrong, and trimming history is not the remedy. The message holds the advice (no hint)."""
 
 
 def _failed(sid: str, reason: str, projection: ContextProjection, error: PicochatError,

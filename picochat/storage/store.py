@@ -113,12 +113,26 @@ _MESSAGE_COLS = (
     "session_id, seq, role, content, tool_calls, tool_call_id, name, turn_id, tool_status, "
     "status, tokens, created_at, facts, reasoning"
 )
-_MESSAGE_FIELDS = tuple(name.strip() for name in _MESSAGE_COLS.split(","))
 _CHECKPOINT_COLS = (
     "id, session_id, generation, parent_checkpoint_id, summary, first_retained_seq, "
     "source_max_seq, trigger_reason, provider_kind, model, tokens_before, tokens_after, "
     "degraded, created_at"
 )
+
+
+def _fields(cols: str) -> tuple[str, ...]:
+    """The column names of a `_*_COLS` list: rows are read by name, never by position."""
+    return tuple(name.strip() for name in cols.split(","))
+
+
+_SESSION_FIELDS = _fields(_SESSION_COLS)
+_MESSAGE_FIELDS = _fields(_MESSAGE_COLS)
+_CHECKPOINT_FIELDS = _fields(_CHECKPOINT_COLS)
+
+# "No upper bound" for a seq or rowid in a `seq < ?` or `BETWEEN ? AND ?` filter: above any
+# seq or rowid a session will reach, yet inside SQLite's signed 64-bit INTEGER (binding 2**63
+# or more raises OverflowError), so one query serves a bounded and an unbounded read.
+_NO_UPPER_BOUND = 2**62
 _NOT_RETRACTED = (
     "NOT EXISTS (SELECT 1 FROM retractions r WHERE r.session_id = m.session_id "
     "AND m.seq BETWEEN r.from_seq AND r.to_seq)"
@@ -414,7 +428,7 @@ class Store:
             rows = c.execute(
                 f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
                 "WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
-                (session_id, before_seq if before_seq is not None else 2**62,
+                (session_id, before_seq if before_seq is not None else _NO_UPPER_BOUND,
                  max(0, limit))).fetchall()
         return [_message(r) for r in reversed(rows)]
 
@@ -439,10 +453,11 @@ class Store:
         words = fts_words(query)
         if not words:
             return []
-        limit, before = max(1, limit), before_seq if before_seq is not None else 2**62
+        limit = max(1, limit)
+        before = before_seq if before_seq is not None else _NO_UPPER_BOUND
         with self._read() as c:
             rare = [w for w in words if _matches_up_to(c, w, RARE_MATCHES + 1) <= RARE_MATCHES]
-            picked = (_ranked(c, _any_of(rare), session_id, before, limit, 0, 2**62)
+            picked = (_ranked(c, _any_of(rare), session_id, before, limit, 0, _NO_UPPER_BOUND)
                       if rare else [])
             if len(picked) < limit:  # fill up from the newest matches of every word
                 everything = _any_of(words)
@@ -603,11 +618,10 @@ class Store:
                                    "committed")
             c.execute(
                 f"INSERT INTO context_checkpoints ({_CHECKPOINT_COLS}) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (cp_id, session_id, expected_generation + 1, new.parent_checkpoint_id,
-                 new.summary, new.first_retained_seq, new.source_max_seq, new.trigger_reason,
-                 new.provider_kind, new.model, new.tokens_before, new.tokens_after,
-                 int(new.degraded), now))
+                f"VALUES ({', '.join(':' + name for name in _CHECKPOINT_FIELDS)})",
+                {**dataclasses.asdict(new), "id": cp_id, "session_id": session_id,
+                 "generation": expected_generation + 1, "degraded": int(new.degraded),
+                 "created_at": now})
             crashpoints.reached("in_commit")  # both writes done, the transaction still open
             return _checkpoint_by_id(c, cp_id)  # type: ignore[return-value]
 
@@ -767,11 +781,13 @@ def _session_row(c: sqlite3.Connection, session_id: str) -> Session:
 
 
 def _session(c: sqlite3.Connection, row: Sequence[Any]) -> Session:
+    """A `SELECT {_SESSION_COLS}` row, read by column name."""
+    r = dict(zip(_SESSION_FIELDS, row))
     # Seqs run 1, 2, 3… and rows are never deleted, so the count is the maximum seq: one index
     # lookup instead of a scan that would grow with the history on every append and restore.
     count = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
-                      (row[0],)).fetchone()[0]
-    return Session(*row, message_count=count)
+                      (r["id"],)).fetchone()[0]
+    return Session(**r, message_count=count)
 
 
 def _message(row: Sequence[Any]) -> Message:
@@ -787,9 +803,9 @@ def _message(row: Sequence[Any]) -> Message:
 
 
 def _checkpoint(row: Sequence[Any]) -> Checkpoint:
-    values = list(row)
-    values[12] = bool(values[12])
-    return Checkpoint(*values)
+    """A `SELECT {_CHECKPOINT_COLS}` row, read by column name."""
+    r = dict(zip(_CHECKPOINT_FIELDS, row))
+    return Checkpoint(**{**r, "degraded": bool(r["degraded"])})
 
 
 def _checkpoint_by_id(c: sqlite3.Connection, checkpoint_id: str) -> Checkpoint | None:
