@@ -40,7 +40,8 @@ from picochat.agent_loop import (
     this_turn_only,
 )
 from picochat.budget import FixedContextExceedsBudget, RequestDraft, answer_cap
-from picochat.compaction.compact import CompactOutcome, ContextMisfit
+from picochat.compaction.compact import CompactOutcome
+from picochat.compaction.trim_failure import TrimImpossible
 from picochat.errors import PicochatError
 from picochat.messages import INTERRUPTED, Message, NewMessage
 from picochat.projection import ContextProjection, project
@@ -421,8 +422,9 @@ class TurnRun:
                                       degraded_fallback=True)
         if not outcome.compacted:
             reason = outcome.error.message if outcome.error else "no summary"
-            hint = (None if isinstance(outcome.error, ContextMisfit) else  # it says what to do
-                    "shorten the message, or switch to a model with a larger window")
+            hint = (outcome.error.hint if isinstance(outcome.error, TrimImpossible)  # the
+                    else "shorten the message, or switch to a model with a larger window")
+            # trim's own line names the real cause and its remedy (a misfit's is in its message)
             raise ContextOverflow(f"{exc.message}, and compacting could not make it fit "
                                   f"({reason})", exc.window, hint)
         return outcome.projection

@@ -272,7 +272,7 @@ def test_one_message_longer_than_the_window_fails_with_one_line_naming_it(run_cl
     assert_clean_failure(result)
     assert result.stderr.startswith("picochat: the request is larger than the model's window of "
                                     "200,000 tokens, and compacting could not make it fit")
-    assert "shorten the message" in result.stderr
+    assert "/clear, then send it shorter or in parts" in result.stderr
     assert_no_internals(result)
     assert fake.refusals and fake.refusals[0].startswith("prompt is too long: ")
     assert info(run_cli)["learned_window_tokens"] == 200_000

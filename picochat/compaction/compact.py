@@ -23,10 +23,7 @@ from picochat.compaction.candidate import CompactionCandidate, SummaryRejected
 from picochat.compaction.compactor import ContextCompactor, SummaryModel
 from picochat.compaction.degraded import trim_candidate
 from picochat.compaction.transcript import Transcript
-from picochat.compaction.trim_failure import (  # noqa: F401 (the session imports ContextMisfit)
-    ContextMisfit,
-    trim_impossible,
-)
+from picochat.compaction.trim_failure import trim_impossible
 from picochat.errors import PicochatError
 from picochat.messages import Checkpoint
 from picochat.projection import ContextProjection, project, restore
