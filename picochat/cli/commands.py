@@ -163,13 +163,13 @@ def err(line: str) -> None:
 def cmd_tui(app: App) -> int:
     """`picochat`: the chat app on `--session` (created when no session has that name), else
     the most recently active session, else a new one."""
-    from picochat.models import create_provider
+    from picochat.opening import open_model
     from picochat.tui.app import PicochatApp
 
     ref = app.opt("session")
     session = app.store.find_session(ref) if ref else app.store.latest_session()
-    resolved = _model(app, session)
-    provider = create_provider(resolved)  # a missing key fails here, before the screen changes
+    # a missing key or a bad setting fails here, before the screen changes
+    resolved, provider = open_model(app.config, session, app.opt("model"))
     if session is None:
         session = app.store.find_or_create_session(ref)
     if app.opt("model") and session.model != app.opt("model"):
@@ -202,14 +202,14 @@ def cmd_ask(app: App) -> int:
         _too_big()
     if not text.strip():
         raise UsageError("the message is empty", "pass some text, or - to read stdin")
-    from picochat.models import create_provider
+    from picochat.opening import open_model
 
     ref = app.opt("session")
     session = None
     if app.paths.database.exists():  # else there is no session yet, and nothing to create early
         session = app.store.find_session(ref) if ref else app.store.latest_session()
-    resolved = _model(app, session)
-    provider = create_provider(resolved)  # fails before anything is written
+    # fails before anything is written
+    resolved, provider = open_model(app.config, session, app.opt("model"))
     if session is None:
         session = app.store.find_or_create_session(ref)  # another ask may be creating it too
     return asyncio.run(_ask(app, session, resolved, provider, text))
@@ -219,17 +219,6 @@ def _worker(app: App, session: Session, resolved: Any, provider: Any) -> Any:
     from picochat.session import SessionWorker
 
     return SessionWorker.from_config(app.store, session.id, resolved, provider, app.config)
-
-
-def _model(app: App, session: Session | None) -> Any:
-    """The chat model; a bad `[context_compaction] summary_model` fails here too, before
-    anything is written (the worker resolves it again)."""
-    from picochat.models import choose_model, resolve_model, resolve_summary_model
-
-    name, origin = choose_model(app.config, app.opt("model"), session.model if session else None)
-    resolved = resolve_model(app.config, name, origin)
-    resolve_summary_model(app.config)
-    return resolved
 
 
 async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: str) -> int:
@@ -452,10 +441,9 @@ def cmd_compact(app: App) -> int:
     session = app.session()
     if app.opt("undo"):
         return _uncompact(app, session)
-    from picochat.models import create_provider
+    from picochat.opening import open_model
 
-    resolved = _model(app, session)
-    provider = create_provider(resolved)
+    resolved, provider = open_model(app.config, session, app.opt("model"))
     return asyncio.run(_compact(app, session, resolved, provider))
 
 
@@ -496,23 +484,14 @@ def _uncompact(app: App, session: Session) -> int:
 
 
 def cmd_info(app: App) -> int:
-    from picochat.context_usage import context_usage
-    from picochat.models import resolve_summary_model
-    from picochat.projection import project
-
-    from picochat.session import remembered
-    from picochat.tools.registry import schemas
+    """The app's `/info` card: the figures of the very worker `ask` and the app run (the
+    session's own system prompt, its tools, what the server taught), never a copy of them.
+    The model is named, not opened: no key is needed to read them."""
+    from picochat.opening import Unopened, chosen_model
 
     session = app.session()
-    resolved = remembered(app.store, _model(app, session))
-    config = app.config
-    snapshot = app.store.context_snapshot(session.id)
-    summary_model = resolve_summary_model(config)
-    tools = () if resolved.tools_refused else schemas(config.tools.enabled)
-    usage = context_usage(snapshot.session, project(snapshot), resolved,
-                          config.context_compaction, config.agent.system_prompt,
-                          snapshot.checkpoint, tools,
-                          summary_model=summary_model and remembered(app.store, summary_model))
+    resolved = chosen_model(app.config, session, app.opt("model"))
+    usage = _worker(app, session, resolved, Unopened(resolved)).info()
     if app.opt("json"):
         dump_json(usage.as_dict())
     else:
