@@ -15,7 +15,7 @@ from typing import Any
 from picochat import render
 from picochat.compaction import report
 from picochat.config import Config, effective_config_text, load_config, write_starter_config
-from picochat.errors import ConfigError, OutputError, PicochatError, SessionNotFound, UsageError
+from picochat.errors import ConfigError, OutputError, SessionNotFound, UsageError
 from picochat.logs import setup_logging
 from picochat.messages import Session
 from picochat.paths import Paths, resolve_paths
@@ -223,6 +223,7 @@ def _worker(app: App, session: Session, resolved: Any, provider: Any) -> Any:
 
 async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: str) -> int:
     from picochat.cli.thinking import ThinkingLine
+    from picochat.failures import turn_failure_line
     from picochat.providers.base import TextDelta, ThinkingDelta
     from picochat.session import (CUT_AT_LIMIT, Compacted, Notice, RetryWaiting, ToolRan,
                                   TurnFailed)
@@ -283,8 +284,7 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
             error = {"kind": outcome.error.kind, "message": outcome.error.user_line()}
             stdout.write(json_text({"session_id": session.id, "reply": None, "usage": None,
                                     "compaction": compaction, "error": error}))
-        saved = "" if outcome.user_seq is None else f"; {outcome.saved}"
-        err(f"{outcome.error.user_line()}{saved}")
+        err(turn_failure_line(outcome))
         return 130 if outcome.cancelled else outcome.error.exit_status
     if outcome.cut:  # saved, and a success: the line says it is incomplete (status 0)
         err(CUT_AT_LIMIT)
@@ -400,29 +400,22 @@ def cmd_checkpoints(app: App) -> int:
 
 
 def cmd_export(app: App) -> int:
-    session = app.session()
-    messages = app.store.history(session.id)
-    checkpoints = app.store.checkpoints(session.id)
-    if app.args.format == "md":
-        text = render.export_markdown(session, messages, checkpoints)
-    else:
-        text = render.export_json(session, messages, checkpoints)
+    from picochat.export import export_session, export_to_file
+
+    session, fmt = app.session(), app.args.format
     if app.args.output and app.args.output != "-":
         from pathlib import Path
 
-        from picochat.fsutil import write_export
-
         target = Path(app.args.output).expanduser()
-        try:  # refused (exit 2): picochat's own files, anything but a regular or new file
-            write_export(target, text, app.store.path,
-                         also=(app.paths.config_file, app.paths.log_file))
-        except OSError as exc:
-            raise PicochatError(f"{target}: cannot write the export: {exc.strerror}") from None
-        sys.stderr.write(f"Exported {len(messages)} messages of {session.name} to {target}\n")
-    elif app.args.format == "md":  # cleaned on a terminal, as stored in a pipe or a file
-        write_stdout(for_terminal(text))
+        # refused (exit 2): picochat's own files, anything but a regular or new file
+        done = export_to_file(app.store, session.id, fmt, target,
+                              also=(app.paths.config_file, app.paths.log_file))
+        sys.stderr.write(f"Exported {done.messages} messages of {done.session.name} to "
+                         f"{target}\n")
+    elif fmt == "md":  # cleaned on a terminal, as stored in a pipe or a file
+        write_stdout(for_terminal(export_session(app.store, session.id, fmt).text))
     else:
-        write_stdout(for_terminal_json(text))
+        write_stdout(for_terminal_json(export_session(app.store, session.id, fmt).text))
     return 0
 
 
@@ -449,6 +442,7 @@ def cmd_compact(app: App) -> int:
 
 async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> int:
     from picochat.compaction.compact import COMPACTED, NOTHING_TO_COMPACT
+    from picochat.failures import compaction_failure_line
 
     async with _worker(app, session, resolved, provider) as worker:
         outcome = await worker.compact(app.opt("focus"))
@@ -461,7 +455,7 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
         out("Nothing to compact")
         err(report.nothing_reason(outcome, limits))
     if outcome.error is not None:
-        err(f"compaction failed: {outcome.error.user_line()}")
+        err(compaction_failure_line(outcome.error))
         return outcome.error.exit_status
     return 0
 
