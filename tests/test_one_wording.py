@@ -70,13 +70,7 @@ async def test_a_failed_compaction_is_one_line_in_both(run_cli, fake, cli_store,
     config = configure(config_file, fake, chat="fake", summary_model=None)
     session = cli_store.create_session("s")
     seed(cli_store, session.id, 10)
-    fake.script_summary(("text", ""))
-    result = run_cli("compact", "--session", "s")
-    assert result.status == 1
-    clean(result)
-    [said] = result.stderr.splitlines()
-
-    fake.script_summary(("text", ""))
+    fake.script_summary(("text", ""), ("text", ""))  # one for the app, one for the shell
     model = resolve_model(config, "fake")
     app = PicochatApp(cli_store, cli_store.session(session.id), model, create_provider(model),
                       config)
@@ -86,5 +80,7 @@ async def test_a_failed_compaction_is_one_line_in_both(run_cli, fake, cli_store,
         [shown] = _error_notices(app)
         assert not any("Nothing to compact" in t for t in texts(app, Notice))
 
-    assert said.startswith("picochat: compaction failed: the model returned an empty summary")
-    assert shown == said.removeprefix("picochat: ")
+    result = run_cli("compact", "--session", "s")
+    clean(result)
+    assert result.status == 1 and result.stderr == f"picochat: {shown}\n"
+    assert shown.startswith("compaction failed: the model returned an empty summary")
