@@ -74,3 +74,16 @@ async def test_cli_info_and_the_apps_info_agree_to_the_token(home, config_file, 
     assert cli == shown
     assert card["Used"].startswith(f"{cli['used_tokens']:,} ")
     assert card["Left before auto"] == f"{cli['remaining_tokens']:,}"
+
+
+def test_info_needs_no_key_for_the_model_it_measures(run_cli):
+    """`info` names the model and measures, it never opens it: a hosted model whose key is
+    not set still shows its figures (ask would refuse it)."""
+    assert run_cli("ask", "--model", "offline", "--session", "k", "hi").status == 0
+    result = run_cli("info", "--session", "k", "--model", "openai/gpt-4o-mini", "--json")
+    assert result.status == 0, result.stderr
+    card = json.loads(result.stdout)
+    assert card["model"] == "openai/gpt-4o-mini" and card["offline"] is False
+    assert card["raw_messages_in_context"] == 2
+    refused = run_cli("ask", "--session", "k", "--model", "openai/gpt-4o-mini", "hi again")
+    assert refused.status == 2 and "OPENAI_API_KEY" in refused.stderr
