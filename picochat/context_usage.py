@@ -9,15 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from picochat.budget import (
-    BudgetLimits,
-    Calibration,
-    ContextBudget,
-    RequestDraft,
-    UsageSource,
-    budget_limits,
-    measure,
-)
+from picochat.budget import BudgetLimits, ContextBudget, UsageSource, budget_limits
 from picochat.config import CompactionConfig
 from picochat.ledger import counts
 from picochat.messages import Checkpoint, Message, Session
@@ -140,18 +132,6 @@ class ContextUsage:
     def text(self) -> str:
         width = max(len(label) for label, _ in self.rows()) + 2
         return "\n".join(f"{label:<{width}}{value}" for label, value in self.rows())
-
-
-def context_usage(session: Session, projection: ContextProjection, model: ResolvedModel,
-                  compaction: CompactionConfig, system_prompt: str,
-                  checkpoint: Checkpoint | None, tools: tuple[Any, ...] = (),
-                  calibration: Calibration | None = None,
-                  summary_model: ResolvedModel | None = None) -> ContextUsage:
-    budget = measure(limits_for(model, compaction),
-                     RequestDraft(system_prompt, projection, tools), model.provider_kind,
-                     model.model, calibration)
-    return ContextUsage(session, model, compaction.enabled, budget, projection, checkpoint,
-                        summary_model)
 
 
 def limits_for(model: ResolvedModel, compaction: CompactionConfig) -> BudgetLimits:

@@ -15,7 +15,7 @@ from typing import Any
 from picochat import render
 from picochat.compaction import report
 from picochat.config import Config, effective_config_text, load_config, write_starter_config
-from picochat.errors import ConfigError, OutputError, PicochatError, SessionNotFound, UsageError
+from picochat.errors import ConfigError, OutputError, SessionNotFound, UsageError
 from picochat.logs import setup_logging
 from picochat.messages import Session
 from picochat.paths import Paths, resolve_paths
@@ -163,13 +163,13 @@ def err(line: str) -> None:
 def cmd_tui(app: App) -> int:
     """`picochat`: the chat app on `--session` (created when no session has that name), else
     the most recently active session, else a new one."""
-    from picochat.models import create_provider
+    from picochat.opening import open_model
     from picochat.tui.app import PicochatApp
 
     ref = app.opt("session")
     session = app.store.find_session(ref) if ref else app.store.latest_session()
-    resolved = _model(app, session)
-    provider = create_provider(resolved)  # a missing key fails here, before the screen changes
+    # a missing key or a bad setting fails here, before the screen changes
+    resolved, provider = open_model(app.config, session, app.opt("model"))
     if session is None:
         session = app.store.find_or_create_session(ref)
     if app.opt("model") and session.model != app.opt("model"):
@@ -202,14 +202,14 @@ def cmd_ask(app: App) -> int:
         _too_big()
     if not text.strip():
         raise UsageError("the message is empty", "pass some text, or - to read stdin")
-    from picochat.models import create_provider
+    from picochat.opening import open_model
 
     ref = app.opt("session")
     session = None
     if app.paths.database.exists():  # else there is no session yet, and nothing to create early
         session = app.store.find_session(ref) if ref else app.store.latest_session()
-    resolved = _model(app, session)
-    provider = create_provider(resolved)  # fails before anything is written
+    # fails before anything is written
+    resolved, provider = open_model(app.config, session, app.opt("model"))
     if session is None:
         session = app.store.find_or_create_session(ref)  # another ask may be creating it too
     return asyncio.run(_ask(app, session, resolved, provider, text))
@@ -221,19 +221,9 @@ def _worker(app: App, session: Session, resolved: Any, provider: Any) -> Any:
     return SessionWorker.from_config(app.store, session.id, resolved, provider, app.config)
 
 
-def _model(app: App, session: Session | None) -> Any:
-    """The chat model; a bad `[context_compaction] summary_model` fails here too, before
-    anything is written (the worker resolves it again)."""
-    from picochat.models import choose_model, resolve_model, resolve_summary_model
-
-    name, origin = choose_model(app.config, app.opt("model"), session.model if session else None)
-    resolved = resolve_model(app.config, name, origin)
-    resolve_summary_model(app.config)
-    return resolved
-
-
 async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: str) -> int:
     from picochat.cli.thinking import ThinkingLine
+    from picochat.failures import turn_failure_line
     from picochat.providers.base import TextDelta, ThinkingDelta
     from picochat.session import (CUT_AT_LIMIT, Compacted, Notice, RetryWaiting, ToolRan,
                                   TurnFailed)
@@ -294,8 +284,7 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
             error = {"kind": outcome.error.kind, "message": outcome.error.user_line()}
             stdout.write(json_text({"session_id": session.id, "reply": None, "usage": None,
                                     "compaction": compaction, "error": error}))
-        saved = "" if outcome.user_seq is None else f"; {outcome.saved}"
-        err(f"{outcome.error.user_line()}{saved}")
+        err(turn_failure_line(outcome))
         return 130 if outcome.cancelled else outcome.error.exit_status
     if outcome.cut:  # saved, and a success: the line says it is incomplete (status 0)
         err(CUT_AT_LIMIT)
@@ -411,29 +400,22 @@ def cmd_checkpoints(app: App) -> int:
 
 
 def cmd_export(app: App) -> int:
-    session = app.session()
-    messages = app.store.history(session.id)
-    checkpoints = app.store.checkpoints(session.id)
-    if app.args.format == "md":
-        text = render.export_markdown(session, messages, checkpoints)
-    else:
-        text = render.export_json(session, messages, checkpoints)
+    from picochat.export import export_session, export_to_file
+
+    session, fmt = app.session(), app.args.format
     if app.args.output and app.args.output != "-":
         from pathlib import Path
 
-        from picochat.fsutil import write_export
-
         target = Path(app.args.output).expanduser()
-        try:  # refused (exit 2): picochat's own files, anything but a regular or new file
-            write_export(target, text, app.store.path,
-                         also=(app.paths.config_file, app.paths.log_file))
-        except OSError as exc:
-            raise PicochatError(f"{target}: cannot write the export: {exc.strerror}") from None
-        sys.stderr.write(f"Exported {len(messages)} messages of {session.name} to {target}\n")
-    elif app.args.format == "md":  # cleaned on a terminal, as stored in a pipe or a file
-        write_stdout(for_terminal(text))
+        # refused (exit 2): picochat's own files, anything but a regular or new file
+        done = export_to_file(app.store, session.id, fmt, target,
+                              also=(app.paths.config_file, app.paths.log_file))
+        sys.stderr.write(f"Exported {done.messages} messages of {done.session.name} to "
+                         f"{target}\n")
+    elif fmt == "md":  # cleaned on a terminal, as stored in a pipe or a file
+        write_stdout(for_terminal(export_session(app.store, session.id, fmt).text))
     else:
-        write_stdout(for_terminal_json(text))
+        write_stdout(for_terminal_json(export_session(app.store, session.id, fmt).text))
     return 0
 
 
@@ -452,15 +434,15 @@ def cmd_compact(app: App) -> int:
     session = app.session()
     if app.opt("undo"):
         return _uncompact(app, session)
-    from picochat.models import create_provider
+    from picochat.opening import open_model
 
-    resolved = _model(app, session)
-    provider = create_provider(resolved)
+    resolved, provider = open_model(app.config, session, app.opt("model"))
     return asyncio.run(_compact(app, session, resolved, provider))
 
 
 async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> int:
     from picochat.compaction.compact import COMPACTED, NOTHING_TO_COMPACT
+    from picochat.failures import compaction_failure_line
 
     async with _worker(app, session, resolved, provider) as worker:
         outcome = await worker.compact(app.opt("focus"))
@@ -473,7 +455,7 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
         out("Nothing to compact")
         err(report.nothing_reason(outcome, limits))
     if outcome.error is not None:
-        err(f"compaction failed: {outcome.error.user_line()}")
+        err(compaction_failure_line(outcome.error))
         return outcome.error.exit_status
     return 0
 
@@ -496,23 +478,14 @@ def _uncompact(app: App, session: Session) -> int:
 
 
 def cmd_info(app: App) -> int:
-    from picochat.context_usage import context_usage
-    from picochat.models import resolve_summary_model
-    from picochat.projection import project
-
-    from picochat.session import remembered
-    from picochat.tools.registry import schemas
+    """The app's `/info` card: the figures of the very worker `ask` and the app run (the
+    session's own system prompt, its tools, what the server taught), never a copy of them.
+    The model is named, not opened: no key is needed to read them."""
+    from picochat.opening import Unopened, chosen_model
 
     session = app.session()
-    resolved = remembered(app.store, _model(app, session))
-    config = app.config
-    snapshot = app.store.context_snapshot(session.id)
-    summary_model = resolve_summary_model(config)
-    tools = () if resolved.tools_refused else schemas(config.tools.enabled)
-    usage = context_usage(snapshot.session, project(snapshot), resolved,
-                          config.context_compaction, config.agent.system_prompt,
-                          snapshot.checkpoint, tools,
-                          summary_model=summary_model and remembered(app.store, summary_model))
+    resolved = chosen_model(app.config, session, app.opt("model"))
+    usage = _worker(app, session, resolved, Unopened(resolved)).info()
     if app.opt("json"):
         dump_json(usage.as_dict())
     else:

@@ -26,15 +26,17 @@ from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static, TextArea
 from textual.worker import Worker, WorkerState
 
-from picochat import render, tokens
+from picochat import tokens
 from picochat.compaction import report
-from picochat.fsutil import write_export
 from picochat.config import Config, save_ui_theme
 from picochat.context_usage import context_series
 from picochat.errors import PicochatError
+from picochat.export import FORMATS, export_to_file
+from picochat.failures import compaction_failure_line, turn_failure_line
 from picochat.messages import Session
 from picochat.paths import Paths
 from picochat.models import ResolvedModel
+from picochat.opening import open_model
 from picochat.providers.base import Provider, TextDelta, ThinkingDelta
 from picochat.session import (
     CUT_AT_LIMIT,
@@ -494,8 +496,7 @@ class PicochatApp(App[None]):
             await chat.add_notice(report.compacted_lines(outcome), "card")
             await self.compacted(outcome, announce=False)
         elif outcome.error is not None:
-            await chat.add_notice(f"{outcome.error.user_line()}; the context is unchanged",
-                                  "error")
+            await chat.add_notice(compaction_failure_line(outcome.error), "error")
         else:
             reason = report.nothing_reason(outcome, self.worker.limits)
             await chat.add_notice(f"Nothing to compact: {reason}")
@@ -610,11 +611,8 @@ class PicochatApp(App[None]):
             await chat.add_notice(f"Model: {self.worker.model.label}; /model NAME switches "
                                   "(a [models] key or a litellm model string)")
             return
-        from picochat.models import create_provider, resolve_model
-
         try:
-            resolved = resolve_model(self.config, name, "/model")
-            provider = create_provider(resolved)
+            resolved, provider = open_model(self.config, self.session, name, said_as="/model")
         except PicochatError as exc:
             await chat.add_notice(exc.user_line(), "error")
             return
@@ -673,25 +671,17 @@ class PicochatApp(App[None]):
         chat = self.query_one(ChatView)
         words = arg.split(maxsplit=1)
         fmt = "md"
-        if words and words[0].lower() in ("md", "json"):
+        if words and words[0].lower() in FORMATS:
             fmt = words.pop(0).lower()
         default = re.sub(r"[^\w.-]+", "-", self.session.name).strip("-.") or "session"
         target = Path(words[0] if words else f"{default}.{fmt}").expanduser()
-        messages = self.store.history(self.session.id)
-        checkpoints = self.store.checkpoints(self.session.id)
-        session = self.store.session(self.session.id)
-        text = (render.export_markdown(session, messages, checkpoints) if fmt == "md"
-                else render.export_json(session, messages, checkpoints))
         own = (self.paths.config_file, self.paths.log_file) if self.paths else ()
-        try:  # the same refusals as `picochat export -o`, and no folder is created
-            write_export(target, text, self.store.path, also=own)
+        try:  # the same refusals and failure lines as `picochat export -o`
+            done = export_to_file(self.store, self.session.id, fmt, target, also=own)
         except PicochatError as exc:
             await chat.add_notice(f"export failed: {exc.user_line()}", "error")
             return
-        except OSError as exc:
-            await chat.add_notice(f"export failed: {exc}; nothing was written", "error")
-            return
-        await chat.add_notice(f"Exported {len(messages):,} messages to {target.resolve()}")
+        await chat.add_notice(f"Exported {done.messages:,} messages to {target.resolve()}")
 
     async def cmd_theme(self, name: str) -> None:
         chat = self.query_one(ChatView)
@@ -719,12 +709,8 @@ class PicochatApp(App[None]):
                            provider: Provider | None = None) -> None:
         """Switch the app to `session` (with its own model unless one is given)."""
         if model is None:
-            from picochat.models import choose_model, create_provider, resolve_model
-
             try:
-                name, origin = choose_model(self.config, None, session.model)
-                model = resolve_model(self.config, name, origin)
-                provider = create_provider(model)
+                model, provider = open_model(self.config, session)
             except PicochatError as exc:
                 await self.query_one(ChatView).add_notice(exc.user_line(), "error")
                 return
@@ -816,6 +802,4 @@ def failure_line(event: TurnFailed) -> str:
     if event.cancelled:
         return ("Stopped; the partial answer is saved" if event.partial_seq
                 else "Stopped before any answer arrived")
-    if event.user_seq is None:
-        return f"{event.error.user_line()}; your message was not saved: it is back in the prompt"
-    return f"{event.error.user_line()}; {event.saved}"
+    return turn_failure_line(event, "your message was not saved: it is back in the prompt")
