@@ -1,6 +1,7 @@
-"""ContextUsage: the `/info` card (design §16), from the same ContextBudget that decides auto
-compaction (§21.10). Configured and effective values side by side, so the small-window
-adaptation of §8.2 is never hidden. Deterministic: nothing in it reads a clock.
+"""ContextUsage: the `/info` card, from the same ContextBudget that decides auto compaction, so
+what /info says and when compaction runs can never disagree. Configured and effective values
+side by side, so the adjustment of reserve and kept tail for a small window is never hidden.
+Deterministic: nothing in it reads a clock.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ class ContextUsage:
 
 
 def limits_for(model: ResolvedModel, compaction: CompactionConfig) -> BudgetLimits:
-    """The session's limits; a window learnt from an overflow error only tightens (§10.3),
+    """The session's limits; a window learnt from an overflow error only tightens (it never grows a window),
     and the configured window stays beside it for /info."""
     limits = budget_limits(model.usable_window, model.agent_limit, compaction.reserve_tokens,
                            compaction.keep_recent_tokens, model.token_factor)

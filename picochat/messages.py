@@ -6,6 +6,7 @@ Frozen, so a projection built from them can be compared field by field and never
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 ROLES = ("user", "assistant", "tool")
@@ -13,6 +14,15 @@ ROLES = ("user", "assistant", "tool")
 # A message's status: how its turn ended. Only assistant messages are ever not "complete".
 COMPLETE = "complete"
 INTERRUPTED = "interrupted"  # the stream stopped (cancel, error) after some text arrived
+
+
+class TriggerReason(StrEnum):
+    """Why a compaction ran; stored with its checkpoint."""
+
+    MANUAL = "manual"      # `/compact` or `picochat compact`
+    AUTO = "auto"          # the check before a turn: the next request was over the threshold
+    OVERFLOW = "overflow"  # the request did not fit the window (the provider said so, or the
+    #                        estimate knew before sending)
 
 
 def valid_text(text: str) -> str:
@@ -89,7 +99,7 @@ class Checkpoint:
     summary: str
     first_retained_seq: int
     source_max_seq: int
-    trigger_reason: str
+    trigger_reason: TriggerReason
     provider_kind: str
     model: str
     tokens_before: int
@@ -121,7 +131,7 @@ class NewCheckpoint:
     summary: str
     first_retained_seq: int
     source_max_seq: int
-    trigger_reason: str
+    trigger_reason: TriggerReason
     provider_kind: str
     model: str
     tokens_before: int

@@ -24,13 +24,18 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from picochat.budget import BudgetLimits, Calibration, ContextBudget, RequestDraft, measure
 from picochat.compaction.candidate import RETRY, SummaryRejected
-from picochat.compaction.compact import CompactOutcome, CompactRequest, compact_context
+from picochat.compaction.compact import (
+    CompactMode,
+    CompactOutcome,
+    CompactRequest,
+    compact_context,
+)
 from picochat.compaction.compactor import SummaryModel
 from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextUsage, limits_for
 from picochat.errors import PicochatError
 from picochat.job_queue import JobQueue
-from picochat.messages import Message, ModelTraits
+from picochat.messages import Message, ModelTraits, TriggerReason
 from picochat.models import (
     SUMMARY_MODEL_KEY,
     ResolvedModel,
@@ -291,7 +296,7 @@ class SessionWorker:
     def compact(self, focus: str | None = None) -> "asyncio.Future[CompactOutcome]":
         """`/compact [focus]`: forced (no threshold, even with auto compaction off), queued
         behind the running turn rather than cancelling it."""
-        return self.submit(lambda: self.compact_now("manual", focus=focus))
+        return self.submit(lambda: self.compact_now(TriggerReason.MANUAL, focus=focus))
 
     def uncompact(self) -> "asyncio.Future[UncompactResult]":
         """`/uncompact`: the previous checkpoint (or none) becomes active again."""
@@ -308,15 +313,14 @@ class SessionWorker:
     def undo(self) -> "asyncio.Future[UndoResult]":
         return self.call(lambda: self.store.undo_last_turn(self.session_id))
 
-    async def compact_now(self, reason: str, *, focus: str | None = None,
-                          try_summary: bool = True,
-                       degraded_fallback: bool = False,
-                       limits: BudgetLimits | None = None) -> CompactOutcome:
+    async def compact_now(self, reason: TriggerReason, *, focus: str | None = None,
+                          mode: CompactMode = CompactMode.SUMMARY) -> CompactOutcome:
+        """Compact now (not queued: for `compact()` and a running turn), with this session's
+        prompt, tools, limits and summarizer."""
         request = CompactRequest(
-            session_id=self.session_id, reason=reason, limits=limits or self.limits,
+            session_id=self.session_id, reason=reason, limits=self.limits,
             system_prompt=self.system_prompt, tools=self.offered_tools, focus=focus,
-            instructions=self.compaction.instructions, try_summary=try_summary,
-            degraded_fallback=degraded_fallback,
+            instructions=self.compaction.instructions, mode=mode,
             timeout=self.total_timeout, summary_model=self._summarizer(),
             reasoning=self.model.reasoning)
         outcome = await compact_context(self.store, self.provider, request)

@@ -40,10 +40,10 @@ from picochat.agent_loop import (
     this_turn_only,
 )
 from picochat.budget import FixedContextExceedsBudget, RequestDraft, answer_cap
-from picochat.compaction.compact import CompactOutcome
+from picochat.compaction.compact import CompactMode, CompactOutcome
 from picochat.compaction.trim_failure import TrimImpossible
 from picochat.errors import PicochatError
-from picochat.messages import INTERRUPTED, Message, NewMessage
+from picochat.messages import INTERRUPTED, Message, NewMessage, TriggerReason
 from picochat.projection import ContextProjection, project
 from picochat.providers.base import ProviderRequest, TextDelta, Usage, collect
 from picochat.providers.errors import (
@@ -408,9 +408,9 @@ class TurnRun:
             if budget.over_window:
                 raise FixedContextExceedsBudget(budget.parts, budget.limits.threshold)
             return projection
-        reason = "auto" if auto else "overflow"
-        outcome = await self._compact(reason, try_summary=True,
-                                      degraded_fallback=budget.over_window)
+        reason = TriggerReason.AUTO if auto else TriggerReason.OVERFLOW
+        mode = CompactMode.SUMMARY_OR_TRIM if budget.over_window else CompactMode.SUMMARY
+        outcome = await self._compact(reason, mode)
         return outcome.projection  # the durable context now, committed or not
 
     async def _recover_overflow(self, exc: ContextOverflow) -> ContextProjection:
@@ -418,8 +418,8 @@ class TurnRun:
         degraded whole-turn trim; the caller retries exactly once."""
         await self.worker.learn_window(exc)
         tried = any(o.summary_called for o in self.compactions)
-        outcome = await self._compact("overflow", try_summary=not tried,
-                                      degraded_fallback=True)
+        outcome = await self._compact(TriggerReason.OVERFLOW,
+                                      CompactMode.TRIM if tried else CompactMode.SUMMARY_OR_TRIM)
         if not outcome.compacted:
             reason = outcome.error.message if outcome.error else "no summary"
             hint = (outcome.error.hint if isinstance(outcome.error, TrimImpossible)  # the
@@ -429,12 +429,10 @@ class TurnRun:
                                   f"({reason})", exc.window, hint)
         return outcome.projection
 
-    async def _compact(self, reason: str, *, try_summary: bool,
-                       degraded_fallback: bool) -> CompactOutcome:
+    async def _compact(self, reason: TriggerReason, mode: CompactMode) -> CompactOutcome:
         """A compaction this turn runs first, announced before and after."""
         self.handle._emit(CompactionStarted(reason))
-        outcome = await self.worker.compact_now(reason, try_summary=try_summary,
-                                                degraded_fallback=degraded_fallback)
+        outcome = await self.worker.compact_now(reason, mode=mode)
         self.compactions.append(outcome)
         self.handle._emit(Compacted(outcome))
         return outcome

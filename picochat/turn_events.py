@@ -15,6 +15,7 @@ from typing import AsyncIterator, Union
 
 from picochat.compaction.compact import CompactOutcome
 from picochat.errors import PicochatError
+from picochat.messages import TriggerReason
 from picochat.providers.base import TextDelta, ThinkingDelta, Usage
 from picochat.providers.errors import ProviderError
 
@@ -74,7 +75,7 @@ class CompactionStarted:
     """A turn is compacting first: "auto" (over the threshold) or "overflow" (the provider
     refused the request as too long)."""
 
-    reason: str
+    reason: TriggerReason
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from picochat import summary_contract as sc
 from picochat import tokens
 from picochat.budget import budget_limits
 from picochat.compaction import report
-from picochat.compaction.compact import CompactRequest, compact_context
+from picochat.compaction.compact import CompactMode, CompactRequest, compact_context
 from picochat.compaction.compactor import ContextCompactor, CompactionPlan, plan_compaction
 from picochat.compaction.degraded import BREADCRUMB
 from picochat.compaction.prompt import prompt_overhead
@@ -336,7 +336,7 @@ def test_overflow_without_a_summary_trims_whole_turns_and_marks_the_checkpoint(s
     talk(store, s.id, 12, words=200)
     before = store.history(s.id)
     outcome = compact(store, Recorder(summaries=[ProviderUnavailable("down")]), s.id,
-                      reason="overflow", degraded_fallback=True, window=4_096)
+                      reason="overflow", mode=CompactMode.SUMMARY_OR_TRIM, window=4_096)
     cp = outcome.checkpoint
     assert outcome.compacted and cp.degraded and cp.trigger_reason == "overflow"
     assert cp.summary.startswith(BREADCRUMB)
@@ -418,7 +418,7 @@ def test_a_degraded_trim_keeps_the_earlier_summary_when_it_fits(store):
     assert first is not None
     talk(store, s.id, 10, words=60, start=10)
     outcome = compact(store, Recorder(summaries=[ProviderUnavailable("down")]), s.id,
-                      reason="overflow", degraded_fallback=True, window=4_096)
+                      reason="overflow", mode=CompactMode.SUMMARY_OR_TRIM, window=4_096)
     assert outcome.checkpoint.degraded and "PORT=8443" in outcome.checkpoint.summary
     assert outcome.checkpoint.parent_checkpoint_id == first.id
 
@@ -440,7 +440,7 @@ def planted_turn(store, sid, n):
 
 def overflow_trim(store, sid):
     return compact(store, Recorder(summaries=[ProviderUnavailable("down")]), sid,
-                   reason="overflow", degraded_fallback=True, window=3_000, keep=600)
+                   reason="overflow", mode=CompactMode.SUMMARY_OR_TRIM, window=3_000, keep=600)
 
 
 def test_repeated_degraded_trims_keep_every_fact_of_the_turns_they_drop(store):
@@ -471,7 +471,7 @@ def test_a_second_trim_keeps_the_real_summary_the_first_one_carried(store):
     for start in (10, 20):
         talk(store, s.id, 10, words=60, start=start)
         outcome = compact(store, Recorder(summaries=[ProviderUnavailable("down")]), s.id,
-                          reason="overflow", degraded_fallback=True, window=4_096)
+                          reason="overflow", mode=CompactMode.SUMMARY_OR_TRIM, window=4_096)
         assert outcome.checkpoint.degraded
     summary = restore(store, s.id).summary
     assert summary.count(BREADCRUMB) == 1 and summary.count("PORT=8443 for the api") == 1
@@ -484,7 +484,7 @@ def test_a_degraded_trims_note_does_not_say_the_context_is_unchanged(store):
         planted_turn(store, s.id, n)
     junk = "Sure! I'm ready to continue the conversation. What would you like to do next?"
     outcome = compact(store, Recorder(summaries=[junk]), s.id, reason="overflow",
-                      degraded_fallback=True, window=3_000, keep=600)
+                      mode=CompactMode.SUMMARY_OR_TRIM, window=3_000, keep=600)
     assert outcome.degraded
     note = report.compaction_note(outcome)
     assert "no summary because the model went on with the chat" in note  # why, still said

@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from picochat import summary_contract as sc
 from picochat.budget import RequestDraft, budget_limits
-from picochat.compaction.compact import CompactRequest, compact_context
+from picochat.compaction.compact import CompactMode, CompactRequest, compact_context
 from picochat.compaction.degraded import BREADCRUMB
 from picochat.messages import Checkpoint, Message
 from picochat.projection import project, restore
@@ -409,7 +409,7 @@ class CompactionMachine(RuleBasedStateMachine):
         provider = Summarizer(fail, actions[during])
         outcome = asyncio.run(compact_context(self.store, provider, CompactRequest(
             session_id=self.sid, reason=reason, limits=limits, system_prompt=SYSTEM,
-            degraded_fallback=degraded_fallback)))
+            mode=CompactMode.SUMMARY_OR_TRIM if degraded_fallback else CompactMode.SUMMARY)))
         raced = provider.during is None and during not in ("none", "append")
         event(f"compact {reason}: {outcome.status}"
               + (" (degraded)" if outcome.degraded else "")
@@ -571,7 +571,7 @@ def test_degraded_trim_shrinks_the_context(store) -> None:
     newest = store.append_message(sid, "user", "how are you?", turn_id="t3")
     outcome = asyncio.run(compact_context(store, OfflineProvider(0), CompactRequest(
         session_id=sid, reason="overflow", limits=budget_limits(128_000, None, 50, 10),
-        system_prompt=SYSTEM, try_summary=False, degraded_fallback=True)))
+        system_prompt=SYSTEM, mode=CompactMode.TRIM)))
     cp = outcome.checkpoint
     assert outcome.compacted and cp.degraded, outcome.error
     assert cp.tokens_after < cp.tokens_before, (cp.tokens_before, cp.tokens_after)

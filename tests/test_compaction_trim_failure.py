@@ -14,7 +14,7 @@ import pytest
 
 from picochat import tokens
 from picochat.budget import budget_limits
-from picochat.compaction.compact import CompactRequest, compact_context
+from picochat.compaction.compact import CompactMode, CompactRequest, compact_context
 from picochat.messages import NewCheckpoint
 from picochat.projection import restore, summary_block
 from picochat.providers.errors import ProviderUnavailable
@@ -37,7 +37,7 @@ def trim_fails(store, sid, window=4_096, system="sys", tools=(), reason="overflo
     outcome = asyncio.run(compact_context(
         store, Recorder(summaries=[ProviderUnavailable("down")]), CompactRequest(
             session_id=sid, reason=reason, limits=budget_limits(window, None, 1_024, 800),
-            system_prompt=system, tools=tuple(tools), degraded_fallback=True)))
+            system_prompt=system, tools=tuple(tools), mode=CompactMode.SUMMARY_OR_TRIM)))
     assert outcome.status == "failed"
     assert (store.checkpoints(sid), restore(store, sid)) == before
     return outcome.error.user_line()

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from picochat.budget import RequestDraft, budget_limits
-from picochat.compaction.compact import CompactRequest, compact_context
+from picochat.compaction.compact import CompactMode, CompactRequest, compact_context
 from picochat.ledger import counts
 from picochat.projection import restore
 from tests.scripted import Recorder
@@ -52,8 +52,7 @@ def test_a_real_small_models_session_keeps_every_folded_fact(store) -> None:
                 if not auto.compacted and size > limits.window:
                     outcomes.append(asyncio.run(compact_context(
                         store, SmolSummaries(), CompactRequest(
-                            sid, "overflow", limits, SYSTEM, try_summary=False,
-                            degraded_fallback=True))))
+                            sid, "overflow", limits, SYSTEM, mode=CompactMode.TRIM))))
         store.append_message(sid, row["role"], row["content"], turn_id=f"t{i // 2}")
     # every summary was rejected by the gate, and trims kept the context in the window
     assert any(o.error is not None and o.error.kind == "summary_rejected" for o in outcomes)

@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from picochat import ledger as fact_ledger
 from picochat import summary_contract as sc
 from picochat.budget import budget_limits
-from picochat.compaction.compact import CompactRequest, compact_context
+from picochat.compaction.compact import CompactMode, CompactRequest, compact_context
 from picochat.projection import restore
 from picochat.providers.errors import ProviderUnavailable
 from picochat.providers.offline import OfflineProvider
@@ -109,7 +109,8 @@ class FactsSurvive(RuleBasedStateMachine):
 
     @rule(try_summary=st.booleans())
     def overflow(self, try_summary: bool) -> None:
-        self.compact("overflow", try_summary=try_summary, degraded_fallback=True)
+        self.compact("overflow", mode=CompactMode.SUMMARY_OR_TRIM if try_summary
+                     else CompactMode.TRIM)
 
     @rule()
     def undo(self) -> None:

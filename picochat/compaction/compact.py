@@ -1,12 +1,13 @@
-"""compact_context: the one compaction entry point (design §7.4), shared by `/compact`, the
-automatic check before each turn and overflow recovery.
+"""compact_context: the one compaction entry point, shared by `/compact`, the automatic check
+before each turn and overflow recovery, so the three can never drift apart.
 
 1. One consistent snapshot of the context (a single read transaction: the short lock).
 2. Plan and summarize outside any lock: other processes may append meanwhile.
 3. Commit with a compare-and-set on the generation; a `/clear` or undo in between makes the
    candidate stale and nothing is written.
 4. Re-project from the durable log, so messages appended during the summary call appear.
-5. Timeline row, best effort, never for a degraded checkpoint (§13).
+5. A timeline row (what `timeline_recall` searches), best effort after the commit: its failure
+   never undoes the checkpoint. None for a degraded checkpoint, which has no summary.
 6. One `CompactOutcome` for every caller.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Mapping
 
 from picochat import ledger as fact_ledger
@@ -25,29 +27,52 @@ from picochat.compaction.degraded import trim_candidate
 from picochat.compaction.transcript import Transcript
 from picochat.compaction.trim_failure import trim_impossible
 from picochat.errors import PicochatError
-from picochat.messages import Checkpoint
+from picochat.messages import Checkpoint, TriggerReason
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider
 from picochat.storage.store import Store
 
 log = logging.getLogger("picochat.compaction")
 
-COMPACTED = "compacted"
-NOTHING_TO_COMPACT = "nothing_to_compact"
-FAILED = "failed"
+class CompactStatus(StrEnum):
+    """How a compaction ended (`picochat compact --json` prints it as `status`)."""
+
+    COMPACTED = "compacted"
+    NOTHING_TO_COMPACT = "nothing_to_compact"
+    FAILED = "failed"
+
+
+COMPACTED = CompactStatus.COMPACTED
+NOTHING_TO_COMPACT = CompactStatus.NOTHING_TO_COMPACT
+FAILED = CompactStatus.FAILED
+
+
+class CompactMode(StrEnum):
+    """What a compaction may do to make room."""
+
+    SUMMARY = "summary"                  # a summary, or nothing: a failure keeps the context
+    SUMMARY_OR_TRIM = "summary_or_trim"  # a summary, else drop whole old turns (degraded)
+    TRIM = "trim"                        # drop whole old turns: the turn already tried a summary
+
+    @property
+    def tries_summary(self) -> bool:
+        return self is not CompactMode.TRIM
+
+    @property
+    def may_trim(self) -> bool:
+        return self is not CompactMode.SUMMARY
 
 
 @dataclass(frozen=True)
 class CompactRequest:
     session_id: str
-    reason: str                       # "manual" | "auto" | "overflow"
+    reason: TriggerReason
     limits: BudgetLimits
     system_prompt: str
     tools: tuple[Mapping[str, Any], ...] = ()
     focus: str | None = None          # `/compact <focus>`
     instructions: str = ""            # [context_compaction].instructions
-    try_summary: bool = True          # False: this turn already tried one (§5.12)
-    degraded_fallback: bool = False   # overflow recovery: trim whole turns when the summary fails
+    mode: CompactMode = CompactMode.SUMMARY
     timeout: float = 600.0
     summary_model: SummaryModel | None = None  # None: the chat model summarizes
     reasoning: bool = False           # the chat model thinks first (room in its summary cap)
@@ -55,8 +80,8 @@ class CompactRequest:
 
 @dataclass(frozen=True)
 class CompactOutcome:
-    status: str                       # COMPACTED | NOTHING_TO_COMPACT | FAILED
-    reason: str
+    status: CompactStatus
+    reason: TriggerReason
     projection: ContextProjection     # the context now in effect (re-projected after a commit)
     checkpoint: Checkpoint | None = None
     kept_turns: int = 0
@@ -64,7 +89,7 @@ class CompactOutcome:
     error: PicochatError | None = None
     summary_error: PicochatError | None = None  # why a degraded trim was needed, if it was
     transcript: Transcript | None = None
-    summary_called: bool = False      # a summary request was sent (§5.12: once per turn)
+    summary_called: bool = False      # a summary request was sent (a turn sends at most one)
 
     @property
     def compacted(self) -> bool:
@@ -75,7 +100,8 @@ class CompactOutcome:
         return bool(self.checkpoint and self.checkpoint.degraded)
 
     def as_dict(self) -> dict[str, Any]:
-        """The `--json` shape of `picochat compact` (contract), plus reason and error."""
+        """The `--json` shape of `picochat compact` that scripts rely on, plus reason and
+        error."""
         cp = self.checkpoint
         return {
             "status": self.status,
@@ -98,7 +124,7 @@ async def compact_context(store: Store, provider: Provider,
     compactor = ContextCompactor(provider, limits, request.system_prompt, request.tools,
                                  request.instructions, request.timeout, request.summary_model,
                                  request.reasoning)
-    # Both figures of a checkpoint come from the same estimate (§6.2): a provider-reported
+    # Both figures of a checkpoint come from the same estimate: a provider-reported
     # usage would compare tokens of one tokenizer with tokens of another.
     parts = estimate(limits, RequestDraft(request.system_prompt, projection, request.tools))
     before = parts.total
@@ -107,19 +133,19 @@ async def compact_context(store: Store, provider: Provider,
     except PicochatError as exc:  # FixedContextExceedsBudget: compaction cannot help
         return _failed(sid, reason, projection, exc, tokens_before=before)
     plan = compactor.plan(projection)
-    if plan is None and not request.degraded_fallback:
+    if plan is None and not request.mode.may_trim:
         log.info("compaction_nothing session=%s reason=%s generation=%d", sid, reason,
                  projection.context_generation)
         return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
 
     # Overflow recovery needs the request under the hard window; everything else under the
     # threshold, so the next turn does not compact again at once.
-    limit = limits.window if request.degraded_fallback else limits.threshold
+    limit = limits.window if request.mode.may_trim else limits.threshold
     candidate: CompactionCandidate | None = None
     summary_error: PicochatError | None = None
     transcript: Transcript | None = None
     summary_called = False
-    if plan is not None and request.try_summary:
+    if plan is not None and request.mode.tries_summary:
         floor = compactor.kept_alone(plan, projection)
         if floor > limit:  # no summary can help: do not pay for a call bound to be rejected
             summary_error = SummaryRejected(
@@ -137,11 +163,11 @@ async def compact_context(store: Store, provider: Provider,
                 summary_error = exc
                 log.warning("summary_failed session=%s reason=%s kind=%s", sid, reason,
                             exc.kind)
-    if candidate is None and request.degraded_fallback:
-        candidate = trim_candidate(compactor, projection, before, "overflow")
+    if candidate is None and request.mode.may_trim:
+        candidate = trim_candidate(compactor, projection, before, TriggerReason.OVERFLOW)
         if candidate is None:
             summary_error = trim_impossible(projection, parts, limits,
-                                            refused=reason == "overflow")
+                                            refused=reason == TriggerReason.OVERFLOW)
         elif summary_error is not None:
             _context_changed(summary_error)
     if candidate is None:
@@ -192,13 +218,14 @@ def _context_changed(error: PicochatError) -> None:
 
 
 def _made_by(provider: Provider, request: CompactRequest, degraded: bool) -> tuple[str, str]:
-    """The checkpoint's provider_kind and model: whoever wrote the summary (§6.2)."""
+    """The checkpoint's provider_kind and model: whoever wrote the summary (the offline trim
+    is credited to the chat model, which it stood in for)."""
     if request.summary_model is not None and not degraded:
         provider = request.summary_model.provider
     return provider.info.provider_kind, provider.info.model
 
 
-def _failed(sid: str, reason: str, projection: ContextProjection, error: PicochatError,
+def _failed(sid: str, reason: TriggerReason, projection: ContextProjection, error: PicochatError,
             summary_error: PicochatError | None = None, transcript: Transcript | None = None,
             tokens_before: int = 0, summary_called: bool = False) -> CompactOutcome:
     log.warning("compaction_failed session=%s reason=%s generation=%d kind=%s", sid, reason,

@@ -3,8 +3,8 @@
 Messages are append-only and get their `seq` inside the insert's transaction from the durable
 maximum, so two processes appending to one session never collide and a seq is never reused.
 Operations that change what earlier history means (`/clear`, undo) bump `context_generation`
-in the same transaction, so a checkpoint candidate built before them fails its commit (§6.3,
-§12.3).
+in the same transaction, so a checkpoint candidate built before them fails its commit. A plain
+append does not: the messages it adds land after the candidate's cut, in the raw tail.
 """
 
 from __future__ import annotations
@@ -37,13 +37,14 @@ from picochat.messages import (
     NewCheckpoint,
     NewMessage,
     Session,
+    TriggerReason,
     valid_text,
 )
 from picochat.storage.db import connect, connect_reader, describe_error, transaction
 
 Clock = Callable[[], int]
 T = TypeVar("T")
-TRIGGER_REASONS = ("manual", "auto", "overflow")
+TRIGGER_REASONS = tuple(TriggerReason)
 
 
 def wall_clock_ms() -> int:
@@ -487,7 +488,7 @@ class Store:
 
     def search_timeline(self, session_id: str, query: str, limit: int = 5
                         ) -> list[tuple[str, str]]:
-        """Earlier checkpoint summaries (§13 Timeline) that mention the query's words, the
+        """Earlier checkpoint summaries (the timeline) that mention the query's words, the
         best-matching first: (key, summary)."""
         terms = [t.lower() for t in re.findall(r"\w+", query)][:16]
         if not terms:
@@ -533,7 +534,8 @@ class Store:
             return _active_checkpoint(c, _session_row(c, session_id))[0]
 
     def clear_context(self, session_id: str) -> Session:
-        """`/clear`: the context restarts after the newest message; raw rows stay (§12.3)."""
+        """`/clear`: the context restarts after the newest message; raw rows stay, and the
+        generation moves on, so a compaction built before the clear cannot commit."""
         with self._write() as c:
             _session_row(c, session_id)
             c.execute(
@@ -579,7 +581,7 @@ class Store:
 
     def commit_context_checkpoint(self, session_id: str, expected_generation: int,
                                   new: NewCheckpoint) -> Checkpoint:
-        """Insert a checkpoint and make it active, in one transaction, or change nothing (§12.1).
+        """Insert a checkpoint and make it active, in one transaction, or change nothing.
 
         A session whose generation moved since the candidate was built raises `StaleGeneration`.
         """
@@ -826,7 +828,9 @@ def _active_checkpoint(c: sqlite3.Connection, session: Session
 
 def _checkpoint_problem(c: sqlite3.Connection, session: Session,
                         cp: Checkpoint | None) -> str | None:
-    """Why the active checkpoint cannot be used (restore then falls back to raw history, §14)."""
+    """Why the active checkpoint cannot be used (missing, another session's, empty, or a
+    boundary that is not a message after the floor): restore then falls back to the raw
+    history and reports this diagnostic, rather than sending a broken context."""
     if cp is None:
         return f"active checkpoint {session.active_context_checkpoint_id} does not exist"
     if cp.session_id != session.id:
