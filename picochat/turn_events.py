@@ -72,8 +72,8 @@ class TurnFailed:
 
 @dataclass(frozen=True)
 class CompactionStarted:
-    """A turn is compacting first: "auto" (over the threshold) or "overflow" (the provider
-    refused the request as too long)."""
+    """A turn is compacting first: "auto" (over the threshold) or "overflow" (the request
+    does not fit the window: the provider refused it, or the estimate knew before sending)."""
 
     reason: TriggerReason
 
