@@ -58,14 +58,15 @@ COMMANDS = [(("ask", "hello again"), "ask"), (("history",), "history"),
 FULL_DISK_CLI = """
 import os, sys
 from picochat.storage.store import Store
-_append = Store.append_message
-def append_message(self, session_id, role, *args, **kwargs):
-    if role == os.environ["PICOCHAT_TEST_FULL_AT"]:
+_append = Store.append_messages
+def append_messages(self, session_id, drafts, **kwargs):
+    drafts = list(drafts)
+    if any(d.role == os.environ["PICOCHAT_TEST_FULL_AT"] for d in drafts):
         with self._lock:
             pages = self._conn.execute("PRAGMA page_count").fetchone()[0]
             self._conn.execute(f"PRAGMA max_page_count = {pages}")
-    return _append(self, session_id, role, *args, **kwargs)
-Store.append_message = append_message
+    return _append(self, session_id, drafts, **kwargs)
+Store.append_messages = append_messages
 from picochat.cli.main import main
 raise SystemExit(main(sys.argv[1:]))
 """

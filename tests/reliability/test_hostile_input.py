@@ -154,14 +154,19 @@ def test_compacting_a_session_that_holds_a_10mb_message_bounds_the_summary_reque
             model = "openai/fake-model"
             api_base = "{fake.base_url}"
             token_limit = 8192
+            [models.roomy]
+            model = "offline"
+            token_limit = 16000000
             [context_compaction]
             enabled = false
         '''), encoding="utf-8")
         print()
-        ok("ask", "--model", "offline", "--session", "big", "-", stdin=big.encode(),
+        # a model whose window holds the 10 MB message, so nothing folds it before /compact
+        # (enabled = false stops auto compaction, never the check against the window)
+        ok("ask", "--model", "roomy", "--session", "big", "-", stdin=big.encode(),
            label="ask 10 MB")
-        ok("ask", "--model", "offline", "--session", "big", "second, short", label="ask")
-        ok("ask", "--model", "offline", "--session", "big", "third, short", label="ask")
+        ok("ask", "--model", "roomy", "--session", "big", "second, short", label="ask")
+        ok("ask", "--model", "roomy", "--session", "big", "third, short", label="ask")
         r = ok("compact", "--session", "big", "--model", "fake", "--json",
                label="compact (summary via the fake)")
         outcome = json.loads(r.stdout)
