@@ -15,6 +15,7 @@ class _Job:
     run: Callable[[], Awaitable[Any]]
     future: asyncio.Future[Any]
     answers_itself: bool  # it reports its own end (a turn, to its handle), even when closing
+    on_start: Callable[[], None] | None = None  # told when it begins (after those before it)
 
 
 class JobQueue:
@@ -40,11 +41,12 @@ class JobQueue:
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name=self.name)
 
-    def submit(self, run: Callable[[], Awaitable[T]],
-               answers_itself: bool = False) -> "asyncio.Future[T]":
-        """Queue `run` behind everything already submitted."""
+    def submit(self, run: Callable[[], Awaitable[T]], answers_itself: bool = False,
+               on_start: Callable[[], None] | None = None) -> "asyncio.Future[T]":
+        """Queue `run` behind everything already submitted; `on_start` is called when it
+        begins, so a caller can say "compacting" then rather than poll."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Job(run, future, answers_itself))
+        self._queue.put_nowait(_Job(run, future, answers_itself, on_start))
         return future
 
     async def close(self) -> None:
@@ -66,6 +68,8 @@ class JobQueue:
                 job.future.cancel()
                 continue
             try:
+                if job.on_start is not None:
+                    job.on_start()
                 value = await job.run()
             except BaseException as exc:  # delivered to the caller, never kills the queue
                 if not job.future.done():

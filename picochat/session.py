@@ -192,9 +192,11 @@ class SessionWorker:
     def queued(self) -> int:
         return self._jobs.waiting
 
-    def submit(self, run: Callable[[], Awaitable[T]]) -> "asyncio.Future[T]":
-        """Queue an async command behind everything already submitted."""
-        return self._jobs.submit(run)
+    def submit(self, run: Callable[[], Awaitable[T]],
+               on_start: Callable[[], None] | None = None) -> "asyncio.Future[T]":
+        """Queue an async command behind everything already submitted (`on_start`: called
+        when it begins)."""
+        return self._jobs.submit(run, on_start=on_start)
 
     def call(self, fn: Callable[[], T]) -> "asyncio.Future[T]":
         """Queue a quick synchronous command (clear, undo, …) now, in order with the turns;
@@ -293,10 +295,12 @@ class SessionWorker:
             return self.system_prompt
         return self.call(run)
 
-    def compact(self, focus: str | None = None) -> "asyncio.Future[CompactOutcome]":
+    def compact(self, focus: str | None = None, on_start: Callable[[], None] | None = None
+                ) -> "asyncio.Future[CompactOutcome]":
         """`/compact [focus]`: forced (no threshold, even with auto compaction off), queued
         behind the running turn rather than cancelling it."""
-        return self.submit(lambda: self.compact_now(TriggerReason.MANUAL, focus=focus))
+        return self.submit(lambda: self.compact_now(TriggerReason.MANUAL, focus=focus),
+                           on_start)
 
     def uncompact(self) -> "asyncio.Future[UncompactResult]":
         """`/uncompact`: the previous checkpoint (or none) becomes active again."""

@@ -8,7 +8,6 @@ characters) is parsed and re-rendered, and finished blocks are never touched aga
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from rich.theme import Theme
 from textual.app import ComposeResult
@@ -20,11 +19,8 @@ from textual.widgets import Label
 from picochat.tui.copyable import COPY, Copyable
 from picochat.tui.markdown import Block, Prose, markdown_theme, split_blocks
 from picochat.tui.preview import preview
-from picochat.tui.thinking import ThinkingBlock
 from picochat.textsafe import StreamCleaner, clean
 
-if TYPE_CHECKING:
-    from picochat.tui.chat import ChatView
 
 SEGMENT_CHARS = 3_000   # a streaming prose run is closed at the next block past this size
 FLUSH_S = 0.05          # the screen follows a stream at most 20 times a second,
@@ -286,36 +282,3 @@ class AssistantMessage(Copyable, Widget):
         if interrupted:
             self.add_class("interrupted")
             self.border_subtitle = INTERRUPTED_NOTE
-
-
-class AnswerStream:
-    """The answer being streamed: its widget mounts with the first text, and the model's
-    thinking, if any, in a block above it with the first thinking (collapsed once the answer
-    starts)."""
-
-    def __init__(self, chat: "ChatView") -> None:
-        self.chat = chat
-        self.message: AssistantMessage | None = None
-        self.thinking: ThinkingBlock | None = None
-
-    async def add_thinking(self, fragment: str) -> None:
-        if self.message is not None:  # thinking after the answer began: not shown apart
-            return
-        if self.thinking is None:
-            self.thinking = ThinkingBlock()
-            await self.chat.add(self.thinking)
-        self.thinking.add_text(fragment)
-
-    async def add_text(self, fragment: str) -> None:
-        if self.thinking is not None:
-            self.thinking.finish()
-        if self.message is None:
-            self.message = AssistantMessage()
-            await self.chat.add(self.message)
-        self.message.add_text(fragment)
-
-    async def finish(self, seq: int | None = None, interrupted: bool = False) -> None:
-        if self.thinking is not None:
-            self.thinking.finish()
-        if self.message is not None:
-            await self.message.finish(seq, interrupted)

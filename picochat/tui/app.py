@@ -3,18 +3,19 @@
 Messages up, method calls down: the prompt posts `Submitted`, the app turns it into a worker
 job (a turn or a command), and tells the ChatView, StatusBar and CheckpointPanel what happened.
 Every figure shown comes from the worker's `info()`, the value `/info` and auto compaction use.
+
+The app itself keeps the layout, themes, warm-up, the worker's lifecycle and session switching,
+keys and the palette. A turn on screen is `tui.turns`; the slash commands' handlers are the
+table in `tui.commands`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import difflib
 import logging
-import re
 import signal
 import time
 import traceback
-from pathlib import Path
 from typing import Any, Iterable
 
 from rich.text import Text
@@ -27,38 +28,23 @@ from textual.widgets import Footer, OptionList, Static, TextArea
 from textual.worker import Worker, WorkerState
 
 from picochat import tokens
-from picochat.compaction import report
-from picochat.config import Config, save_ui_theme
+from picochat.config import Config
 from picochat.context_usage import context_series
 from picochat.errors import PicochatError
-from picochat.export import FORMATS, export_to_file
-from picochat.failures import compaction_failure_line, turn_failure_line
 from picochat.messages import Session
 from picochat.paths import Paths
 from picochat.models import ResolvedModel
 from picochat.opening import open_model
-from picochat.providers.base import Provider, TextDelta, ThinkingDelta
-from picochat.session import (
-    CUT_AT_LIMIT,
-    CompactionStarted,
-    Compacted,
-    Notice as TurnNotice,
-    RetryWaiting,
-    SessionWorker,
-    ToolRan,
-    TurnFailed,
-    TurnFinished,
-    TurnHandle,
-    TurnStarted,
-)
+from picochat.providers.base import Provider
+from picochat.session import SessionWorker
 from picochat.storage.store import Store
-from picochat.tui import slash
-from picochat.tui.chat import PAGE, AnswerStream, ChatView, ToolBlock, UserMessage
+from picochat.tui import commands, slash, turns
+from picochat.tui.chat import PAGE, ChatView
 from picochat.tui.idle_gc import IdleCollector
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.safe import literal
-from picochat.tui.screens import CardScreen, ConfirmScreen, PickScreen
+from picochat.tui.screens import CardScreen
 from picochat.tui.themes import bundled_dir, load_themes
 from picochat.tui.status import StatusBar
 
@@ -363,347 +349,18 @@ class PicochatApp(App[None]):
         except slash.UnknownCommand as exc:
             await chat.add_notice(str(exc), "error")
             return
-        handler = getattr(self, f"cmd_{parsed.name}")
         try:
-            await handler(parsed.arg)
+            await commands.HANDLERS[parsed.name](self, parsed.arg)
         except PicochatError as exc:  # a locked or full database: one line, the app goes on
             await chat.add_notice(exc.user_line(), "error")
 
-    # --- turns ----------------------------------------------------------------------------------
+    # --- turns ---------------------------------------------------------------------------------
 
     @work(group="turns", exit_on_error=False)
     async def run_turn(self, text: str) -> None:
-        await self.transcript_ready.wait()
-        chat = self.query_one(ChatView)
-        queued = self.worker.busy or self.worker.queued > 0
-        handle = self.worker.submit_turn(text)
-        # turns are shown one after another, in the order sent: this one's events wait until
-        # the one before it is on screen in full (its last text, its "Stopped" line)
-        previous, shown = self._turn_shown, asyncio.Event()
-        self._turn_shown = shown
-        try:
-            chat.follow()  # sending brings the reader back to the bottom
-            user = await chat.add_user(text, queued=queued)
-            self.refresh_status()
-            await previous.wait()
-            await self._show_turn(chat, user, handle)
-        finally:
-            shown.set()
+        await turns.send(self, text)
 
-    async def _show_turn(self, chat: ChatView, user: UserMessage, handle: TurnHandle
-                         ) -> None:
-        answer: AnswerStream | None = None
-        async for event in handle:
-            if isinstance(event, TurnStarted):
-                self._turn = handle
-                self.refresh_bindings()
-                if user.has_class("queued") and user.parent is chat:
-                    # it waited at the bottom while the turns before it added their answers
-                    # and notices below it: it goes below them, where its answer will follow
-                    chat.move_child(user, after=chat.children[-1])
-                user.started(event.user_seq)
-                self.set_state("answering…")
-            elif isinstance(event, ThinkingDelta):
-                if answer is None:
-                    answer = await chat.add_assistant()
-                await answer.add_thinking(event.text)
-            elif isinstance(event, TextDelta):
-                if answer is None:
-                    answer = await chat.add_assistant()
-                    if self.state.startswith("waiting"):  # the retry after a busy server
-                        self.set_state("answering…")
-                await answer.add_text(event.text)
-            elif isinstance(event, CompactionStarted):
-                self.set_state(f"Compacting ({event.reason})…")
-            elif isinstance(event, Compacted):
-                await self.compacted(event.outcome, announce=True)
-                self.set_state("answering…")
-            elif isinstance(event, TurnNotice):
-                await chat.add_notice(event.text, "info")
-            elif isinstance(event, RetryWaiting):
-                await chat.add_notice(event.text, "info")
-                self.set_state("waiting", retry_in=event.seconds)
-            elif isinstance(event, ToolRan):
-                if answer is not None:
-                    await answer.finish()
-                    answer = None
-                row = self.store.message(self.session.id, event.seq)
-                await chat.add(ToolBlock(event.name, event.status,
-                                         row.content if row else "", event.seq))
-            elif isinstance(event, TurnFinished):
-                if answer is not None:
-                    await answer.finish(event.assistant_seq)
-                if event.cut:  # saved, but incomplete: say so under it
-                    await chat.add_notice(CUT_AT_LIMIT, "warning")
-            elif isinstance(event, TurnFailed):
-                if answer is not None:
-                    await answer.finish(event.partial_seq, interrupted=True)
-                if event.user_seq is None and not event.cancelled:
-                    await self._unsaved(chat, user, handle.text)
-                await chat.add_notice(failure_line(event), "info" if event.cancelled
-                                      else "error")
-        if self._turn is handle:
-            self._turn = None
-            self.refresh_bindings()
-        self.set_state("")
-        await self.refresh_panel()
-
-    async def _unsaved(self, chat: ChatView, user: UserMessage, text: str) -> None:
-        """The message could not be written (a locked or full database): it leaves the
-        transcript, which shows what is stored, and goes back to the prompt, ahead of
-        anything typed since, so nothing typed is lost."""
-        if user.parent is chat:
-            await user.remove()
-        prompt = self.query_one(Prompt)
-        typed = prompt.text
-        prompt.load_text(f"{text}\n{typed}" if typed.strip() else text)
-        prompt.move_cursor(prompt.document.end)
-
-    async def compacted(self, outcome: Any, announce: bool) -> None:
-        if outcome.compacted:
-            await self.checkpoint_moved()
-            if announce and outcome.degraded:  # no summary: say why, and what to do
-                self.notify(literal(report.compaction_note(outcome) or ""), severity="warning",
-                            title="Context compacted without a summary")
-            elif announce:
-                cp = outcome.checkpoint
-                self.notify(literal(f"{outcome.reason} compaction: {cp.tokens_before:,} → "
-                                    f"{cp.tokens_after:,} tokens"), title="Context compacted")
-        elif announce and outcome.error is not None:
-            self.notify(literal(report.compaction_note(outcome) or outcome.error.user_line()),
-                        severity="warning")
-
-    # --- commands -------------------------------------------------------------------------------
-
-    async def cmd_compact(self, focus: str) -> None:
-        chat = self.query_one(ChatView)
-        if self.worker.busy:
-            await chat.add_notice("/compact is queued: it runs when the current answer ends")
-        self.compact(focus or None)
-
-    @work(group="commands", exit_on_error=False)
-    async def compact(self, focus: str | None) -> None:
-        chat = self.query_one(ChatView)
-        future = self.worker.compact(focus)
-        while not future.done() and self.worker.busy:  # queued behind a turn
-            await asyncio.sleep(0.05)
-        self.set_state("Compacting…")
-        try:
-            outcome = await future
-        finally:
-            self.set_state("")
-        if outcome.compacted:
-            await chat.add_notice(report.compacted_lines(outcome), "card")
-            await self.compacted(outcome, announce=False)
-        elif outcome.error is not None:
-            await chat.add_notice(compaction_failure_line(outcome.error), "error")
-        else:
-            reason = report.nothing_reason(outcome, self.worker.limits)
-            await chat.add_notice(f"Nothing to compact: {reason}")
-
-    async def cmd_uncompact(self, _: str) -> None:
-        result = await self.worker.uncompact()
-        chat = self.query_one(ChatView)
-        if result.undone:
-            active = result.active or "none (the whole raw history)"
-            await chat.add_notice(f"Undid checkpoint {result.undone}; active now: {active}")
-        else:
-            await chat.add_notice("Nothing to uncompact: no checkpoint is active")
-        await self.checkpoint_moved()
-
-    async def cmd_info(self, _: str) -> None:
-        self.action_info()
-
-    async def cmd_checkpoints(self, _: str) -> None:
-        await self.action_checkpoints()
-
-    async def cmd_clear(self, _: str) -> None:
-        await self.worker.clear()
-        await self.query_one(ChatView).add_notice(
-            "Context cleared: the model starts afresh; the raw history above stays")
-        await self.checkpoint_moved()
-
-    async def cmd_stop(self, _: str) -> None:
-        if self._turn is None:
-            await self.query_one(ChatView).add_notice("Nothing to stop: no answer is running")
-            return
-        self.action_stop()
-
-    async def cmd_undo(self, _: str) -> None:
-        chat = self.query_one(ChatView)
-        try:
-            result = await self.worker.undo()
-        except PicochatError as exc:
-            await chat.add_notice(exc.user_line(), "error")
-            return
-        if not result.removed:
-            await chat.add_notice("Nothing to undo: no turn is in the context")
-            return
-        await self.reload()
-        kept = ("" if result.checkpoint_kept else
-                "; the checkpoint summarizing it is no longer active")
-        await self.query_one(ChatView).add_notice(
-            f"Last turn taken back from the context ({len(result.removed)} messages, "
-            f"#{result.removed[0]}–#{result.removed[-1]}; still in the raw history){kept}")
-        self.refresh_status()
-
-    async def cmd_retry(self, _: str) -> None:
-        chat = self.query_one(ChatView)
-        rows = [m for m in self.store.history(self.session.id)
-                if m.role == "user" and not m.retracted]
-        if self.worker.busy or not rows:
-            await chat.add_notice("Nothing to retry" if not rows else
-                                  "An answer is still running: /stop it first", "error")
-            return
-        await self.cmd_undo("")
-        self.run_turn(rows[-1].content)
-
-    async def cmd_new(self, name: str) -> None:
-        if name and self.store.find_session(name):
-            await self.query_one(ChatView).add_notice(
-                f"a session named {name!r} exists; /sessions switches to it", "error")
-            return
-        await self.open_session(await self.store.io(self.store.create_session,
-                                                    name=name or None))
-
-    async def cmd_sessions(self, _: str) -> None:
-        sessions = self.store.list_sessions()
-        choices = [(s.id, f"{'● ' if s.id == self.session.id else '  '}{s.name}  ·  "
-                          f"{s.message_count:,} messages  ·  {s.id}") for s in sessions]
-
-        async def picked(session_id: str | None) -> None:
-            if session_id and session_id != self.session.id:
-                await self.open_session(self.store.session(session_id))
-        self.push_screen(PickScreen("Sessions", choices), picked)
-
-    async def cmd_rename(self, name: str) -> None:
-        chat = self.query_one(ChatView)
-        if not name:
-            await chat.add_notice("/rename needs a name: /rename NAME", "error")
-            return
-        try:
-            self.session = await self.store.io(self.store.rename_session, self.session.id,
-                                               name)
-        except PicochatError as exc:
-            await chat.add_notice(exc.user_line(), "error")
-            return
-        await chat.add_notice(f"Session renamed to {name}")
-        self.refresh_status()
-
-    async def cmd_delete(self, _: str) -> None:
-        async def answered(yes: bool | None) -> None:
-            if not yes:
-                return
-            try:
-                await self.store.io(self.store.delete_session, self.session.id)
-                others = [s for s in self.store.list_sessions() if s.id != self.session.id]
-                await self.open_session(others[0] if others else
-                                        await self.store.io(self.store.create_session))
-            except PicochatError as exc:
-                await self.query_one(ChatView).add_notice(exc.user_line(), "error")
-                return
-            self.notify(literal("Session deleted (its rows stay in the database)"))
-        self.push_screen(ConfirmScreen(f"Delete session {self.session.name!r}?"), answered)
-
-    async def cmd_model(self, name: str) -> None:
-        chat = self.query_one(ChatView)
-        if not name:
-            await chat.add_notice(f"Model: {self.worker.model.label}; /model NAME switches "
-                                  "(a [models] key or a litellm model string)")
-            return
-        try:
-            resolved, provider = open_model(self.config, self.session, name, said_as="/model")
-        except PicochatError as exc:
-            await chat.add_notice(exc.user_line(), "error")
-            return
-        await self.store.io(self.store.set_session_model, self.session.id, name)
-        await self.open_session(self.store.session(self.session.id), resolved, provider)
-        await self.query_one(ChatView).add_notice(f"Model: {resolved.label}; window "
-                                                  f"{self.worker.limits.window:,} tokens")
-
-    async def cmd_system(self, text: str) -> None:
-        chat = self.query_one(ChatView)
-        if not text:
-            own = self.store.session(self.session.id).system_prompt is not None
-            origin = "this session's own" if own else "the agent's ([agents.default])"
-            await chat.add_notice(f"System prompt ({origin}): {self.worker.system_prompt or '(none)'}"
-                                  "\n/system TEXT replaces it for this session; "
-                                  "/system default goes back to the agent's")
-            return
-        reset = text.strip().lower() == "default"
-        if self.worker.busy:
-            await chat.add_notice("/system is queued: it applies when the current answer ends")
-        await self.worker.set_system_prompt(None if reset else text,
-                                            self.config.agent.system_prompt)
-        await chat.add_notice("System prompt back to the agent's" if reset else
-                              "System prompt replaced for this session (saved)")
-        self.refresh_status()
-
-    async def cmd_search(self, query: str) -> None:
-        chat = self.query_one(ChatView)
-        if not query:
-            await chat.add_notice("/search needs some words: /search TEXT", "error")
-            return
-        hits = self.store.search_messages(self.session.id, query, limit=20)
-        if not hits:
-            await chat.add_notice(f"No message matches {query!r}")
-            return
-        choices = [(str(h.seq), f"#{h.seq} {h.role}{' (undone)' if h.retracted else ''}: "
-                                + " ".join(h.snippet.split())) for h in hits]
-
-        async def picked(seq: str | None) -> None:
-            if seq is not None and not await chat.reveal(int(seq)):
-                self.notify(literal(f"#{seq} is not shown in this transcript"),
-                            severity="warning")
-        self.push_screen(PickScreen(f"{len(hits)} best matches for {query!r} · Enter jumps",
-                                    choices), picked)
-
-    async def cmd_copy(self, _: str) -> None:
-        answers = [m for m in self.store.history(self.session.id)
-                   if m.role == "assistant" and m.content.strip()]
-        if not answers:
-            await self.query_one(ChatView).add_notice("No answer to copy yet")
-            return
-        self.copy_to_clipboard(answers[-1].content)
-        self.notify(literal(f"Copied the last answer ({len(answers[-1].content):,} characters)"))
-
-    async def cmd_export(self, arg: str) -> None:
-        chat = self.query_one(ChatView)
-        words = arg.split(maxsplit=1)
-        fmt = "md"
-        if words and words[0].lower() in FORMATS:
-            fmt = words.pop(0).lower()
-        default = re.sub(r"[^\w.-]+", "-", self.session.name).strip("-.") or "session"
-        target = Path(words[0] if words else f"{default}.{fmt}").expanduser()
-        own = (self.paths.config_file, self.paths.log_file) if self.paths else ()
-        try:  # the same refusals and failure lines as `picochat export -o`
-            done = export_to_file(self.store, self.session.id, fmt, target, also=own)
-        except PicochatError as exc:
-            await chat.add_notice(f"export failed: {exc.user_line()}", "error")
-            return
-        await chat.add_notice(f"Exported {done.messages:,} messages to {target.resolve()}")
-
-    async def cmd_theme(self, name: str) -> None:
-        chat = self.query_one(ChatView)
-        names = sorted(self.available_themes)
-        if not name:
-            await chat.add_notice("Themes: " + ", ".join(
-                f"[{n}]" if n == self.theme else n for n in names))
-            return
-        if name not in self.available_themes:
-            close = difflib.get_close_matches(name, names, n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            await chat.add_notice(f"unknown theme {name!r}{hint} (/theme lists them)", "error")
-            return
-        self.theme = name
-        saved = ""
-        if self.paths is not None:
-            try:
-                save_ui_theme(self.paths.config_file, name)
-                saved = f"; saved to {self.paths.config_file}"
-            except PicochatError as exc:
-                saved = f"; not saved ({exc.user_line()})"
-        await chat.add_notice(f"Theme: {name}{saved}")
+    # --- sessions ------------------------------------------------------------------------------
 
     async def open_session(self, session: Session, model: ResolvedModel | None = None,
                            provider: Provider | None = None) -> None:
@@ -722,12 +379,6 @@ class PicochatApp(App[None]):
         self.warm_up()
         await self.reload()
         self.refresh_status()
-
-    async def cmd_help(self, _: str) -> None:
-        self.action_help()
-
-    async def cmd_quit(self, _: str) -> None:
-        self.exit()
 
     # --- actions (keys and the command palette) -------------------------------------------------
 
@@ -796,10 +447,3 @@ def _runner(app: PicochatApp, command: slash.Command):
             return
         await app.run_command(f"/{command.name}")
     return run
-
-
-def failure_line(event: TurnFailed) -> str:
-    if event.cancelled:
-        return ("Stopped; the partial answer is saved" if event.partial_seq
-                else "Stopped before any answer arrived")
-    return turn_failure_line(event, "your message was not saved: it is back in the prompt")

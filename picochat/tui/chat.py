@@ -12,7 +12,8 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Static
 
 from picochat.messages import INTERRUPTED, Checkpoint, Message
-from picochat.tui.answer import AnswerStream, AssistantMessage
+from picochat.tui.answer import AssistantMessage
+from picochat.tui.thinking import ThinkingBlock
 from picochat.tui.copyable import COPY, Copyable
 from picochat.tui.preview import preview
 from picochat.tui.prompt import forward_typing
@@ -315,3 +316,36 @@ def message_widget(m: Message) -> Widget | None:
     if m.role == "tool":
         return ToolBlock(m.name or "tool", m.tool_status, m.content, m.seq)
     return None
+
+
+class AnswerStream:
+    """The answer being streamed: its widget mounts with the first text, and the model's
+    thinking, if any, in a block above it with the first thinking (collapsed once the answer
+    starts)."""
+
+    def __init__(self, chat: ChatView) -> None:
+        self.chat = chat
+        self.message: AssistantMessage | None = None
+        self.thinking: ThinkingBlock | None = None
+
+    async def add_thinking(self, fragment: str) -> None:
+        if self.message is not None:  # thinking after the answer began: not shown apart
+            return
+        if self.thinking is None:
+            self.thinking = ThinkingBlock()
+            await self.chat.add(self.thinking)
+        self.thinking.add_text(fragment)
+
+    async def add_text(self, fragment: str) -> None:
+        if self.thinking is not None:
+            self.thinking.finish()
+        if self.message is None:
+            self.message = AssistantMessage()
+            await self.chat.add(self.message)
+        self.message.add_text(fragment)
+
+    async def finish(self, seq: int | None = None, interrupted: bool = False) -> None:
+        if self.thinking is not None:
+            self.thinking.finish()
+        if self.message is not None:
+            await self.message.finish(seq, interrupted)

@@ -1,0 +1,288 @@
+"""The slash commands: what each one does in the app, and the table that names them.
+
+`slash` holds their names, arguments and help (pure, for the hints, F1 and the palette); this
+module holds their handlers, one function per command, and `HANDLERS`, the table the app
+dispatches through. A handler gets the app and the text after the command's name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from picochat.compaction import report
+from picochat.config import save_ui_theme
+from picochat.errors import PicochatError
+from picochat.export import FORMATS, export_to_file
+from picochat.failures import compaction_failure_line
+from picochat.opening import open_model
+from picochat.tui import turns
+from picochat.tui.chat import ChatView
+from picochat.tui.safe import literal
+from picochat.tui.screens import ConfirmScreen, PickScreen
+
+if TYPE_CHECKING:
+    from picochat.tui.app import PicochatApp
+
+Handler = Callable[["PicochatApp", str], Awaitable[None]]
+
+
+
+async def cmd_compact(app: "PicochatApp", focus: str) -> None:
+    chat = app.query_one(ChatView)
+    if app.worker.busy:
+        await chat.add_notice("/compact is queued: it runs when the current answer ends")
+    app.run_worker(_compact(app, focus or None), group="commands",
+                   exit_on_error=False)
+
+async def _compact(app: "PicochatApp", focus: str | None) -> None:
+    chat = app.query_one(ChatView)
+    future = app.worker.compact(focus, on_start=lambda: app.set_state("Compacting…"))
+    try:
+        outcome = await future
+    finally:
+        app.set_state("")
+    if outcome.compacted:
+        await chat.add_notice(report.compacted_lines(outcome), "card")
+        await turns.compacted(app, outcome, announce=False)
+    elif outcome.error is not None:
+        await chat.add_notice(compaction_failure_line(outcome.error), "error")
+    else:
+        reason = report.nothing_reason(outcome, app.worker.limits)
+        await chat.add_notice(f"Nothing to compact: {reason}")
+
+async def cmd_uncompact(app: "PicochatApp", _: str) -> None:
+    result = await app.worker.uncompact()
+    chat = app.query_one(ChatView)
+    if result.undone:
+        active = result.active or "none (the whole raw history)"
+        await chat.add_notice(f"Undid checkpoint {result.undone}; active now: {active}")
+    else:
+        await chat.add_notice("Nothing to uncompact: no checkpoint is active")
+    await app.checkpoint_moved()
+
+async def cmd_info(app: "PicochatApp", _: str) -> None:
+    app.action_info()
+
+async def cmd_checkpoints(app: "PicochatApp", _: str) -> None:
+    await app.action_checkpoints()
+
+async def cmd_clear(app: "PicochatApp", _: str) -> None:
+    await app.worker.clear()
+    await app.query_one(ChatView).add_notice(
+        "Context cleared: the model starts afresh; the raw history above stays")
+    await app.checkpoint_moved()
+
+async def cmd_stop(app: "PicochatApp", _: str) -> None:
+    if app._turn is None:
+        await app.query_one(ChatView).add_notice("Nothing to stop: no answer is running")
+        return
+    app.action_stop()
+
+async def cmd_undo(app: "PicochatApp", _: str) -> None:
+    chat = app.query_one(ChatView)
+    try:
+        result = await app.worker.undo()
+    except PicochatError as exc:
+        await chat.add_notice(exc.user_line(), "error")
+        return
+    if not result.removed:
+        await chat.add_notice("Nothing to undo: no turn is in the context")
+        return
+    await app.reload()
+    kept = ("" if result.checkpoint_kept else
+            "; the checkpoint summarizing it is no longer active")
+    await app.query_one(ChatView).add_notice(
+        f"Last turn taken back from the context ({len(result.removed)} messages, "
+        f"#{result.removed[0]}–#{result.removed[-1]}; still in the raw history){kept}")
+    app.refresh_status()
+
+async def cmd_retry(app: "PicochatApp", _: str) -> None:
+    chat = app.query_one(ChatView)
+    rows = [m for m in app.store.history(app.session.id)
+            if m.role == "user" and not m.retracted]
+    if app.worker.busy or not rows:
+        await chat.add_notice("Nothing to retry" if not rows else
+                              "An answer is still running: /stop it first", "error")
+        return
+    await cmd_undo(app, "")
+    app.run_turn(rows[-1].content)
+
+async def cmd_new(app: "PicochatApp", name: str) -> None:
+    if name and app.store.find_session(name):
+        await app.query_one(ChatView).add_notice(
+            f"a session named {name!r} exists; /sessions switches to it", "error")
+        return
+    await app.open_session(await app.store.io(app.store.create_session,
+                                                name=name or None))
+
+async def cmd_sessions(app: "PicochatApp", _: str) -> None:
+    sessions = app.store.list_sessions()
+    choices = [(s.id, f"{'● ' if s.id == app.session.id else '  '}{s.name}  ·  "
+                      f"{s.message_count:,} messages  ·  {s.id}") for s in sessions]
+
+    async def picked(session_id: str | None) -> None:
+        if session_id and session_id != app.session.id:
+            await app.open_session(app.store.session(session_id))
+    app.push_screen(PickScreen("Sessions", choices), picked)
+
+async def cmd_rename(app: "PicochatApp", name: str) -> None:
+    chat = app.query_one(ChatView)
+    if not name:
+        await chat.add_notice("/rename needs a name: /rename NAME", "error")
+        return
+    try:
+        app.session = await app.store.io(app.store.rename_session, app.session.id,
+                                           name)
+    except PicochatError as exc:
+        await chat.add_notice(exc.user_line(), "error")
+        return
+    await chat.add_notice(f"Session renamed to {name}")
+    app.refresh_status()
+
+async def cmd_delete(app: "PicochatApp", _: str) -> None:
+    async def answered(yes: bool | None) -> None:
+        if not yes:
+            return
+        try:
+            await app.store.io(app.store.delete_session, app.session.id)
+            others = [s for s in app.store.list_sessions() if s.id != app.session.id]
+            await app.open_session(others[0] if others else
+                                    await app.store.io(app.store.create_session))
+        except PicochatError as exc:
+            await app.query_one(ChatView).add_notice(exc.user_line(), "error")
+            return
+        app.notify(literal("Session deleted (its rows stay in the database)"))
+    app.push_screen(ConfirmScreen(f"Delete session {app.session.name!r}?"), answered)
+
+async def cmd_model(app: "PicochatApp", name: str) -> None:
+    chat = app.query_one(ChatView)
+    if not name:
+        await chat.add_notice(f"Model: {app.worker.model.label}; /model NAME switches "
+                              "(a [models] key or a litellm model string)")
+        return
+    try:
+        resolved, provider = open_model(app.config, app.session, name, said_as="/model")
+    except PicochatError as exc:
+        await chat.add_notice(exc.user_line(), "error")
+        return
+    await app.store.io(app.store.set_session_model, app.session.id, name)
+    await app.open_session(app.store.session(app.session.id), resolved, provider)
+    await app.query_one(ChatView).add_notice(f"Model: {resolved.label}; window "
+                                              f"{app.worker.limits.window:,} tokens")
+
+async def cmd_system(app: "PicochatApp", text: str) -> None:
+    chat = app.query_one(ChatView)
+    if not text:
+        own = app.store.session(app.session.id).system_prompt is not None
+        origin = "this session's own" if own else "the agent's ([agents.default])"
+        await chat.add_notice(f"System prompt ({origin}): {app.worker.system_prompt or '(none)'}"
+                              "\n/system TEXT replaces it for this session; "
+                              "/system default goes back to the agent's")
+        return
+    reset = text.strip().lower() == "default"
+    if app.worker.busy:
+        await chat.add_notice("/system is queued: it applies when the current answer ends")
+    await app.worker.set_system_prompt(None if reset else text,
+                                        app.config.agent.system_prompt)
+    await chat.add_notice("System prompt back to the agent's" if reset else
+                          "System prompt replaced for this session (saved)")
+    app.refresh_status()
+
+async def cmd_search(app: "PicochatApp", query: str) -> None:
+    chat = app.query_one(ChatView)
+    if not query:
+        await chat.add_notice("/search needs some words: /search TEXT", "error")
+        return
+    hits = app.store.search_messages(app.session.id, query, limit=20)
+    if not hits:
+        await chat.add_notice(f"No message matches {query!r}")
+        return
+    choices = [(str(h.seq), f"#{h.seq} {h.role}{' (undone)' if h.retracted else ''}: "
+                            + " ".join(h.snippet.split())) for h in hits]
+
+    async def picked(seq: str | None) -> None:
+        if seq is not None and not await chat.reveal(int(seq)):
+            app.notify(literal(f"#{seq} is not shown in this transcript"),
+                        severity="warning")
+    app.push_screen(PickScreen(f"{len(hits)} best matches for {query!r} · Enter jumps",
+                                choices), picked)
+
+async def cmd_copy(app: "PicochatApp", _: str) -> None:
+    answers = [m for m in app.store.history(app.session.id)
+               if m.role == "assistant" and m.content.strip()]
+    if not answers:
+        await app.query_one(ChatView).add_notice("No answer to copy yet")
+        return
+    app.copy_to_clipboard(answers[-1].content)
+    app.notify(literal(f"Copied the last answer ({len(answers[-1].content):,} characters)"))
+
+async def cmd_export(app: "PicochatApp", arg: str) -> None:
+    chat = app.query_one(ChatView)
+    words = arg.split(maxsplit=1)
+    fmt = "md"
+    if words and words[0].lower() in FORMATS:
+        fmt = words.pop(0).lower()
+    default = re.sub(r"[^\w.-]+", "-", app.session.name).strip("-.") or "session"
+    target = Path(words[0] if words else f"{default}.{fmt}").expanduser()
+    own = (app.paths.config_file, app.paths.log_file) if app.paths else ()
+    try:  # the same refusals and failure lines as `picochat export -o`
+        done = export_to_file(app.store, app.session.id, fmt, target, also=own)
+    except PicochatError as exc:
+        await chat.add_notice(f"export failed: {exc.user_line()}", "error")
+        return
+    await chat.add_notice(f"Exported {done.messages:,} messages to {target.resolve()}")
+
+async def cmd_theme(app: "PicochatApp", name: str) -> None:
+    chat = app.query_one(ChatView)
+    names = sorted(app.available_themes)
+    if not name:
+        await chat.add_notice("Themes: " + ", ".join(
+            f"[{n}]" if n == app.theme else n for n in names))
+        return
+    if name not in app.available_themes:
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        await chat.add_notice(f"unknown theme {name!r}{hint} (/theme lists them)", "error")
+        return
+    app.theme = name
+    saved = ""
+    if app.paths is not None:
+        try:
+            save_ui_theme(app.paths.config_file, name)
+            saved = f"; saved to {app.paths.config_file}"
+        except PicochatError as exc:
+            saved = f"; not saved ({exc.user_line()})"
+    await chat.add_notice(f"Theme: {name}{saved}")
+
+async def cmd_help(app: "PicochatApp", _: str) -> None:
+    app.action_help()
+
+async def cmd_quit(app: "PicochatApp", _: str) -> None:
+    app.exit()
+
+
+HANDLERS: dict[str, Handler] = {
+    "compact": cmd_compact,
+    "uncompact": cmd_uncompact,
+    "info": cmd_info,
+    "checkpoints": cmd_checkpoints,
+    "clear": cmd_clear,
+    "stop": cmd_stop,
+    "undo": cmd_undo,
+    "retry": cmd_retry,
+    "new": cmd_new,
+    "sessions": cmd_sessions,
+    "rename": cmd_rename,
+    "delete": cmd_delete,
+    "model": cmd_model,
+    "system": cmd_system,
+    "search": cmd_search,
+    "copy": cmd_copy,
+    "export": cmd_export,
+    "theme": cmd_theme,
+    "help": cmd_help,
+    "quit": cmd_quit,
+}

@@ -1,0 +1,146 @@
+"""A turn on screen: the user's message, then the answer streaming in, thinking, tools,
+compactions, waits and the closing line, in the order the turns were sent.
+
+The app's `run_turn` calls `send`; every event a turn streams (picochat.turn_events) is shown
+here, so what a turn looks like is decided in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from picochat.compaction import report
+from picochat.failures import turn_failure_line
+from picochat.providers.base import TextDelta, ThinkingDelta
+from picochat.session import (
+    CUT_AT_LIMIT,
+    Compacted,
+    CompactionStarted,
+    Notice as TurnNotice,
+    RetryWaiting,
+    ToolRan,
+    TurnFailed,
+    TurnFinished,
+    TurnHandle,
+    TurnStarted,
+)
+from picochat.tui.chat import AnswerStream, ChatView, ToolBlock, UserMessage
+from picochat.tui.prompt import Prompt
+from picochat.tui.safe import literal
+
+if TYPE_CHECKING:
+    from picochat.tui.app import PicochatApp
+
+
+
+async def send(app: "PicochatApp", text: str) -> None:
+    """Show `text` as sent, submit it, then show its events once the turns before it are
+    shown in full, in the order sent."""
+    await app.transcript_ready.wait()
+    chat = app.query_one(ChatView)
+    queued = app.worker.busy or app.worker.queued > 0
+    handle = app.worker.submit_turn(text)
+    # turns are shown one after another, in the order sent: this one's events wait until
+    # the one before it is on screen in full (its last text, its "Stopped" line)
+    previous, shown = app._turn_shown, asyncio.Event()
+    app._turn_shown = shown
+    try:
+        chat.follow()  # sending brings the reader back to the bottom
+        user = await chat.add_user(text, queued=queued)
+        app.refresh_status()
+        await previous.wait()
+        await _show(app, chat, user, handle)
+    finally:
+        shown.set()
+
+async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
+                handle: TurnHandle) -> None:
+    answer: AnswerStream | None = None
+    async for event in handle:
+        if isinstance(event, TurnStarted):
+            app._turn = handle
+            app.refresh_bindings()
+            if user.has_class("queued") and user.parent is chat:
+                # it waited at the bottom while the turns before it added their answers
+                # and notices below it: it goes below them, where its answer will follow
+                chat.move_child(user, after=chat.children[-1])
+            user.started(event.user_seq)
+            app.set_state("answering…")
+        elif isinstance(event, ThinkingDelta):
+            if answer is None:
+                answer = await chat.add_assistant()
+            await answer.add_thinking(event.text)
+        elif isinstance(event, TextDelta):
+            if answer is None:
+                answer = await chat.add_assistant()
+                if app.state.startswith("waiting"):  # the retry after a busy server
+                    app.set_state("answering…")
+            await answer.add_text(event.text)
+        elif isinstance(event, CompactionStarted):
+            app.set_state(f"Compacting ({event.reason})…")
+        elif isinstance(event, Compacted):
+            await compacted(app, event.outcome, announce=True)
+            app.set_state("answering…")
+        elif isinstance(event, TurnNotice):
+            await chat.add_notice(event.text, "info")
+        elif isinstance(event, RetryWaiting):
+            await chat.add_notice(event.text, "info")
+            app.set_state("waiting", retry_in=event.seconds)
+        elif isinstance(event, ToolRan):
+            if answer is not None:
+                await answer.finish()
+                answer = None
+            row = app.store.message(app.session.id, event.seq)
+            await chat.add(ToolBlock(event.name, event.status,
+                                     row.content if row else "", event.seq))
+        elif isinstance(event, TurnFinished):
+            if answer is not None:
+                await answer.finish(event.assistant_seq)
+            if event.cut:  # saved, but incomplete: say so under it
+                await chat.add_notice(CUT_AT_LIMIT, "warning")
+        elif isinstance(event, TurnFailed):
+            if answer is not None:
+                await answer.finish(event.partial_seq, interrupted=True)
+            if event.user_seq is None and not event.cancelled:
+                await _unsaved(app, chat, user, handle.text)
+            await chat.add_notice(failure_line(event), "info" if event.cancelled
+                                  else "error")
+    if app._turn is handle:
+        app._turn = None
+        app.refresh_bindings()
+    app.set_state("")
+    await app.refresh_panel()
+
+async def _unsaved(app: "PicochatApp", chat: ChatView, user: UserMessage, text: str) -> None:
+    """The message could not be written (a locked or full database): it leaves the
+    transcript, which shows what is stored, and goes back to the prompt, ahead of
+    anything typed since, so nothing typed is lost."""
+    if user.parent is chat:
+        await user.remove()
+    prompt = app.query_one(Prompt)
+    typed = prompt.text
+    prompt.load_text(f"{text}\n{typed}" if typed.strip() else text)
+    prompt.move_cursor(prompt.document.end)
+
+async def compacted(app: "PicochatApp", outcome: Any, announce: bool) -> None:
+    """A compaction the app just learned of: the transcript's divider, the panel and the
+    figures follow; `announce`: also a notice (a turn's own compaction)."""
+    if outcome.compacted:
+        await app.checkpoint_moved()
+        if announce and outcome.degraded:  # no summary: say why, and what to do
+            app.notify(literal(report.compaction_note(outcome) or ""), severity="warning",
+                        title="Context compacted without a summary")
+        elif announce:
+            cp = outcome.checkpoint
+            app.notify(literal(f"{outcome.reason} compaction: {cp.tokens_before:,} → "
+                                f"{cp.tokens_after:,} tokens"), title="Context compacted")
+    elif announce and outcome.error is not None:
+        app.notify(literal(report.compaction_note(outcome) or outcome.error.user_line()),
+                    severity="warning")
+
+def failure_line(event: TurnFailed) -> str:
+    if event.cancelled:
+        return ("Stopped; the partial answer is saved" if event.partial_seq
+                else "Stopped before any answer arrived")
+    return turn_failure_line(event, "your message was not saved: it is back in the prompt")
