@@ -46,6 +46,7 @@ from picochat.tui.prompt import Prompt
 from picochat.tui.safe import literal
 from picochat.tui.screens import CardScreen
 from picochat.tui.themes import bundled_dir, load_themes
+from picochat.tui.welcome import Welcome
 from picochat.tui.status import StatusBar
 
 
@@ -271,9 +272,11 @@ class PicochatApp(App[None]):
     async def reload(self) -> None:
         """The transcript and the panel from the database, the source of truth."""
         chat, sid = self.query_one(ChatView), self.session.id
-        await chat.show_history(self.store.history_page(sid, None, PAGE),
-                                self.active_checkpoint(),
+        newest = self.store.history_page(sid, None, PAGE)
+        await chat.show_history(newest, self.active_checkpoint(),
                                 lambda before, n: self.store.history_page(sid, before, n))
+        if not newest:  # an empty session: who answers, how to reach a real model, the keys
+            await chat.add(Welcome(self.worker.model, self.worker.limits.window))
         await self.refresh_panel()
 
     async def refresh_panel(self) -> None:

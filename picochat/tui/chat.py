@@ -273,6 +273,9 @@ class ChatView(VerticalScroll):
         return widget
 
     async def add_user(self, text: str, queued: bool) -> UserMessage:
+        """The user's message; what an empty session showed until then (`.until-first`, the
+        welcome) goes."""
+        await self.query(".until-first").remove()
         return await self.add(UserMessage(text, queued=queued))  # type: ignore[return-value]
 
     async def add_assistant(self) -> AnswerStream:

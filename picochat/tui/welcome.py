@@ -1,0 +1,49 @@
+"""What an empty session shows: who answers, how to reach a real model, the keys that matter.
+
+Shown only while the session has no messages (the first one sent replaces it), never stored: the transcript is what the
+database holds, and a welcome is not part of the conversation."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from picochat.models import ResolvedModel
+from picochat.tui.safe import literal
+
+KEYS = "Enter sends · ctrl+j adds a line · F1 help · F2 checkpoints · ctrl+q quits"
+
+
+def welcome_text(model: ResolvedModel, window: int) -> str:
+    """The welcome for `model` (the offline model gets the way to a real one)."""
+    if model.offline:
+        return "\n".join([
+            "Welcome to picochat.",
+            "",
+            "You are talking to the built-in offline model: no network and no key. It only "
+            "reflects what you send, so you can try everything here, compaction included.",
+            "",
+            "To talk to a real model, pick one of:",
+            "  · export OPENAI_API_KEY=… (or ANTHROPIC_API_KEY=…) and start picochat again",
+            "  · start Ollama with a model pulled: picochat finds it",
+            "  · /model NAME here, e.g. /model openai/gpt-4o-mini",
+            "  · picochat config init, then edit the file it writes (a server of your own)",
+            "",
+            KEYS,
+        ])
+    return "\n".join([
+        "Welcome to picochat.",
+        "",
+        f"You are talking to {model.label}, with a window of {window:,} tokens. Long chats are "
+        "compacted as they grow and no fact is lost on the way; F2 shows what was summarized.",
+        "",
+        KEYS,
+    ])
+
+
+class Welcome(Static):
+    DEFAULT_CSS = """
+    Welcome { margin: 1 0 0 0; padding: 1 2; border: round $primary 50%; color: $text; }
+    """
+
+    def __init__(self, model: ResolvedModel, window: int) -> None:
+        super().__init__(literal(welcome_text(model, window)), classes="until-first")
