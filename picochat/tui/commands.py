@@ -20,6 +20,7 @@ from picochat.failures import compaction_failure_line
 from picochat.opening import open_model
 from picochat.tui import turns
 from picochat.tui.chat import ChatView
+from picochat.tui.pending import Pending
 from picochat.tui.safe import literal
 from picochat.tui.screens import ConfirmScreen, PickScreen
 
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 Handler = Callable[["PicochatApp", str], Awaitable[None]]
 
 
-
 async def cmd_compact(app: "PicochatApp", focus: str) -> None:
     chat = app.query_one(ChatView)
     if app.worker.busy:
@@ -37,13 +37,21 @@ async def cmd_compact(app: "PicochatApp", focus: str) -> None:
     app.run_worker(_compact(app, focus or None), group="commands",
                    exit_on_error=False)
 
+
 async def _compact(app: "PicochatApp", focus: str | None) -> None:
     chat = app.query_one(ChatView)
-    future = app.worker.compact(focus, on_start=lambda: app.set_state("Compacting…"))
+    line = Pending("compacting the context", stop="")
+
+    def started() -> None:  # when the turns queued before it have ended
+        app.set_state("Compacting…")
+        chat.mount(line)
+
     try:
-        outcome = await future
+        outcome = await app.worker.compact(focus, on_start=started)
     finally:
         app.set_state("")
+        if line.is_attached:
+            await line.remove()
     if outcome.compacted:
         await chat.add_notice(report.compacted_lines(outcome), "card")
         await turns.compacted(app, outcome, announce=False)
@@ -52,6 +60,7 @@ async def _compact(app: "PicochatApp", focus: str | None) -> None:
     else:
         reason = report.nothing_reason(outcome, app.worker.limits)
         await chat.add_notice(f"Nothing to compact: {reason}")
+
 
 async def cmd_uncompact(app: "PicochatApp", _: str) -> None:
     result = await app.worker.uncompact()
@@ -63,11 +72,14 @@ async def cmd_uncompact(app: "PicochatApp", _: str) -> None:
         await chat.add_notice("Nothing to uncompact: no checkpoint is active")
     await app.checkpoint_moved()
 
+
 async def cmd_info(app: "PicochatApp", _: str) -> None:
     app.action_info()
 
+
 async def cmd_checkpoints(app: "PicochatApp", _: str) -> None:
     await app.action_checkpoints()
+
 
 async def cmd_clear(app: "PicochatApp", _: str) -> None:
     await app.worker.clear()
@@ -75,11 +87,13 @@ async def cmd_clear(app: "PicochatApp", _: str) -> None:
         "Context cleared: the model starts afresh; the raw history above stays")
     await app.checkpoint_moved()
 
+
 async def cmd_stop(app: "PicochatApp", _: str) -> None:
     if app._turn is None:
         await app.query_one(ChatView).add_notice("Nothing to stop: no answer is running")
         return
     app.action_stop()
+
 
 async def cmd_undo(app: "PicochatApp", _: str) -> None:
     chat = app.query_one(ChatView)
@@ -99,6 +113,7 @@ async def cmd_undo(app: "PicochatApp", _: str) -> None:
         f"#{result.removed[0]}–#{result.removed[-1]}; still in the raw history){kept}")
     app.refresh_status()
 
+
 async def cmd_retry(app: "PicochatApp", _: str) -> None:
     chat = app.query_one(ChatView)
     rows = [m for m in app.store.history(app.session.id)
@@ -110,6 +125,7 @@ async def cmd_retry(app: "PicochatApp", _: str) -> None:
     await cmd_undo(app, "")
     app.run_turn(rows[-1].content)
 
+
 async def cmd_new(app: "PicochatApp", name: str) -> None:
     if name and app.store.find_session(name):
         await app.query_one(ChatView).add_notice(
@@ -117,6 +133,7 @@ async def cmd_new(app: "PicochatApp", name: str) -> None:
         return
     await app.open_session(await app.store.io(app.store.create_session,
                                                 name=name or None))
+
 
 async def cmd_sessions(app: "PicochatApp", _: str) -> None:
     sessions = app.store.list_sessions()
@@ -127,6 +144,7 @@ async def cmd_sessions(app: "PicochatApp", _: str) -> None:
         if session_id and session_id != app.session.id:
             await app.open_session(app.store.session(session_id))
     app.push_screen(PickScreen("Sessions", choices), picked)
+
 
 async def cmd_rename(app: "PicochatApp", name: str) -> None:
     chat = app.query_one(ChatView)
@@ -141,6 +159,7 @@ async def cmd_rename(app: "PicochatApp", name: str) -> None:
         return
     await chat.add_notice(f"Session renamed to {name}")
     app.refresh_status()
+
 
 async def cmd_delete(app: "PicochatApp", _: str) -> None:
     async def answered(yes: bool | None) -> None:
@@ -157,6 +176,7 @@ async def cmd_delete(app: "PicochatApp", _: str) -> None:
         app.notify(literal("Session deleted (its rows stay in the database)"))
     app.push_screen(ConfirmScreen(f"Delete session {app.session.name!r}?"), answered)
 
+
 async def cmd_model(app: "PicochatApp", name: str) -> None:
     chat = app.query_one(ChatView)
     if not name:
@@ -172,6 +192,7 @@ async def cmd_model(app: "PicochatApp", name: str) -> None:
     await app.open_session(app.store.session(app.session.id), resolved, provider)
     await app.query_one(ChatView).add_notice(f"Model: {resolved.label}; window "
                                               f"{app.worker.limits.window:,} tokens")
+
 
 async def cmd_system(app: "PicochatApp", text: str) -> None:
     chat = app.query_one(ChatView)
@@ -190,6 +211,7 @@ async def cmd_system(app: "PicochatApp", text: str) -> None:
     await chat.add_notice("System prompt back to the agent's" if reset else
                           "System prompt replaced for this session (saved)")
     app.refresh_status()
+
 
 async def cmd_search(app: "PicochatApp", query: str) -> None:
     chat = app.query_one(ChatView)
@@ -210,6 +232,7 @@ async def cmd_search(app: "PicochatApp", query: str) -> None:
     app.push_screen(PickScreen(f"{len(hits)} best matches for {query!r} · Enter jumps",
                                 choices), picked)
 
+
 async def cmd_copy(app: "PicochatApp", _: str) -> None:
     answers = [m for m in app.store.history(app.session.id)
                if m.role == "assistant" and m.content.strip()]
@@ -218,6 +241,7 @@ async def cmd_copy(app: "PicochatApp", _: str) -> None:
         return
     app.copy_to_clipboard(answers[-1].content)
     app.notify(literal(f"Copied the last answer ({len(answers[-1].content):,} characters)"))
+
 
 async def cmd_export(app: "PicochatApp", arg: str) -> None:
     chat = app.query_one(ChatView)
@@ -234,6 +258,7 @@ async def cmd_export(app: "PicochatApp", arg: str) -> None:
         await chat.add_notice(f"export failed: {exc.user_line()}", "error")
         return
     await chat.add_notice(f"Exported {done.messages:,} messages to {target.resolve()}")
+
 
 async def cmd_theme(app: "PicochatApp", name: str) -> None:
     chat = app.query_one(ChatView)
@@ -257,8 +282,10 @@ async def cmd_theme(app: "PicochatApp", name: str) -> None:
             saved = f"; not saved ({exc.user_line()})"
     await chat.add_notice(f"Theme: {name}{saved}")
 
+
 async def cmd_help(app: "PicochatApp", _: str) -> None:
     app.action_help()
+
 
 async def cmd_quit(app: "PicochatApp", _: str) -> None:
     app.exit()

@@ -26,12 +26,12 @@ from picochat.session import (
     TurnStarted,
 )
 from picochat.tui.chat import AnswerStream, ChatView, ToolBlock, UserMessage
+from picochat.tui.pending import Pending
 from picochat.tui.prompt import Prompt
 from picochat.tui.safe import literal
 
 if TYPE_CHECKING:
     from picochat.tui.app import PicochatApp
-
 
 
 async def send(app: "PicochatApp", text: str) -> None:
@@ -54,10 +54,39 @@ async def send(app: "PicochatApp", text: str) -> None:
     finally:
         shown.set()
 
+
+class _Waiting:
+    """The turn's pending line (tui.pending), kept last in the transcript while nothing of
+    the answer is on screen."""
+
+    def __init__(self, chat: ChatView) -> None:
+        self.chat = chat
+        self.line: Pending | None = None
+
+    async def show(self, doing: str) -> None:
+        if self.line is None:
+            self.line = Pending(doing)
+            await self.chat.add(self.line)
+        else:
+            self.line.now(doing)
+
+    async def end(self) -> None:
+        if self.line is not None:
+            await self.line.remove()
+            self.line = None
+
+
+WAITING = "waiting for the answer"
+
+
 async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
                 handle: TurnHandle) -> None:
     answer: AnswerStream | None = None
+    waiting = _Waiting(chat)
     async for event in handle:
+        if isinstance(event, (TextDelta, ThinkingDelta, TurnNotice, RetryWaiting, ToolRan,
+                              TurnFinished, TurnFailed)):
+            await waiting.end()  # what comes now goes where the line was
         if isinstance(event, TurnStarted):
             app._turn = handle
             app.refresh_bindings()
@@ -67,6 +96,7 @@ async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
                 chat.move_child(user, after=chat.children[-1])
             user.started(event.user_seq)
             app.set_state("answering…")
+            await waiting.show(WAITING)
         elif isinstance(event, ThinkingDelta):
             if answer is None:
                 answer = await chat.add_assistant()
@@ -79,14 +109,18 @@ async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
             await answer.add_text(event.text)
         elif isinstance(event, CompactionStarted):
             app.set_state(f"Compacting ({event.reason})…")
+            await waiting.show(f"compacting the context ({event.reason})")
         elif isinstance(event, Compacted):
             await compacted(app, event.outcome, announce=True)
             app.set_state("answering…")
+            await waiting.show(WAITING)
         elif isinstance(event, TurnNotice):
             await chat.add_notice(event.text, "info")
+            await waiting.show(WAITING)
         elif isinstance(event, RetryWaiting):
             await chat.add_notice(event.text, "info")
             app.set_state("waiting", retry_in=event.seconds)
+            await waiting.show("waiting for the server")
         elif isinstance(event, ToolRan):
             if answer is not None:
                 await answer.finish()
@@ -94,6 +128,7 @@ async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
             row = app.store.message(app.session.id, event.seq)
             await chat.add(ToolBlock(event.name, event.status,
                                      row.content if row else "", event.seq))
+            await waiting.show(WAITING)  # the model reads the results now
         elif isinstance(event, TurnFinished):
             if answer is not None:
                 await answer.finish(event.assistant_seq)
@@ -112,6 +147,7 @@ async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
     app.set_state("")
     await app.refresh_panel()
 
+
 async def _unsaved(app: "PicochatApp", chat: ChatView, user: UserMessage, text: str) -> None:
     """The message could not be written (a locked or full database): it leaves the
     transcript, which shows what is stored, and goes back to the prompt, ahead of
@@ -122,6 +158,7 @@ async def _unsaved(app: "PicochatApp", chat: ChatView, user: UserMessage, text: 
     typed = prompt.text
     prompt.load_text(f"{text}\n{typed}" if typed.strip() else text)
     prompt.move_cursor(prompt.document.end)
+
 
 async def compacted(app: "PicochatApp", outcome: Any, announce: bool) -> None:
     """A compaction the app just learned of: the transcript's divider, the panel and the
@@ -138,6 +175,7 @@ async def compacted(app: "PicochatApp", outcome: Any, announce: bool) -> None:
     elif announce and outcome.error is not None:
         app.notify(literal(report.compaction_note(outcome) or outcome.error.user_line()),
                     severity="warning")
+
 
 def failure_line(event: TurnFailed) -> str:
     if event.cancelled:

@@ -1,0 +1,73 @@
+"""Where the answer will appear, a live line says what the turn is doing and for how long:
+waiting for the first words, or compacting; the answer's first words replace it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from picochat.providers.base import Finish, ModelInfo, Provider, TextDelta, Usage
+from picochat.providers.offline import OfflineProvider
+from picochat.tui.chat import AssistantMessage, ChatView, Notice
+from picochat.tui.pending import Pending
+from tests.test_tui import SIZE, make_app, say, settle
+
+
+class Held(Provider):
+    """Answers only once `release` is set: a model that takes its time to start."""
+
+    def __init__(self) -> None:
+        self.info = ModelInfo("test", "held")
+        self.release = asyncio.Event()
+        self.summary_release = asyncio.Event()
+
+    async def stream(self, request):
+        if request.purpose == "summary":  # the offline model's summary, once released
+            await self.summary_release.wait()
+            async for event in OfflineProvider(0).stream(request):
+                yield event
+            return
+        await self.release.wait()
+        yield TextDelta("Here it is.")
+        yield Usage(10, 2)
+        yield Finish()
+
+
+def line(app) -> str:
+    return " ".join(str(p.render()) for p in app.query(Pending))
+
+
+async def test_waiting_for_the_first_words_shows_a_live_line_that_the_answer_replaces(store):
+    provider = Held()
+    app = make_app(store, provider)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await say(pilot, "hello")
+        await settle(pilot, app, lambda: "waiting for the answer" in line(app))
+        chat = app.query_one(ChatView)
+        assert list(chat.children)[-1] is app.query_one(Pending)  # where the answer will be
+        await pilot.pause(1.2)
+        assert " 1 s" in line(app) or " 2 s" in line(app)  # it counts
+        assert "Esc stops" in line(app)
+        provider.release.set()
+        await settle(pilot, app, lambda: not app.worker.busy)
+        await pilot.pause(0.1)
+        assert not app.query(Pending)
+        assert app.query(AssistantMessage)
+
+
+async def test_a_manual_compaction_shows_that_it_is_compacting_until_it_ends(store):
+    provider = Held()
+    provider.release.set()
+    app = make_app(store, provider)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        for i in range(6):
+            await say(pilot, f"question {i}: the build uses port {9000 + i} " + "filler " * 30)
+        await settle(pilot, app, lambda: len(store.history(app.session.id)) == 12
+                     and not app.worker.busy, timeout=20)
+        await say(pilot, "/compact")
+        await settle(pilot, app, lambda: "compacting the context" in line(app))
+        assert "Esc" not in line(app)  # a manual compaction is not stopped by Esc
+        provider.summary_release.set()
+        await settle(pilot, app, lambda: not app.query(Pending) and any(
+            "compact" in str(n.render()).lower() for n in app.query(Notice)), timeout=20)
