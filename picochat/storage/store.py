@@ -503,11 +503,14 @@ class Store:
         return [(key, content) for _, key, content in scored[:limit]]
 
     def user_prompts(self, limit: int = 500) -> list[str]:
-        """Earlier user messages, newest first, for prompt recall (no other file holds text)."""
+        """The newest `limit` user messages of every session, oldest first: the order the
+        prompt's recall walks back from its end (no other file holds text). Ordered by row
+        id, the order they were written in: seqs are per session, and two sessions' clocks
+        may tie within a millisecond."""
         with self._read() as c:
             rows = c.execute("SELECT content FROM messages WHERE role = 'user' "
-                             "ORDER BY created_at DESC, seq DESC LIMIT ?", (limit,)).fetchall()
-        return [r[0] for r in rows]
+                             "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [r[0] for r in reversed(rows)]
 
     # --- the context ---------------------------------------------------------------------------
 
