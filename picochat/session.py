@@ -69,7 +69,7 @@ __all__ = [
     "SessionWorker", "TurnHandle", "TurnEvent", "TurnOutcome", "TurnStarted", "ThinkingDelta",
     "TextDelta", "CompactionStarted", "Compacted", "Notice", "RetryWaiting", "ToolRan",
     "TurnFinished", "TurnFailed", "TurnCancelled", "CUT_AT_LIMIT", "remembered",
-    "summary_model_advice", "TOTAL_TIMEOUT_S", "MIN_LEARNED_WINDOW",
+    "summary_model_advice", "note_opened", "TOTAL_TIMEOUT_S", "MIN_LEARNED_WINDOW",
 ]
 log = logging.getLogger("picochat.session")
 T = TypeVar("T")
@@ -88,6 +88,16 @@ def remembered(store: Store, model: ResolvedModel) -> ResolvedModel:
         log.warning("model_traits_unread kind=%s", exc.kind)
         traits = ModelTraits(model.key)
     return model.with_traits(traits)
+
+
+def note_opened(store: Store, session_id: str) -> None:
+    """Record that the app shows `session_id`, so the next start reopens it. Best effort: a
+    read-only or locked database keeps the session on screen, and only the next start's
+    choice falls back to an earlier one."""
+    try:
+        store.mark_opened(session_id)
+    except PicochatError as exc:
+        log.warning("opened_not_recorded session=%s kind=%s", session_id, exc.kind)
 
 
 def summary_model_advice(times: int, chat_offline: bool) -> str:
@@ -164,6 +174,11 @@ class SessionWorker:
             return "" if m.session_id == self.session_id else " of another session"
         return [f"an answer cut off when picochat was killed is saved as interrupted "
                 f"(message #{m.seq}{where(m)})" for m in self.recovered]
+
+    async def opened(self) -> None:
+        """The app now shows this worker's session (started in it, or switched to it): the
+        next start reopens it (`note_opened`, on the store's thread)."""
+        await self.store.io(note_opened, self.store, self.session_id)
 
     async def close(self) -> None:
         """Start nothing new: cancel the running turn (keeping what it has) and every queued

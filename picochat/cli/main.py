@@ -33,13 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     session = argparse.ArgumentParser(add_help=False)
     session.add_argument("--session", metavar="S", default=argparse.SUPPRESS,
                          help="session id or name (default: the most recently active)")
+    app_session = argparse.ArgumentParser(add_help=False)  # the app reopens what it showed
+    app_session.add_argument("--session", metavar="S", default=argparse.SUPPRESS,
+                             help="session id or name (default: the one the app showed last)")
     model = argparse.ArgumentParser(add_help=False)
     model.add_argument("--model", metavar="M", default=argparse.SUPPRESS,
                        help="a [models] key or a litellm model string, or 'offline'")
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print JSON")
 
-    parser = _Parser(prog="picochat", parents=[common, session, model],
+    parser = _Parser(prog="picochat", parents=[common, app_session, model],
                      description="A terminal chat client for any LLM, with built-in context "
                                  "compaction. Without a command, opens the chat app.")
     parser.add_argument("--version", action="version", version=f"picochat {__version__}")
