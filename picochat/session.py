@@ -308,10 +308,15 @@ class SessionWorker:
             return self.system_prompt
         return self.call(run)
 
-    def compact(self, focus: str | None = None) -> "asyncio.Future[CompactOutcome]":
+    def compact(self, focus: str | None = None, *,
+                everything: bool = False) -> "asyncio.Future[CompactOutcome]":
         """`/compact [focus]`: forced (no threshold, even with auto compaction off), queued
-        behind the running turn rather than cancelling it."""
-        return self.submit(lambda: self.compact_now(TriggerReason.MANUAL, focus=focus))
+        behind the running turn rather than cancelling it. `everything` (`/compact all`)
+        folds all but the newest turn, however few tokens `keep_recent_tokens` would keep:
+        the way to compact a chat shorter than that. The summary's checks still hold (it
+        must shrink the context), and a failure still keeps the old context."""
+        return self.submit(lambda: self.compact_now(TriggerReason.MANUAL, focus=focus,
+                                                    everything=everything))
 
     def uncompact(self) -> "asyncio.Future[UncompactResult]":
         """`/uncompact`: the previous checkpoint (or none) becomes active again."""
@@ -329,12 +334,14 @@ class SessionWorker:
         return self.call(lambda: self.store.undo_last_turn(self.session_id))
 
     async def compact_now(self, reason: TriggerReason, *, focus: str | None = None,
-                          mode: CompactMode = CompactMode.SUMMARY) -> CompactOutcome:
+                          mode: CompactMode = CompactMode.SUMMARY,
+                          everything: bool = False) -> CompactOutcome:
         """Compact now (not queued: for `compact()` and a running turn), with this session's
         prompt, tools, limits and summarizer."""
         request = CompactRequest(
             session_id=self.session_id, reason=reason, limits=self.limits,
             system_prompt=self.system_prompt, tools=self.offered_tools, focus=focus,
+            everything=everything,
             instructions=self.compaction.instructions, mode=mode,
             timeout=self.total_timeout, summary_model=self._summarizer(),
             reasoning=self.model.reasoning)

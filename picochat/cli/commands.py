@@ -452,8 +452,9 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
     from picochat.compaction.compact import COMPACTED, NOTHING_TO_COMPACT
     from picochat.failures import compaction_failure_line
 
+    everything = bool(app.opt("all"))
     async with _worker(app, session, resolved, provider) as worker:
-        outcome = await worker.compact(app.opt("focus"))
+        outcome = await worker.compact(app.opt("focus"), everything=everything)
         limits = worker.limits
     if app.opt("json"):
         dump_json(outcome.as_dict())
@@ -461,7 +462,7 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
         out(report.compacted_lines(outcome))
     elif outcome.status == NOTHING_TO_COMPACT:
         out("Nothing to compact")
-        err(report.nothing_reason(outcome, limits))
+        err(report.nothing_reason(outcome, limits, None if everything else "--all"))
     if outcome.error is not None:
         err(compaction_failure_line(outcome.error))
         return outcome.error.exit_status

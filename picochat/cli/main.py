@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compact", parents=[common, session, model, as_json],
                        help="compact the session's context now (/compact)")
     p.add_argument("--focus", metavar="TEXT", help="what the summary should keep in focus")
+    p.add_argument("--all", action="store_true",
+                   help="fold all but the newest turn, however many tokens "
+                        "keep_recent_tokens would keep raw (/compact all)")
     p.add_argument("--undo", action="store_true",
                    help="undo the last compaction: the previous checkpoint becomes active again")
     sub.add_parser("info", parents=[common, session, model, as_json],
