@@ -69,7 +69,7 @@ __all__ = [
     "SessionWorker", "TurnHandle", "TurnEvent", "TurnOutcome", "TurnStarted", "ThinkingDelta",
     "TextDelta", "CompactionStarted", "Compacted", "Notice", "RetryWaiting", "ToolRan",
     "TurnFinished", "TurnFailed", "TurnCancelled", "CUT_AT_LIMIT", "remembered",
-    "summary_model_advice", "TOTAL_TIMEOUT_S", "MIN_LEARNED_WINDOW",
+    "summary_model_advice", "note_opened", "TOTAL_TIMEOUT_S", "MIN_LEARNED_WINDOW",
 ]
 log = logging.getLogger("picochat.session")
 T = TypeVar("T")
@@ -88,6 +88,16 @@ def remembered(store: Store, model: ResolvedModel) -> ResolvedModel:
         log.warning("model_traits_unread kind=%s", exc.kind)
         traits = ModelTraits(model.key)
     return model.with_traits(traits)
+
+
+def note_opened(store: Store, session_id: str) -> None:
+    """Record that the app shows `session_id`, so the next start reopens it. Best effort: a
+    read-only or locked database keeps the session on screen, and only the next start's
+    choice falls back to an earlier one."""
+    try:
+        store.mark_opened(session_id)
+    except PicochatError as exc:
+        log.warning("opened_not_recorded session=%s kind=%s", session_id, exc.kind)
 
 
 def summary_model_advice(times: int, chat_offline: bool) -> str:
@@ -164,6 +174,11 @@ class SessionWorker:
             return "" if m.session_id == self.session_id else " of another session"
         return [f"an answer cut off when picochat was killed is saved as interrupted "
                 f"(message #{m.seq}{where(m)})" for m in self.recovered]
+
+    async def opened(self) -> None:
+        """The app now shows this worker's session (started in it, or switched to it): the
+        next start reopens it (`note_opened`, on the store's thread)."""
+        await self.store.io(note_opened, self.store, self.session_id)
 
     async def close(self) -> None:
         """Start nothing new: cancel the running turn (keeping what it has) and every queued
@@ -295,12 +310,17 @@ class SessionWorker:
             return self.system_prompt
         return self.call(run)
 
-    def compact(self, focus: str | None = None, on_start: Callable[[], None] | None = None
+    def compact(self, focus: str | None = None, *, everything: bool = False,
+                on_start: Callable[[], None] | None = None
                 ) -> "asyncio.Future[CompactOutcome]":
         """`/compact [focus]`: forced (no threshold, even with auto compaction off), queued
-        behind the running turn rather than cancelling it."""
-        return self.submit(lambda: self.compact_now(TriggerReason.MANUAL, focus=focus),
-                           on_start)
+        behind the running turn rather than cancelling it; `on_start` is called when it
+        begins. `everything` (`/compact all`) folds all but the newest turn, however few
+        tokens `keep_recent_tokens` would keep: the way to compact a chat shorter than that.
+        The summary's checks still hold (it must shrink the context), and a failure still
+        keeps the old context."""
+        return self.submit(lambda: self.compact_now(TriggerReason.MANUAL, focus=focus,
+                                                    everything=everything), on_start)
 
     def uncompact(self) -> "asyncio.Future[UncompactResult]":
         """`/uncompact`: the previous checkpoint (or none) becomes active again."""
@@ -318,12 +338,14 @@ class SessionWorker:
         return self.call(lambda: self.store.undo_last_turn(self.session_id))
 
     async def compact_now(self, reason: TriggerReason, *, focus: str | None = None,
-                          mode: CompactMode = CompactMode.SUMMARY) -> CompactOutcome:
+                          mode: CompactMode = CompactMode.SUMMARY,
+                          everything: bool = False) -> CompactOutcome:
         """Compact now (not queued: for `compact()` and a running turn), with this session's
         prompt, tools, limits and summarizer."""
         request = CompactRequest(
             session_id=self.session_id, reason=reason, limits=self.limits,
             system_prompt=self.system_prompt, tools=self.offered_tools, focus=focus,
+            everything=everything,
             instructions=self.compaction.instructions, mode=mode,
             timeout=self.total_timeout, summary_model=self._summarizer(),
             reasoning=self.model.reasoning)

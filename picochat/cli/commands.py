@@ -162,12 +162,15 @@ def err(line: str) -> None:
 
 def cmd_tui(app: App) -> int:
     """`picochat`: the chat app on `--session` (created when no session has that name), else
-    the most recently active session, else a new one."""
+    the session the app showed when it last quit (the one the user was viewing, not the one
+    written to last), else the most recently active session, else a new one."""
     from picochat.opening import open_model
+    from picochat.session import note_opened
     from picochat.tui.app import PicochatApp
 
     ref = app.opt("session")
-    session = app.store.find_session(ref) if ref else app.store.latest_session()
+    session = (app.store.find_session(ref) if ref else
+               app.store.last_opened_session() or app.store.latest_session())
     # a missing key or a bad setting fails here, before the screen changes
     resolved, provider = open_model(app.config, session, app.opt("model"))
     if session is None:
@@ -180,6 +183,11 @@ def cmd_tui(app: App) -> int:
         tui.run()
     finally:
         tui.release_signals()
+    # The session on screen at the end, switched to or not, is the one the next start opens.
+    # Recorded after the app, not before: an app that failed (a damaged database) writes
+    # nothing, and a start shows its first frame without waiting for a write lock.
+    if not tui.return_code or tui.signalled:
+        note_opened(app.store, tui.session.id)
     # An error that escaped the app (a damaged database found while building the screen) was
     # printed by Textual as its one `picochat:` line (tui.app.OneLine): exit 1, not 0.
     return tui.return_code or (128 + tui.signalled if tui.signalled else 0)
@@ -444,8 +452,9 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
     from picochat.compaction.compact import COMPACTED, NOTHING_TO_COMPACT
     from picochat.failures import compaction_failure_line
 
+    everything = bool(app.opt("all"))
     async with _worker(app, session, resolved, provider) as worker:
-        outcome = await worker.compact(app.opt("focus"))
+        outcome = await worker.compact(app.opt("focus"), everything=everything)
         limits = worker.limits
     if app.opt("json"):
         dump_json(outcome.as_dict())
@@ -453,7 +462,7 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
         out(report.compacted_lines(outcome))
     elif outcome.status == NOTHING_TO_COMPACT:
         out("Nothing to compact")
-        err(report.nothing_reason(outcome, limits))
+        err(report.nothing_reason(outcome, limits, None if everything else "--all"))
     if outcome.error is not None:
         err(compaction_failure_line(outcome.error))
         return outcome.error.exit_status

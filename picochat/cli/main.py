@@ -33,13 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     session = argparse.ArgumentParser(add_help=False)
     session.add_argument("--session", metavar="S", default=argparse.SUPPRESS,
                          help="session id or name (default: the most recently active)")
+    app_session = argparse.ArgumentParser(add_help=False)  # the app reopens what it showed
+    app_session.add_argument("--session", metavar="S", default=argparse.SUPPRESS,
+                             help="session id or name (default: the one the app showed last)")
     model = argparse.ArgumentParser(add_help=False)
     model.add_argument("--model", metavar="M", default=argparse.SUPPRESS,
                        help="a [models] key or a litellm model string, or 'offline'")
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print JSON")
 
-    parser = _Parser(prog="picochat", parents=[common, session, model],
+    parser = _Parser(prog="picochat", parents=[common, app_session, model],
                      description="A terminal chat client for any LLM, with built-in context "
                                  "compaction. Without a command, opens the chat app.")
     parser.add_argument("--version", action="version", version=f"picochat {__version__}")
@@ -51,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compact", parents=[common, session, model, as_json],
                        help="compact the session's context now (/compact)")
     p.add_argument("--focus", metavar="TEXT", help="what the summary should keep in focus")
+    p.add_argument("--all", action="store_true",
+                   help="fold all but the newest turn, however many tokens "
+                        "keep_recent_tokens would keep raw (/compact all)")
     p.add_argument("--undo", action="store_true",
                    help="undo the last compaction: the previous checkpoint becomes active again")
     sub.add_parser("info", parents=[common, session, model, as_json],

@@ -71,6 +71,7 @@ class CompactRequest:
     system_prompt: str
     tools: tuple[Mapping[str, Any], ...] = ()
     focus: str | None = None          # `/compact <focus>`
+    everything: bool = False          # `/compact all`: fold all but the newest turn
     instructions: str = ""            # [context_compaction].instructions
     mode: CompactMode = CompactMode.SUMMARY
     timeout: float = 600.0
@@ -132,7 +133,7 @@ async def compact_context(store: Store, provider: Provider,
         check_fixed(limits, parts)
     except PicochatError as exc:  # FixedContextExceedsBudget: compaction cannot help
         return _failed(sid, reason, projection, exc, tokens_before=before)
-    plan = compactor.plan(projection)
+    plan = compactor.plan_all(projection) if request.everything else compactor.plan(projection)
     if plan is None and not request.mode.may_trim:
         log.info("compaction_nothing session=%s reason=%s generation=%d", sid, reason,
                  projection.context_generation)

@@ -131,7 +131,13 @@ class ContextCompactor:
         self.timeout = timeout
 
     def plan(self, projection: ContextProjection) -> CompactionPlan | None:
+        """The cut that keeps `keep_recent` tokens raw."""
         return plan_compaction(projection, self.limits.counted(self.limits.keep_recent))
+
+    def plan_all(self, projection: ContextProjection) -> CompactionPlan | None:
+        """`/compact all`: the cut that keeps raw only what is always kept, the newest whole
+        turn, however many tokens `keep_recent` would keep."""
+        return plan_compaction(projection, 0)
 
     async def summarize(self, plan: CompactionPlan, focus: str | None = None,
                         room: int | None = None) -> Summary:

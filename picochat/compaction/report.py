@@ -19,18 +19,29 @@ def compacted_lines(outcome: Any) -> str:
             "Raw history unchanged")
 
 
-def nothing_reason(outcome: Any, limits: Any) -> str:
-    """Why `compact` found nothing to fold, in the user's terms."""
+FOLD_ALL = "/compact all"   # the app's way to fold what the kept tail holds; the CLI's: --all
+
+
+def nothing_reason(outcome: Any, limits: Any, fold_all: str | None = FOLD_ALL) -> str:
+    """Why `compact` found nothing to fold, in the user's terms. When the turns fit in the
+    tail kept raw, it names `fold_all`, the command that folds them anyway; None when that
+    was the command (it keeps only the newest turn, so it stops only where the others do)."""
     projection = outcome.projection
     turns = group_turns(projection.raw)
     if not turns:
         return "the context is empty"
     if len(turns) == 1:
         return "the context holds a single turn; there is nothing older to fold"
+    if len(turns) == 2 and all(m.role == "user" for m in turns[-1].messages):
+        return ("the context holds one answered turn and a message still unanswered; "
+                "both stay raw, so there is nothing older to fold")
     where = "since the last checkpoint" if projection.summary is not None else "in the context"
     size = tokens.scale(projection.raw_tokens, limits.token_factor)
-    return (f"the {len(turns)} turns {where} ({size:,} tokens) fit within "
-            f"the {limits.keep_recent:,} tokens kept raw; nothing older to fold")
+    fit = (f"the {len(turns)} turns {where} ({size:,} tokens) fit within "
+           f"the {limits.keep_recent:,} tokens kept raw")
+    if fold_all is None:
+        return f"{fit}; nothing older than the newest turn to fold"
+    return f"{fit}; use {fold_all} to fold all but the newest turn"
 
 
 def compaction_note(outcome: Any) -> str | None:

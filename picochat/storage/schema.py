@@ -3,8 +3,8 @@
 Version 1 is the plain chat log; version 2 adds only the checkpoint table and session fields (an
 old session starts with no checkpoint, never one guessed from old data); version 3 adds the
 timeline of accepted summaries and the retractions that undo writes instead of deleting rows;
-version 4 a full-text index of the raw log; version 5 a session's own system prompt (`/system`).
-Steps never rewrite existing messages.
+version 4 a full-text index of the raw log; version 5 a session's own system prompt (`/system`);
+later steps say what they add beside their SQL. Steps never rewrite existing messages.
 """
 
 from __future__ import annotations
@@ -136,6 +136,12 @@ MIGRATIONS: tuple[str, ...] = (
     # it back in later requests (DeepSeek's thinking mode); NULL for every other row.
     """
     ALTER TABLE messages ADD COLUMN reasoning TEXT;
+    """,
+    # 10: when the app last opened each session (started in it, or switched to it), so the
+    # next start reopens the one the user was viewing, not the one written to last. A
+    # counter-like stamp: strictly above every other, whatever the clock says. NULL: never.
+    """
+    ALTER TABLE sessions ADD COLUMN last_opened_at INTEGER;
     """,
 )
 

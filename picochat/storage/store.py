@@ -260,6 +260,24 @@ class Store:
                             "ORDER BY updated_at DESC, rowid DESC LIMIT 1").fetchone()
             return _session(c, row) if row else None
 
+    def mark_opened(self, session_id: str) -> None:
+        """The app now shows this session: the next start reopens it. The stamp is the clock,
+        or one above the newest stamp if that is not earlier (two opens in one millisecond,
+        a clock set back): the last session opened is always the one reopened."""
+        with self._write() as c:
+            c.execute("UPDATE sessions SET last_opened_at = MAX(?, 1 + COALESCE("
+                      "(SELECT MAX(last_opened_at) FROM sessions), 0)) WHERE id = ?",
+                      (self._clock(), session_id))
+
+    def last_opened_session(self) -> Session | None:
+        """The live session the app opened last; None when it never opened one that is still
+        there (the caller then takes `latest_session`)."""
+        with self._read() as c:
+            row = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL "
+                            "AND last_opened_at IS NOT NULL "
+                            "ORDER BY last_opened_at DESC LIMIT 1").fetchone()
+            return _session(c, row) if row else None
+
     def list_sessions(self) -> list[Session]:
         with self._read() as c:
             rows = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL "
@@ -503,11 +521,14 @@ class Store:
         return [(key, content) for _, key, content in scored[:limit]]
 
     def user_prompts(self, limit: int = 500) -> list[str]:
-        """Earlier user messages, newest first, for prompt recall (no other file holds text)."""
+        """The newest `limit` user messages of every session, oldest first: the order the
+        prompt's recall walks back from its end (no other file holds text). Ordered by row
+        id, the order they were written in: seqs are per session, and two sessions' clocks
+        may tie within a millisecond."""
         with self._read() as c:
             rows = c.execute("SELECT content FROM messages WHERE role = 'user' "
-                             "ORDER BY created_at DESC, seq DESC LIMIT ?", (limit,)).fetchall()
-        return [r[0] for r in rows]
+                             "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [r[0] for r in reversed(rows)]
 
     # --- the context ---------------------------------------------------------------------------
 

@@ -32,9 +32,14 @@ class Prompt(TextArea):
         text: str
 
     def __init__(self, prompts: list[str] | None = None, **kwargs) -> None:
+        """`prompts`: earlier prompts, oldest first (`Store.user_prompts`); up starts from
+        the last. A prompt sent twice in a row is recalled once, as `remember` keeps it."""
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus",
                          **kwargs)
-        self.prompts: list[str] = list(prompts or [])
+        self.prompts: list[str] = []
+        for text in prompts or ():
+            if not self.prompts or self.prompts[-1] != text:
+                self.prompts.append(text)
         self._recall: int | None = None   # index into history while recalling
         self._draft = ""
 

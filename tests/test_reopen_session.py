@@ -1,0 +1,131 @@
+"""`picochat` reopens the session the user last had open, not the one written to last
+(issue 22.2); `picochat ask` without --session keeps writing to the most recently active."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from picochat.cli import commands
+from picochat.cli.main import main
+from picochat.storage import open_store
+from picochat.tui import app as tui_app
+
+
+@pytest.fixture
+def start_app(home: Path, monkeypatch: pytest.MonkeyPatch):
+    """`start_app(*argv, then=None)`: `picochat ARGV` as the CLI starts the app (its choice of
+    session included), in this process and headless; `then(app, pilot)` runs on the first
+    frame, then the app quits. Returns the name of the session it opened."""
+    monkeypatch.setattr(commands, "has_terminal", lambda: True)
+
+    def start(*argv: str, then=None) -> str:
+        opened: list[str] = []
+
+        async def drive(app) -> None:
+            async with app.run_test(size=(100, 30)) as pilot:
+                await pilot.pause()
+                opened.append(app.session.name)
+                if then is not None:
+                    await then(app, pilot)
+
+        monkeypatch.setattr(tui_app.PicochatApp, "run", lambda self: asyncio.run(drive(self)))
+        assert main(list(argv)) == 0
+        return opened[0]
+
+    return start
+
+
+def ask(*argv: str) -> None:
+    assert main(["ask", *argv]) == 0
+
+
+def test_the_app_reopens_the_session_it_showed_not_the_one_written_last(start_app, capsys):
+    ask("--session", "older", "first words")
+    ask("--session", "newer", "later words")
+    assert start_app("--session", "older") == "older"  # the user reads the older one, quits
+    ask("--session", "newer", "written from a script meanwhile")
+    assert start_app() == "older"
+    ask("one more turn")  # `ask` still means the most recently active session
+    capsys.readouterr()  # what the asks printed
+    assert main(["history", "--session", "newer", "--json"]) == 0
+    assert "one more turn" in capsys.readouterr().out
+
+
+def test_a_session_switched_to_in_the_app_is_the_one_reopened(start_app):
+    ask("--session", "older", "first words")
+    ask("--session", "newer", "later words")
+
+    async def switch(app, pilot) -> None:  # what /sessions does with the row picked
+        await app.open_session(app.store.find_session("older"))
+        await pilot.pause()
+
+    assert start_app(then=switch) == "newer"
+    assert start_app() == "older"
+
+
+def test_a_first_start_with_no_session_opened_before_takes_the_most_recently_active(
+        start_app):
+    ask("--session", "older", "first words")
+    ask("--session", "newer", "later words")
+    assert start_app() == "newer"  # databases written before schema 10 start here too
+
+
+def test_the_last_opened_session_deleted_falls_back_to_the_most_recently_active(store):
+    a, b, c = (store.create_session(n) for n in "abc")
+    store.append_message(a.id, "user", "x", turn_id="t")
+    assert store.last_opened_session() is None
+    store.mark_opened(b.id)
+    store.mark_opened(c.id)
+    assert store.last_opened_session().id == c.id
+    store.delete_session(c.id)
+    assert store.last_opened_session().id == b.id
+    store.delete_session(b.id)
+    assert store.last_opened_session() is None and store.latest_session().id == a.id
+
+
+def test_the_last_session_opened_wins_even_within_one_clock_tick(tmp_path: Path):
+    """Two opens in the same millisecond (or a clock set back) still order by when."""
+    store = open_store(tmp_path / "p.db", clock=lambda: 1000)
+    try:
+        one, two = store.create_session("one"), store.create_session("two")
+        for sid in (one.id, two.id, one.id):
+            store.mark_opened(sid)
+            assert store.last_opened_session().id == sid
+    finally:
+        store.close()
+
+
+async def test_a_worker_told_it_is_shown_records_its_session_at_once(store):
+    """For the app's switch (`open_session`): remembered before any quit, so a picochat
+    killed later still reopens it."""
+    from picochat.config import Config
+    from picochat.models import resolve_model
+    from picochat.providers.offline import OfflineProvider
+    from picochat.session import SessionWorker
+
+    one, two = store.create_session("one"), store.create_session("two")
+    store.mark_opened(one.id)
+    async with SessionWorker(store, two.id, resolve_model(Config(), "offline"),
+                             OfflineProvider(0), "sys") as worker:
+        await worker.opened()
+    assert store.last_opened_session().id == two.id
+
+
+async def test_a_database_that_cannot_record_it_still_shows_the_session(store, monkeypatch,
+                                                                        caplog):
+    from picochat.errors import StorageError
+    from picochat.session import note_opened
+
+    def refuse(_sid):
+        raise StorageError("the database file is read-only")
+
+    session = store.create_session("one")
+    monkeypatch.setattr(store, "mark_opened", refuse)
+    monkeypatch.setattr(logging.getLogger("picochat"), "propagate", True)  # a CLI test's setup
+    with caplog.at_level(logging.WARNING, logger="picochat.session"):
+        note_opened(store, session.id)  # no exception: only the next start's choice is affected
+    assert "opened_not_recorded" in caplog.text and "read-only" not in caplog.text
