@@ -135,3 +135,26 @@ def test_cli_compact_all_json_and_a_single_turn(run_cli):
     data = json.loads(run_cli("compact", "--session", "s", "--all", "--json").stdout)
     assert data["status"] == "compacted" and data["kept_turns"] == 1
     assert data["first_retained_seq"] == 5 and data["tokens_after"] < data["tokens_before"]
+
+
+async def test_compact_all_in_the_app_folds_what_plain_compact_keeps(store):
+    """In the app: /compact on a short chat names /compact all, which then folds all but the
+    newest turn."""
+    from picochat.config import Config
+    from picochat.tui.chat import Notice
+    from tests.test_compaction_engine import talk
+    from tests.test_tui import SIZE, make_app, say, settle, texts
+
+    s = store.create_session("t")
+    talk(store, s.id, 6)
+    app = make_app(store, config=Config())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await say(pilot, "/compact")
+        await settle(pilot, app, lambda: any("Nothing to compact" in t
+                                             for t in texts(app, Notice)))
+        assert any("use /compact all" in t for t in texts(app, Notice))
+        await say(pilot, "/compact all")
+        await settle(pilot, app, lambda: store.checkpoints(s.id))
+        [cp] = store.checkpoints(s.id)
+        assert cp.first_retained_seq == 11  # the newest of six turns stays raw

@@ -379,6 +379,7 @@ class PicochatApp(App[None]):
         self.worker = SessionWorker.from_config(self.store, session.id, model, provider,
                                                 self.config)
         await self.worker.start()
+        await self.worker.opened()  # the next start reopens it, even after a kill
         self.warm_up()
         await self.reload()
         self.refresh_status()

@@ -31,14 +31,16 @@ Handler = Callable[["PicochatApp", str], Awaitable[None]]
 
 
 async def cmd_compact(app: "PicochatApp", focus: str) -> None:
+    """`/compact [focus]`; `/compact all` folds all but the newest turn."""
     chat = app.query_one(ChatView)
     if app.worker.busy:
         await chat.add_notice("/compact is queued: it runs when the current answer ends")
-    app.run_worker(_compact(app, focus or None), group="commands",
-                   exit_on_error=False)
+    everything = focus.strip().lower() == "all"
+    app.run_worker(_compact(app, None if everything else (focus or None), everything),
+                   group="commands", exit_on_error=False)
 
 
-async def _compact(app: "PicochatApp", focus: str | None) -> None:
+async def _compact(app: "PicochatApp", focus: str | None, everything: bool) -> None:
     chat = app.query_one(ChatView)
     line = Pending("compacting the context", stop="")
 
@@ -47,7 +49,7 @@ async def _compact(app: "PicochatApp", focus: str | None) -> None:
         chat.mount(line)
 
     try:
-        outcome = await app.worker.compact(focus, on_start=started)
+        outcome = await app.worker.compact(focus, everything=everything, on_start=started)
     finally:
         app.set_state("")
         if line.is_attached:
@@ -58,7 +60,8 @@ async def _compact(app: "PicochatApp", focus: str | None) -> None:
     elif outcome.error is not None:
         await chat.add_notice(compaction_failure_line(outcome.error), "error")
     else:
-        reason = report.nothing_reason(outcome, app.worker.limits)
+        reason = report.nothing_reason(outcome, app.worker.limits,
+                                       None if everything else report.FOLD_ALL)
         await chat.add_notice(f"Nothing to compact: {reason}")
 
 

@@ -18,7 +18,8 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("compact", "[focus]", "summarize older turns now; the raw history stays"),
+    Command("compact", "[focus|all]", "summarize older turns now (all: all but the newest); "
+                                      "the raw history stays"),
     Command("uncompact", "", "undo the last compaction"),
     Command("info", "", "context usage: window, threshold, what is used"),
     Command("checkpoints", "", "show or hide the checkpoint panel"),
