@@ -71,8 +71,8 @@ async def test_the_list_of_summaries_is_what_the_open_panel_shows_first(store, s
         listing = panel.query_one(OptionList)
         assert app.focused is listing                         # ready to pick, as before
         shown = panel_lines(app)
-        row = next(i for i, line in enumerate(shown) if "● Summary 1" in line)
-        assert row < 4                                        # at the top, not below a summary
+        row = next((i for i, line in enumerate(shown) if "● Summary 1" in line), None)
+        assert row is not None and row < 4                    # at the top, not below a summary
         assert panel.region.contains_region(listing.region)   # in view, not scrolled off
         assert listing.region.y < panel.query_one("#cp-summary").region.y
 
@@ -130,7 +130,8 @@ async def test_the_chart_shows_tokens_from_zero_and_marks_the_compaction(store):
         assert min(series) < max(series) / 2    # a first turn far below the largest
         await open_panel(pilot, app)
         shown = panel_lines(app)
-        top = next(i for i, line in enumerate(shown) if f"{max(series):,} ┤" in line)
+        top = next((i for i, line in enumerate(shown) if f"{max(series):,} ┤" in line), None)
+        assert top is not None, "the axis names the largest figure"
         axis = shown[top].index("┤") + 1
         assert shown[top + 2][:axis].split()[-2:] == ["0", "┤"]  # the axis: largest and 0
         rows = [shown[top + k][axis:].rstrip() for k in range(3)]

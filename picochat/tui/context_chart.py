@@ -54,7 +54,7 @@ def chart(series: Sequence[int], width: int, height: int = 3) -> Text:
     out.append(" " * (label + 2) + "".join(MARK if m else " " for m in marks).rstrip(),
                style="bold")
     turns = "turn 1" if len(series) == 1 else f"turns 1–{len(series)}"
-    said = f" · {MARK} compaction" if any(marks) else " · no compaction yet"
+    said = f" · {MARK} compaction" if any(marks) else ""  # one after the last turn: no drop yet
     out.append(f"\n{turns}{said}", style="dim")
     return out
 
