@@ -70,6 +70,7 @@ async def test_the_list_of_summaries_is_what_the_open_panel_shows_first(store, s
         panel = await open_panel(pilot, app)
         listing = panel.query_one(OptionList)
         assert app.focused is listing                         # ready to pick, as before
+        assert listing.highlighted_option.id == active_id(store, app)  # the cursor on it
         shown = panel_lines(app)
         row = next((i for i, line in enumerate(shown) if "● Summary 1" in line), None)
         assert row is not None and row < 4                    # at the top, not below a summary
@@ -179,3 +180,18 @@ async def test_the_panel_speaks_of_summaries_and_messages_not_ids(store):
         details.collapsed = False                              # the user opens the details
         await pilot.pause(0.2)
         assert cp.id in " ".join(panel_lines(app))
+
+
+async def test_an_earlier_summary_says_why_the_model_no_longer_reads_it(store):
+    app = make_app(store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await compact(pilot, app, store, then=3)
+        await say(pilot, "/compact")
+        await settle(pilot, app, lambda: len(store.checkpoints(app.session.id)) == 2
+                     and not app.worker.busy)
+        await open_panel(pilot, app)
+        await pilot.press("down", "enter")                   # the earlier one, from the list
+        await pilot.pause(0.2)
+        shown = " ".join(line.strip() for line in panel_lines(app))
+        assert "Summary 1 · manual" in shown
+        assert "Not in use: Summary 2, in use, includes it" in shown

@@ -49,12 +49,22 @@ def headline(cp: Checkpoint, number: int, cleared_at: int) -> str:
             f"covers {covered(cp, cleared_at)}")
 
 
-def checkpoint_lines(cp: Checkpoint, number: int, active: bool, cleared_at: int = 0) -> str:
+def use_line(cp: Checkpoint, active: Checkpoint | None, by_id: dict[str, Checkpoint],
+             numbers: dict[str, int]) -> str:
+    """Whether the model reads `cp` now, and if not, why not."""
+    if active is not None and cp.id == active.id:
+        return f"In use · messages {cp.first_retained_seq} onward are sent as they are"
+    parent = by_id.get(active.parent_checkpoint_id or "") if active else None
+    while parent is not None:
+        if parent.id == cp.id:
+            return f"Not in use: Summary {numbers[active.id]}, in use, includes it"
+        parent = by_id.get(parent.parent_checkpoint_id or "")
+    return "Not in use: undone, or a /clear came after it"
+
+
+def checkpoint_lines(cp: Checkpoint, number: int, use: str, cleared_at: int = 0) -> str:
     created = dt.datetime.fromtimestamp(cp.created_at / 1000, dt.timezone.utc).strftime(
         "%Y-%m-%d %H:%M UTC")
-    use = (f"In use · messages {cp.first_retained_seq} onward are sent as they are"
-           if active else
-           "Not in use now (undone, or a /clear came after it)")
     lines = [headline(cp, number, cleared_at), use,
              f"context {cp.tokens_before:,} → {cp.tokens_after:,} tokens"]
     if cp.degraded:
@@ -129,6 +139,9 @@ class CheckpointPanel(VerticalScroll):
             mark = "● " if cp.id == active_id else "  "
             options.add_option(Option(literal(f"{mark}Summary {self.numbers[cp.id]} · "
                                               f"{covered(cp, cleared_at)}"), cp.id))
+        if checkpoints:  # the cursor starts on the one in use (the newest if none is)
+            ids = [cp.id for cp in checkpoints]
+            options.highlighted = ids.index(active_id) if active_id in ids else 0
         self.query_one("#cp-hint", Static).update(literal(
             "None yet: one is written when the context nears the window, or by /compact."
             if not checkpoints else "● in use · ctrl+z undoes it · enter reads one"
@@ -150,8 +163,9 @@ class CheckpointPanel(VerticalScroll):
             summary.show(Block("text", ""))
             return
         number = self.numbers.get(cp.id, 0)
-        meta.update(literal(checkpoint_lines(cp, number, cp.id == self.active_id,
-                                             self.cleared_at)))
+        active = self.checkpoints.get(self.active_id or "")
+        use = use_line(cp, active, self.checkpoints, self.numbers)
+        meta.update(literal(checkpoint_lines(cp, number, use, self.cleared_at)))
         details.display = title.display = True
         self.query_one("#cp-ids", Static).update(literal(
             f"checkpoint {cp.id}\nwritten by {cp.model} ({cp.provider_kind})"))
