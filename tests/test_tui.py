@@ -149,7 +149,7 @@ async def test_compact_draws_the_divider_and_fills_the_panel(store):
         panel = app.query_one(CheckpointPanel)
         assert panel.has_class("open")
         meta = str(panel.query_one("#cp-meta").render())
-        assert cp.id in meta and f"{cp.tokens_before:,} → {cp.tokens_after:,}" in meta
+        assert "Summary 1" in meta and f"{cp.tokens_before:,} → {cp.tokens_after:,}" in meta
         await say(pilot, "/uncompact")
         await settle(pilot, app, lambda: not app.query(CheckpointDivider))
         assert store.session(app.session.id).active_context_checkpoint_id is None
@@ -721,7 +721,7 @@ async def test_a_long_answer_streams_into_a_few_widgets_and_copies_as_one(store)
         assert app.clipboard == "first = 1\n\n\nsecond = 2\n"
 
 
-async def test_the_panel_takes_focus_undoes_with_u_and_tells_a_clear_apart(store):
+async def test_the_panel_takes_focus_undoes_after_asking_and_tells_a_clear_apart(store):
     from textual.widgets import OptionList
 
     app = PicochatApp(store, _long_session(store), resolve_model(SMALL_KEEP, "offline"),
@@ -733,15 +733,15 @@ async def test_the_panel_takes_focus_undoes_with_u_and_tells_a_clear_apart(store
         await pilot.pause(0.2)
         assert isinstance(app.focused, OptionList)
         meta = app.query_one("#cp-meta")
-        assert "Active checkpoint cp_" in str(meta.render())
-        await pilot.press("u")  # /uncompact from the panel
+        assert "In use" in str(meta.render())
+        await pilot.press("ctrl+z", "y")  # /uncompact from the panel, once confirmed
         await settle(pilot, app, lambda: not app.query(CheckpointDivider))
         assert any("Undid checkpoint" in t for t in texts(app, Notice))
         await pilot.press("/", "c", "l")  # typing in the panel goes to the prompt
         assert isinstance(app.focused, Prompt) and app.focused.text == "/cl"
         app.focused.load_text("/clear")
         await pilot.press("enter")
-        await settle(pilot, app, lambda: "/clear at #" in str(meta.render()))
+        await settle(pilot, app, lambda: "/clear after message" in str(meta.render()))
 
 
 async def test_tab_completes_hints_show_arguments_and_undo_says_what_it_did(store):

@@ -65,7 +65,7 @@ async def test_checkpoints_command_and_f2_open_and_close_the_panel(store):
         await settle(pilot, app, lambda: panel.has_class("open"))
         await pilot.pause(0.1)
         assert panel.display and panel.region.width > 0      # on screen, beside the chat
-        assert "No active checkpoint" in str(panel.query_one("#cp-meta").render())
+        assert "No summary in use" in str(panel.query_one("#cp-meta").render())
         assert "Context per turn" in shown(app)
         await say(pilot, "/checkpoints")
         await settle(pilot, app, lambda: not panel.has_class("open"))

@@ -50,8 +50,8 @@ send Escape
 
 send F2
 wait_for "Context per turn"
-wait_for "Active checkpoint cp_"
-wait_for "raw tail from #"
+wait_for "● Summary 1"        # the list, first
+wait_for "onward are sent as"
 send F2
 
 send "/nonsense" Enter

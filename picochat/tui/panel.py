@@ -1,5 +1,7 @@
-"""The checkpoint panel: what has been summarized, where the raw tail begins, and how the
-context grew and dropped turn by turn."""
+"""The checkpoint panel: the summaries written so far (the list first, ready to pick), what
+the one picked covers and saved, how the context grew and dropped turn by turn, and the
+summary itself. Said in the user's words: summaries are numbered from the first, ranges are
+message numbers; a checkpoint's id shows only in its details, when opened."""
 
 from __future__ import annotations
 
@@ -9,93 +11,188 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Label, OptionList, Sparkline, Static
+from textual.widgets import Collapsible, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from picochat.ledger import facts_line
 from picochat.messages import Checkpoint
 from picochat.tui.answer import ProseBlock
+from picochat.tui.context_chart import ContextChart
 from picochat.tui.markdown import Block
 from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import clean, literal
+from picochat.tui.screens import ConfirmScreen
+
+UNDO_KEY = "ctrl+z"  # not a letter: a letter typed after F2 is the start of a message
 
 
-def checkpoint_lines(cp: Checkpoint, active: bool) -> str:
+def numbers(checkpoints: list[Checkpoint]) -> dict[str, int]:
+    """Summary 1 is the first written; `checkpoints` come newest first."""
+    return {cp.id: len(checkpoints) - i for i, cp in enumerate(checkpoints)}
+
+
+def covered(cp: Checkpoint, cleared_at: int) -> str:
+    """The messages a summary stands for: those before its raw tail, from the start or from
+    the latest /clear (before a /clear, where it started is not known, so not claimed)."""
+    last = cp.first_retained_seq - 1
+    if not cleared_at:
+        return f"messages 1–{last}"
+    if cp.first_retained_seq > cleared_at:
+        return f"messages {cleared_at + 1}–{last}"
+    return f"messages up to {last}"
+
+
+def headline(cp: Checkpoint, number: int, cleared_at: int) -> str:
+    """"Summary 3 · auto · saved 1,412 tokens · covers messages 1–20"."""
+    saved = cp.tokens_before - cp.tokens_after
+    return (f"Summary {number} · {cp.trigger_reason} · saved {saved:,} tokens · "
+            f"covers {covered(cp, cleared_at)}")
+
+
+def use_line(cp: Checkpoint, active: Checkpoint | None, by_id: dict[str, Checkpoint],
+             numbers: dict[str, int]) -> str:
+    """Whether the model reads `cp` now, and if not, why not."""
+    if active is not None and cp.id == active.id:
+        return f"In use · messages {cp.first_retained_seq} onward are sent as they are"
+    parent = by_id.get(active.parent_checkpoint_id or "") if active else None
+    while parent is not None:
+        if parent.id == cp.id:
+            return f"Not in use: Summary {numbers[active.id]}, in use, includes it"
+        parent = by_id.get(parent.parent_checkpoint_id or "")
+    return "Not in use: undone, or a /clear came after it"
+
+
+def checkpoint_lines(cp: Checkpoint, number: int, use: str, cleared_at: int = 0) -> str:
     created = dt.datetime.fromtimestamp(cp.created_at / 1000, dt.timezone.utc).strftime(
         "%Y-%m-%d %H:%M UTC")
-    return "\n".join([
-        f"{'Active' if active else 'Earlier'} checkpoint {cp.id}",
-        f"generation {cp.generation} · {cp.trigger_reason}"
-        + (" · degraded (turns dropped with their exact facts kept, no summary)" if cp.degraded else ""),
-        f"tokens {cp.tokens_before:,} → {cp.tokens_after:,}",
-        facts_line(cp.summary),
-        f"raw tail from #{cp.first_retained_seq} · covers up to #{cp.source_max_seq}",
-        f"created {created}",
-    ])
+    lines = [headline(cp, number, cleared_at), use,
+             f"context {cp.tokens_before:,} → {cp.tokens_after:,} tokens"]
+    if cp.degraded:
+        lines.append("no summary could be written: the older turns were left out, "
+                     "their exact facts kept")
+    lines += [facts_line(cp.summary), f"made {created}"]
+    return "\n".join(lines)
+
+
+def undo_question(cp: Checkpoint, number: int, parent: Checkpoint | None,
+                  parent_number: int | None, cleared_at: int) -> str:
+    """What undoing the summary in use changes, for the confirm dialog."""
+    if parent is not None:
+        after = (f"Summary {parent_number} and messages {parent.first_retained_seq} onward "
+                 "as they are")
+    else:
+        after = (f"messages {cleared_at + 1} onward as they are, with no summary"
+                 if cleared_at else "the whole conversation as it is, with no summary")
+    return (f"Undo Summary {number} ({cp.trigger_reason}, covers {covered(cp, cleared_at)})?\n"
+            f"The model will read {after}.\n"
+            "Nothing is deleted: /compact can summarize these messages again.")
 
 
 class CheckpointPanel(VerticalScroll):
     DEFAULT_CSS = """
     CheckpointPanel {
-        width: 52; display: none;
+        width: 42%; min-width: 34; max-width: 72; display: none;
         border-left: solid $secondary; padding: 0 1; background: $surface;
+        scrollbar-size-vertical: 1;
     }
     CheckpointPanel.open { display: block; }
-    CheckpointPanel Label.title { text-style: bold; color: $secondary; margin: 1 0 0 0; }
-    CheckpointPanel Sparkline { height: 3; margin: 0 0 1 0; }
-    CheckpointPanel OptionList { height: auto; max-height: 8; }
-    CheckpointPanel #cp-summary { margin: 1 0 0 0; }
+    CheckpointPanel .title { text-style: bold; color: $secondary; margin: 1 0 0 0; }
+    CheckpointPanel .first { margin: 0; }
+    CheckpointPanel OptionList { height: auto; max-height: 8; padding: 0; border: none; }
+    CheckpointPanel OptionList:focus { border: none; }
+    CheckpointPanel #cp-hint { color: $text-muted; }
+    CheckpointPanel #cp-meta { margin: 1 0 0 0; }
+    CheckpointPanel Collapsible { padding: 0; border: none; background: $surface; }
+    CheckpointPanel Collapsible Contents { padding: 0 0 0 2; }
     """
-    HELP = ("F2 or /checkpoints toggles this panel; pick an earlier checkpoint to read it; "
-            "u undoes the last compaction.")
-    BINDINGS = [Binding("u", "app.slash('uncompact')", "Uncompact", key_display="u")]
+    HELP = ("F2 or /checkpoints toggles this panel; pick a summary to read it; "
+            "ctrl+z undoes the newest compaction, after asking.")
+    BINDINGS = [Binding(UNDO_KEY, "undo", "Undo summary", key_display="^z")]
 
     def compose(self) -> ComposeResult:
         return iter(())  # built when first opened: the first frame does not wait for it
 
     def _parts(self) -> ComposeResult:
-        yield Label("Context per turn", classes="title")
-        yield Sparkline([], id="spark")
-        yield Static("", id="cp-meta")
-        yield Label("Summary", classes="title")
-        yield ProseBlock(Block("text", ""), id="cp-summary")
-        yield Label("All checkpoints", classes="title")
+        yield Label("Summaries", classes="title first")
         yield OptionList(id="cp-list")
+        yield Static("", id="cp-hint")
+        yield Static("", id="cp-meta")
+        yield Collapsible(Static("", id="cp-ids"), title="Details", id="cp-details")
+        yield Label("Context per turn (tokens)", classes="title")
+        yield ContextChart(id="cp-chart")
+        yield Static("", classes="title", id="cp-summary-title")
+        yield ProseBlock(Block("text", ""), id="cp-summary")
 
     async def show(self, checkpoints: list[Checkpoint], active_id: str | None,
                    series: list[int], cleared_at: int = 0) -> None:
         if not self.children:
             await self.mount_all(list(self._parts()))
+        self.ordered = list(checkpoints)
         self.checkpoints = {c.id: c for c in checkpoints}
+        self.numbers = numbers(self.ordered)
         self.active_id = active_id
         self.cleared_at = cleared_at
-        self.query_one("#spark", Sparkline).data = series or [0]
+        self.query_one("#cp-chart", ContextChart).show(series)
         options = self.query_one("#cp-list", OptionList)
         options.clear_options()
         for cp in checkpoints:
             mark = "● " if cp.id == active_id else "  "
-            options.add_option(Option(literal(f"{mark}gen {cp.generation} · {cp.id} · "
-                                              f"{cp.tokens_before:,}→{cp.tokens_after:,}"),
-                                      cp.id))
+            options.add_option(Option(literal(f"{mark}Summary {self.numbers[cp.id]} · "
+                                              f"{covered(cp, cleared_at)}"), cp.id))
+        if checkpoints:  # the cursor starts on the one in use (the newest if none is)
+            ids = [cp.id for cp in checkpoints]
+            options.highlighted = ids.index(active_id) if active_id in ids else 0
+        self.query_one("#cp-hint", Static).update(literal(
+            "None yet: one is written when the context nears the window, or by /compact."
+            if not checkpoints else "● in use · ctrl+z undoes it · enter reads one"
+            if active_id else "none in use · enter reads one"))
         active = self.checkpoints.get(active_id) if active_id else None
         await self.read(active)
 
     async def read(self, cp: Checkpoint | None) -> None:
         meta = self.query_one("#cp-meta", Static)
         summary = self.query_one("#cp-summary", ProseBlock)
+        title = self.query_one("#cp-summary-title", Static)
+        details = self.query_one("#cp-details", Collapsible)
         if cp is None:
             meta.update(literal(
-                f"No active checkpoint: /clear at #{self.cleared_at} started the context "
-                "afresh; the model reads only what came after it." if self.cleared_at else
-                "No active checkpoint: the model reads the whole raw history."))
+                f"No summary in use: /clear after message {self.cleared_at} started afresh; "
+                "the model reads only what came after it." if self.cleared_at else
+                "No summary in use: the model reads the whole conversation as it is."))
+            details.display = title.display = False
             summary.show(Block("text", ""))
             return
-        meta.update(literal(checkpoint_lines(cp, cp.id == self.active_id)))
+        number = self.numbers.get(cp.id, 0)
+        active = self.checkpoints.get(self.active_id or "")
+        use = use_line(cp, active, self.checkpoints, self.numbers)
+        meta.update(literal(checkpoint_lines(cp, number, use, self.cleared_at)))
+        details.display = title.display = True
+        self.query_one("#cp-ids", Static).update(literal(
+            f"checkpoint {cp.id}\nwritten by {cp.model} ({cp.provider_kind})"))
+        title.update(literal(f"Summary {number}: what the model reads instead of "
+                             f"{covered(cp, self.cleared_at)}"))
         summary.show(Block("text", clean(cp.summary)))
 
     async def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         await self.read(self.checkpoints.get(event.option.id or ""))
-        self.scroll_home(animate=False)  # the details sit at the top
+        self.scroll_home(animate=False)  # the list and the details below it stay in view
+
+    def action_undo(self) -> None:
+        """Ask first: undoing moves what the model reads, and the key may have been a slip."""
+        cp = self.checkpoints.get(self.active_id or "") if self.active_id else None
+        if cp is None:
+            self.notify(literal("Nothing to undo: no summary is in use"))
+            return
+        parent = self.checkpoints.get(cp.parent_checkpoint_id or "")
+        question = undo_question(cp, self.numbers[cp.id], parent,
+                                 self.numbers.get(parent.id) if parent else None,
+                                 self.cleared_at)
+
+        async def answered(yes: bool | None) -> None:
+            if yes:
+                await self.app.run_action("slash('uncompact')")
+
+        self.app.push_screen(ConfirmScreen(question), answered)
 
     def on_key(self, event: events.Key) -> None:
         forward_typing(self, event)

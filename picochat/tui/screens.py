@@ -84,7 +84,8 @@ class ConfirmScreen(ModalScreen[bool]):
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
     ConfirmScreen > Static {
-        width: 70; height: auto; border: round $warning; background: $surface; padding: 1 2;
+        width: 70; max-width: 95%; height: auto; border: round $warning; background: $surface;
+        padding: 1 2;
     }
     """
     BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]

@@ -1,0 +1,197 @@
+"""The checkpoint panel as a user meets it (issue 22, items 7 and 8): the list of summaries is
+the first thing it shows, undoing one asks first, a letter typed right after F2 is the start of
+a message, the chart says what its bars measure, the panel fits the terminal, and it speaks of
+summaries and message numbers, not of ids and generations."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Collapsible, OptionList
+
+from picochat.context_usage import context_series
+from picochat.models import resolve_model
+from picochat.providers.offline import OfflineProvider
+from picochat.tui.app import PicochatApp
+from picochat.tui.chat import CheckpointDivider, ChatView
+from picochat.tui.panel import CheckpointPanel
+from picochat.tui.prompt import Prompt
+from picochat.tui.screens import ConfirmScreen
+from tests.test_tui import SMALL_KEEP, chat_once, say, settle
+
+BARS = " ▁▂▃▄▅▆▇█"
+
+
+def make_app(store, turns: int = 8, name: str = "t") -> PicochatApp:
+    session = store.create_session(name)
+    for i in range(turns):
+        store.append_message(session.id, "user", f"q{i} " + "words " * 60, turn_id=f"x{i}")
+        store.append_message(session.id, "assistant", f"a{i} " + "words " * 60,
+                             turn_id=f"x{i}")
+    return PicochatApp(store, session, resolve_model(SMALL_KEEP, "offline"),
+                       OfflineProvider(0), SMALL_KEEP)
+
+
+async def compact(pilot, app, store, then: int = 0) -> None:
+    """/compact, then `then` more turns (so the chart has turns after the drop)."""
+    await settle(pilot, app, lambda: app.ready)
+    await say(pilot, "/compact")
+    await settle(pilot, app, lambda: bool(app.query(CheckpointDivider))
+                 and not app.worker.busy)
+    for i in range(then):
+        await chat_once(pilot, app, store, f"next {i} " + "words " * 40)
+
+
+async def open_panel(pilot, app) -> CheckpointPanel:
+    await pilot.press("f2")
+    panel = app.query_one(CheckpointPanel)
+    await settle(pilot, app, lambda: panel.has_class("open"))
+    await pilot.pause(0.3)
+    return panel
+
+
+def panel_lines(app) -> list[str]:
+    """What the panel shows on screen, row by row (the compositor's characters)."""
+    region = app.query_one(CheckpointPanel).region
+    strips = app.screen._compositor.render_strips()
+    rows = ["".join(segment.text for segment in strip) for strip in strips]
+    return [row[region.x:region.right].removeprefix("│").rstrip()
+            for row in rows[region.y:region.bottom]]
+
+
+def active_id(store, app) -> str | None:
+    return store.session(app.session.id).active_context_checkpoint_id
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+async def test_the_list_of_summaries_is_what_the_open_panel_shows_first(store, size):
+    app = make_app(store)
+    async with app.run_test(size=size) as pilot:
+        await compact(pilot, app, store)
+        panel = await open_panel(pilot, app)
+        listing = panel.query_one(OptionList)
+        assert app.focused is listing                         # ready to pick, as before
+        assert listing.highlighted_option.id == active_id(store, app)  # the cursor on it
+        shown = panel_lines(app)
+        row = next((i for i, line in enumerate(shown) if "● Summary 1" in line), None)
+        assert row is not None and row < 4                    # at the top, not below a summary
+        assert panel.region.contains_region(listing.region)   # in view, not scrolled off
+        assert listing.region.y < panel.query_one("#cp-summary").region.y
+
+
+async def test_undo_asks_first_and_only_y_undoes(store):
+    app = make_app(store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await compact(pilot, app, store)
+        [cp] = store.checkpoints(app.session.id)
+        await open_panel(pilot, app)
+        await pilot.press("ctrl+z")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, ConfirmScreen)
+        question = str(app.screen.query_one("Static").render())
+        assert "Undo Summary 1" in question
+        assert f"messages 1–{cp.first_retained_seq - 1}" in question
+        assert "whole conversation" in question               # what the model reads after
+        await pilot.press("n")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, ConfirmScreen) and active_id(store, app) == cp.id
+        await pilot.press("ctrl+z")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, ConfirmScreen) and active_id(store, app) == cp.id
+        assert app.query(CheckpointDivider)
+        await pilot.press("ctrl+z", "y")
+        await settle(pilot, app, lambda: not app.query(CheckpointDivider))
+        assert active_id(store, app) is None
+        await settle(pilot, app, lambda: any("No summary in use" in line
+                                             for line in panel_lines(app)))
+
+
+async def test_a_letter_typed_right_after_f2_starts_the_message(store):
+    app = make_app(store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await compact(pilot, app, store)
+        [cp] = store.checkpoints(app.session.id)
+        prompt = app.query_one(Prompt)
+        prompt.focus()
+        await pilot.press("f2", "u", "s", "e")
+        await pilot.pause(0.3)
+        assert prompt.text == "use" and app.focused is prompt
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert active_id(store, app) == cp.id and app.query(CheckpointDivider)
+
+
+async def test_the_chart_shows_tokens_from_zero_and_marks_the_compaction(store):
+    app = make_app(store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await compact(pilot, app, store, then=3)
+        series = context_series(store.history(app.session.id),
+                                store.checkpoints(app.session.id))
+        assert min(series) < max(series) / 2    # a first turn far below the largest
+        await open_panel(pilot, app)
+        shown = panel_lines(app)
+        top = next((i for i, line in enumerate(shown) if f"{max(series):,} ┤" in line), None)
+        assert top is not None, "the axis names the largest figure"
+        axis = shown[top].index("┤") + 1
+        assert shown[top + 2][:axis].split()[-2:] == ["0", "┤"]  # the axis: largest and 0
+        rows = [shown[top + k][axis:].rstrip() for k in range(3)]
+        width = max(len(r) for r in rows)
+        levels = [sum(BARS.index(r[c]) if c < len(r) else 0 for r in rows)
+                  for c in range(width)]
+        assert max(levels) == 24
+        # scaled from 0: the smallest turn's bar is its share of the largest, not empty
+        assert abs(min(levels) - min(series) / max(series) * 24) <= 1
+        marks = shown[top + 3][axis:]
+        assert "▴" in marks and any("▴ compaction" in line for line in shown)
+        where = marks.index("▴")
+        assert levels[where] < levels[where - 1]              # under the drop it marks
+
+
+async def test_the_panel_follows_the_terminal_width(store):
+    widths = {}
+    for size in [(80, 24), (120, 40)]:
+        app = make_app(store, name=f"at {size[0]}")
+        async with app.run_test(size=size) as pilot:
+            panel = await open_panel(pilot, app)
+            widths[size[0]] = panel.outer_size.width
+            if size[0] == 80:
+                assert app.query_one(ChatView).outer_size.width >= 44  # the chat stays usable
+            assert 34 <= panel.outer_size.width <= size[0] // 2
+            assert any("No summary in use" in line for line in panel_lines(app))
+    assert widths[120] > widths[80]
+
+
+async def test_the_panel_speaks_of_summaries_and_messages_not_ids(store):
+    app = make_app(store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await compact(pilot, app, store)
+        [cp] = store.checkpoints(app.session.id)
+        panel = await open_panel(pilot, app)
+        shown = " ".join(line.strip() for line in panel_lines(app))  # wrapped lines joined
+        saved = cp.tokens_before - cp.tokens_after
+        assert (f"Summary 1 · manual · saved {saved:,} tokens · covers messages "
+                f"1–{cp.first_retained_seq - 1}") in shown
+        assert f"messages {cp.first_retained_seq} onward are sent as they are" in shown
+        assert "exact facts:" in shown
+        for word in ("cp_", "seq", "gen ", "generation", "#", "->", "raw tail"):
+            assert word not in shown, word
+        details = panel.query_one(Collapsible)
+        details.collapsed = False                              # the user opens the details
+        await pilot.pause(0.2)
+        assert cp.id in " ".join(panel_lines(app))
+
+
+async def test_an_earlier_summary_says_why_the_model_no_longer_reads_it(store):
+    app = make_app(store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await compact(pilot, app, store, then=3)
+        await say(pilot, "/compact")
+        await settle(pilot, app, lambda: len(store.checkpoints(app.session.id)) == 2
+                     and not app.worker.busy)
+        await open_panel(pilot, app)
+        await pilot.press("down", "enter")                   # the earlier one, from the list
+        await pilot.pause(0.2)
+        shown = " ".join(line.strip() for line in panel_lines(app))
+        assert "Summary 1 · manual" in shown
+        assert "Not in use: Summary 2, in use, includes it" in shown
