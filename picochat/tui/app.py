@@ -426,7 +426,7 @@ class PicochatApp(App[None]):
         rows += [("enter", "send"),
                  ("ctrl+j", "newline (also shift+enter, alt+enter where the terminal sends them)"),
                  ("up / down", "earlier prompts"), ("tab", "complete a slash command"),
-                 ("u (in the panel)", "undo the last compaction"),
+                 ("ctrl+z (in the panel)", "undo the summary in use, after asking"),
                  ("alt+↑ or click", "select a message or code block; then ↑ / ↓ move, "
                                     "c copies, enter or typing goes back to the prompt"),
                  ("ctrl+p", "command palette"), ("//text", "send text that starts with /")]

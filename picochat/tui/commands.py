@@ -52,8 +52,8 @@ async def _compact(app: "PicochatApp", focus: str | None, everything: bool) -> N
         outcome = await app.worker.compact(focus, everything=everything, on_start=started)
     finally:
         app.set_state("")
-        if line.is_attached:
-            await line.remove()
+        if line.is_attached:  # not awaited: the outcome's line must be shown before anything
+            line.remove()     # a job queued behind this one (a /clear) says
     if outcome.compacted:
         await chat.add_notice(report.compacted_lines(outcome), "card")
         await turns.compacted(app, outcome, announce=False)
