@@ -135,8 +135,9 @@ async def test_compact_draws_the_divider_and_fills_the_panel(store):
         await pilot.pause(0.2)
         [cp] = store.checkpoints(app.session.id)
         [divider] = app.query(CheckpointDivider)
-        assert cp.id in str(divider.render()) and f"#{cp.first_retained_seq}" in str(
-            divider.render())
+        said = str(divider.render())
+        assert f"messages {cp.first_retained_seq} onward" in said
+        assert cp.id not in said and "gen " not in said and "#" not in said
         chat = app.query_one(ChatView)
         after = list(chat.children)[list(chat.children).index(divider) + 1]
         assert after.seq == cp.first_retained_seq        # the raw tail starts right below it
@@ -736,7 +737,8 @@ async def test_the_panel_takes_focus_undoes_after_asking_and_tells_a_clear_apart
         assert "In use" in str(meta.render())
         await pilot.press("ctrl+z", "y")  # /uncompact from the panel, once confirmed
         await settle(pilot, app, lambda: not app.query(CheckpointDivider))
-        assert any("Undid checkpoint" in t for t in texts(app, Notice))
+        assert any("Undid the last compaction: the model now reads the whole conversation" in t
+                   for t in texts(app, Notice))
         await pilot.press("/", "c", "l")  # typing in the panel goes to the prompt
         assert isinstance(app.focused, Prompt) and app.focused.text == "/cl"
         app.focused.load_text("/clear")
@@ -758,6 +760,6 @@ async def test_tab_completes_hints_show_arguments_and_undo_says_what_it_did(stor
         await settle(pilot, app, lambda: any("Nothing to undo" in t for t in texts(app, Notice)))
         await chat_once(pilot, app, store, "a turn to take back")
         await say(pilot, "/undo")
-        await settle(pilot, app, lambda: any("#1–#2" in t for t in texts(app, Notice)))
+        await settle(pilot, app, lambda: any("(messages 1–2)" in t for t in texts(app, Notice)))
         [user] = app.query(UserMessage)
         assert user.has_class("retracted") and "undone" in user.border_subtitle

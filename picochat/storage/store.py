@@ -97,6 +97,7 @@ def _any_of(words: Sequence[str]) -> str | None:
 class UndoResult:
     removed: tuple[int, ...]  # seqs taken out of the context (still in the raw log)
     checkpoint_kept: bool
+    checkpoint_dropped: bool = False  # a checkpoint was active and is not any more
 
 
 @dataclass(frozen=True)
@@ -596,7 +597,8 @@ class Store:
                       "active_context_checkpoint_id = CASE WHEN ? THEN "
                       "active_context_checkpoint_id ELSE NULL END WHERE id = ?",
                       (int(keep), session_id))
-        return UndoResult(tuple(sorted(removed)), keep)
+        return UndoResult(tuple(sorted(removed)), keep,
+                          bool(session.active_context_checkpoint_id) and not keep)
 
     # --- checkpoints ---------------------------------------------------------------------------
 

@@ -118,10 +118,11 @@ class CheckpointDivider(Static):
 
 
 def divider_text(cp: Checkpoint) -> str:
-    kind = " · degraded" if cp.degraded else ""
-    return (f"▲ above: summarized in checkpoint {cp.id} (gen {cp.generation}, "
-            f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens{kind}) · "
-            f"below: raw tail from #{cp.first_retained_seq}")
+    """Where the summary in use ends, in the reader's words (F2 has the details)."""
+    saved = cp.tokens_before - cp.tokens_after
+    above = ("▲ above: left out, no summary (their exact facts kept)" if cp.degraded else
+             f"▲ above: summarized · {cp.trigger_reason} · saved {saved:,} tokens")
+    return f"{above} · ▼ below: messages {cp.first_retained_seq} onward, sent as they are"
 
 
 SELECTABLE = ("UserMessage, AssistantMessage, CodeFence, ToolBlock > CollapsibleTitle, "

@@ -69,10 +69,12 @@ async def cmd_uncompact(app: "PicochatApp", _: str) -> None:
     result = await app.worker.uncompact()
     chat = app.query_one(ChatView)
     if result.undone:
-        active = result.active or "none (the whole raw history)"
-        await chat.add_notice(f"Undid checkpoint {result.undone}; active now: {active}")
+        now = app.active_checkpoint()
+        reads = (f"the earlier summary and messages {now.first_retained_seq} onward as they "
+                 "are" if now else "the whole conversation as it is, with no summary")
+        await chat.add_notice(f"Undid the last compaction: the model now reads {reads}")
     else:
-        await chat.add_notice("Nothing to uncompact: no checkpoint is active")
+        await chat.add_notice("Nothing to uncompact: no summary is in use")
     await app.checkpoint_moved()
 
 
@@ -109,11 +111,13 @@ async def cmd_undo(app: "PicochatApp", _: str) -> None:
         await chat.add_notice("Nothing to undo: no turn is in the context")
         return
     await app.reload()
-    kept = ("" if result.checkpoint_kept else
-            "; the checkpoint summarizing it is no longer active")
+    dropped = ("; the summary that covered it is no longer used, so the model reads those "
+               "messages as they are" if result.checkpoint_dropped else "")
+    first, last = result.removed[0], result.removed[-1]
+    which = f"message {first}" if first == last else f"messages {first}–{last}"
     await app.query_one(ChatView).add_notice(
-        f"Last turn taken back from the context ({len(result.removed)} messages, "
-        f"#{result.removed[0]}–#{result.removed[-1]}; still in the raw history){kept}")
+        f"Took back your last turn ({which}): the model no longer reads it; it stays in the "
+        f"history{dropped}")
     app.refresh_status()
 
 
