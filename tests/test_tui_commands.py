@@ -30,3 +30,43 @@ async def test_undo_speaks_of_messages_and_names_a_summary_only_when_one_was_in_
         assert line == ("Took back your last turn (messages 3–4): the model no longer reads "
                         "it; it stays in the history")
         assert "summary" not in line and "checkpoint" not in line and "#" not in line
+
+
+async def test_model_without_a_name_lists_the_configured_models(store):
+    from picochat.config import Config, ModelConfig
+    from picochat.models import resolve_model
+    from picochat.providers.offline import OfflineProvider
+    from picochat.tui.app import PicochatApp
+    from picochat.tui.chat import Notice
+    from tests.test_tui import SIZE, say, settle, texts
+
+    config = Config(default_model="small", models={
+        "small": ModelConfig("small", "offline", token_limit=2000),
+        "gpt": ModelConfig("gpt", "openai/gpt-4o-mini")})
+    app = PicochatApp(store, store.create_session("m"), resolve_model(config, "small"),
+                      OfflineProvider(0), config)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await say(pilot, "/model")
+        await settle(pilot, app, lambda: any("Configured" in t for t in texts(app, Notice)))
+        [card] = [t for t in texts(app, Notice) if "Configured" in t]
+        assert "● small  ·  offline" in card and "  gpt  ·  openai/gpt-4o-mini" in card
+        assert "window 2,000 tokens" in card
+
+
+async def test_a_theme_picked_in_the_palette_is_remembered_in_the_config_file(store, tmp_path):
+    """The palette's "Change theme" sets the app's theme; the next start must find it."""
+    from picochat.config import load_config
+    from picochat.paths import Paths
+    from tests.test_tui import SIZE, make_app, settle
+
+    paths = Paths(data_dir=tmp_path / "data", config_file=tmp_path / "config.toml",
+                  log_file=tmp_path / "log")
+    paths.config_file.write_text('[ui]\ntheme = "picochat-dark"\n', encoding="utf-8")
+    app = make_app(store)
+    app.paths = paths
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        app.theme = "picochat-light"  # what the palette's theme picker does
+        await pilot.pause(0.1)
+    assert load_config(paths.config_file).ui.theme == "picochat-light"

@@ -28,7 +28,7 @@ from textual.widgets import Footer, OptionList, Static, TextArea
 from textual.worker import Worker, WorkerState
 
 from picochat import tokens
-from picochat.config import Config
+from picochat.config import Config, save_ui_theme
 from picochat.context_usage import context_series
 from picochat.errors import PicochatError
 from picochat.messages import Session
@@ -110,6 +110,7 @@ class PicochatApp(App[None]):
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
         self._gc = IdleCollector()
         self._theme_notes = self.load_themes()
+        self.saved_theme = self.theme  # what the config file says now
 
     # --- layout ---------------------------------------------------------------------------------
 
@@ -182,6 +183,18 @@ class PicochatApp(App[None]):
             notes.append(f"unknown theme {wanted!r} in [ui] theme; valid: "
                          + ", ".join(sorted(self.available_themes)))
         return notes
+
+    def watch_theme(self, name: str) -> None:
+        """A theme picked anywhere (the palette's "Change theme" as well as /theme) is
+        remembered in the config file, as /theme always did."""
+        if getattr(self, "saved_theme", name) == name or self.paths is None:
+            return  # loading the configured theme, or saved already
+        self.saved_theme = name
+        try:
+            save_ui_theme(self.paths.config_file, name)
+        except PicochatError as exc:
+            self.notify(literal(f"theme {name} not saved: {exc.user_line()}"),
+                        severity="warning")
 
     @work(group="warm-up", exit_on_error=False)
     async def warm_up(self) -> None:

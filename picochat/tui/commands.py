@@ -187,8 +187,15 @@ async def cmd_delete(app: "PicochatApp", _: str) -> None:
 async def cmd_model(app: "PicochatApp", name: str) -> None:
     chat = app.query_one(ChatView)
     if not name:
-        await chat.add_notice(f"Model: {app.worker.model.label}; /model NAME switches "
-                              "(a [models] key or a litellm model string)")
+        current = app.worker.model
+        lines = [f"Model: {current.label} (window {app.worker.limits.window:,} tokens)"]
+        if app.config.models:
+            lines.append("Configured ([models] in the config file):")
+            lines += [f"  {'●' if key == current.name else ' '} {key}  ·  {entry.model}"
+                      for key, entry in sorted(app.config.models.items())]
+        lines.append("/model NAME switches: one of these keys, \"offline\", or a litellm "
+                     "model string such as openai/gpt-4o-mini")
+        await chat.add_notice("\n".join(lines))
         return
     try:
         resolved, provider = open_model(app.config, app.session, name, said_as="/model")
@@ -279,7 +286,6 @@ async def cmd_theme(app: "PicochatApp", name: str) -> None:
         hint = f"; did you mean {close[0]}?" if close else ""
         await chat.add_notice(f"unknown theme {name!r}{hint} (/theme lists them)", "error")
         return
-    app.theme = name
     saved = ""
     if app.paths is not None:
         try:
@@ -287,6 +293,8 @@ async def cmd_theme(app: "PicochatApp", name: str) -> None:
             saved = f"; saved to {app.paths.config_file}"
         except PicochatError as exc:
             saved = f"; not saved ({exc.user_line()})"
+    app.saved_theme = name  # said here: the app's own saving of a new theme is not needed
+    app.theme = name
     await chat.add_notice(f"Theme: {name}{saved}")
 
 
