@@ -71,3 +71,26 @@ async def test_a_manual_compaction_shows_that_it_is_compacting_until_it_ends(sto
         provider.summary_release.set()
         await settle(pilot, app, lambda: not app.query(Pending) and any(
             "compact" in str(n.render()).lower() for n in app.query(Notice)), timeout=20)
+
+
+async def test_a_message_larger_than_the_whole_window_is_not_sent_and_goes_back(store):
+    """It could never be answered, and once saved it would be in every later request."""
+    from picochat.config import Config, ModelConfig
+    from picochat.models import resolve_model
+    from picochat.tui.app import PicochatApp
+    from picochat.tui.prompt import Prompt
+    from tests.test_tui import texts
+
+    config = Config(default_model="tiny", models={
+        "tiny": ModelConfig("tiny", "offline", token_limit=2000)})
+    app = PicochatApp(store, store.create_session("w"), resolve_model(config, "tiny"),
+                      OfflineProvider(0), config)
+    huge = "the deploy log says port 8443 is busy; " * 800  # about 9,000 tokens
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await say(pilot, huge)
+        await settle(pilot, app, lambda: any("Not sent" in t for t in texts(app, Notice)))
+        [line] = [t for t in texts(app, Notice) if "Not sent" in t]
+        assert "more than the model's whole window of 2,000" in line
+        assert app.query_one(Prompt).text == huge
+        assert store.history(app.session.id) == []  # nothing saved

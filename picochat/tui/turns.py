@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from picochat import tokens
 from picochat.compaction import report
 from picochat.failures import turn_failure_line
 from picochat.providers.base import TextDelta, ThinkingDelta
@@ -39,6 +40,8 @@ async def send(app: "PicochatApp", text: str) -> None:
     shown in full, in the order sent."""
     await app.transcript_ready.wait()
     chat = app.query_one(ChatView)
+    if await _too_long(app, chat, text):
+        return
     queued = app.worker.busy or app.worker.queued > 0
     handle = app.worker.submit_turn(text)
     # turns are shown one after another, in the order sent: this one's events wait until
@@ -53,6 +56,27 @@ async def send(app: "PicochatApp", text: str) -> None:
         await _show(app, chat, user, handle)
     finally:
         shown.set()
+
+
+async def _too_long(app: "PicochatApp", chat: ChatView, text: str) -> bool:
+    """A message larger than the model's whole window can never be answered, and once saved
+    it would be in every later request: it is not sent, and goes back to the prompt."""
+    window = app.worker.limits.window
+    if len(text) < window:  # a token is at least one character: it fits, no count needed
+        return False
+    size = await asyncio.to_thread(tokens.count_text, text)
+    size = tokens.scale(size, app.worker.limits.token_factor)
+    if size <= window:
+        return False
+    await chat.add_notice(
+        f"Not sent: this message is about {size:,} tokens, more than the model's whole window "
+        f"of {window:,}. It is back in the prompt: shorten it, send it in parts, or /model "
+        "one with a larger window", "error")
+    prompt = app.query_one(Prompt)
+    typed = prompt.text
+    prompt.load_text(f"{text}\n{typed}" if typed.strip() else text)
+    prompt.move_cursor(prompt.document.end)
+    return True
 
 
 class _Waiting:
