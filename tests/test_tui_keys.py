@@ -200,3 +200,56 @@ async def test_a_turn_through_litellm_to_the_fake_server(store, monkeypatch,
         assert "offline" not in status
         app.worker.calibration = None                         # the estimate alone differs
         assert app.worker.info().budget.used_tokens != budget.used_tokens
+
+
+async def test_tab_walks_the_commands_a_bare_slash_or_a_shared_start_could_be(store):
+    """`/` and `/c` share no longer start: each Tab puts the next matching command in the
+    prompt, in the order the hints list them; any other key ends the walk."""
+    from tests.test_tui import SIZE, make_app, settle
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        prompt = app.query_one(Prompt)
+        prompt.focus()
+        await pilot.press("/", "c")
+        walked = []
+        for _ in range(5):
+            await pilot.press("tab")
+            walked.append(prompt.text)
+        assert walked == ["/compact ", "/checkpoints", "/clear", "/copy", "/compact "]
+        await pilot.press("x")
+        assert prompt.text == "/compact x"
+
+
+async def test_esc_closes_the_hints_and_a_shared_start_lists_what_it_could_be(store):
+    from picochat.tui.chat import Notice
+    from tests.test_tui import SIZE, make_app, say, settle, texts
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        prompt = app.query_one(Prompt)
+        prompt.focus()
+        await pilot.press("/", "c")
+        assert app.query_one("#hints").has_class("open")
+        await pilot.press("escape")
+        assert not app.query_one("#hints").has_class("open")
+        assert prompt.text == "/c"  # what was typed stays
+        await say(pilot, "/c")
+        await settle(pilot, app, lambda: any("could be" in t for t in texts(app, Notice)))
+        [line] = [t for t in texts(app, Notice) if "could be" in t]
+        assert line == "/c could be /compact, /checkpoints, /clear, /copy: type more of it, or Tab"
+
+
+async def test_ctrl_c_stops_a_running_answer(store):
+    import asyncio
+    from tests.test_tui import SIZE, Slow, make_app, say, settle
+    app = make_app(store, provider=Slow(["word "] * 200, gap=0.05))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await say(pilot, "talk for a while")
+        await settle(pilot, app, lambda: app._turn is not None)
+        await asyncio.sleep(0.3)
+        await pilot.press("ctrl+c")
+        await settle(pilot, app, lambda: not app.worker.busy)
+        [answer] = [m for m in store.history(app.session.id) if m.role == "assistant"]
+        assert answer.status == "interrupted" and answer.content.count("word") < 200

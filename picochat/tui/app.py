@@ -400,8 +400,19 @@ class PicochatApp(App[None]):
     # --- actions (keys and the command palette) -------------------------------------------------
 
     def action_stop(self) -> None:
+        """Esc: stops the running answer; else closes the slash-command hints."""
         if self._turn is not None:
             self._turn.cancel()
+            return
+        self.query_one("#hints", Static).remove_class("open")
+
+    def action_help_quit(self) -> None:
+        """ctrl+c: stops a running answer, as Esc does (the reflex of every terminal user);
+        with none running, Textual's hint that ctrl+q quits."""
+        if self._turn is not None:
+            self.action_stop()
+            return
+        super().action_help_quit()
 
     def action_select_messages(self) -> None:
         """From the prompt to the newest message: up/down move, c copies, enter comes back."""
@@ -429,15 +440,18 @@ class PicochatApp(App[None]):
         self.command(f"/{name}")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Esc (stop) shows in the footer only while an answer runs."""
-        if action == "stop":
-            return self._turn is not None  # False hides it
+        """Esc (stop) works only while an answer runs (it shows in the footer then) or the
+        slash-command hints are open (it closes them)."""
+        if action == "stop":  # False hides it
+            return self._turn is not None or self.query_one("#hints").has_class("open")
         return True
 
     def action_help(self) -> None:
         rows = [(b.key_display or b.key, b.description) for b in self.BINDINGS]
         rows += [("enter", "send"),
-                 ("ctrl+j", "newline (also shift+enter, alt+enter where the terminal sends them)"),
+                 ("ctrl+j", "newline (also shift+enter where the terminal reports it; most "
+                            "report alt+enter as enter, which sends)"),
+                 ("esc or ctrl+c", "stop the running answer"),
                  ("up / down", "earlier prompts"), ("tab", "complete a slash command"),
                  ("ctrl+z (in the panel)", "undo the summary in use, after asking"),
                  ("alt+↑ or click", "select a message or code block; then ↑ / ↓ move, "

@@ -25,6 +25,8 @@ class Prompt(TextArea):
     """
     HELP = ("Enter sends. ctrl+j adds a newline. Up/down on the first/last line recall "
             "prompts. Tab completes a slash command.")
+    # alt+enter only where the terminal reports it as such (kitty's protocol); most send it as
+    # ESC and Enter, which arrives as a plain enter: the help names ctrl+j
     NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")
 
     @dataclass
@@ -42,6 +44,8 @@ class Prompt(TextArea):
                 self.prompts.append(text)
         self._recall: int | None = None   # index into history while recalling
         self._draft = ""
+        self._tab_base: str | None = None  # what was typed before Tab began walking matches
+        self._tab_index = 0
 
     async def _on_key(self, event: events.Key) -> None:
         # Handled here, not by a binding: a binding runs after the key bubbles, so text typed
@@ -51,14 +55,12 @@ class Prompt(TextArea):
             event.prevent_default()
             self.insert("\n")
             return
-        if event.key == "tab" and slash.completions(self.text):
+        if event.key == "tab" and slash.completions(self._tab_base or self.text):
             event.stop()
             event.prevent_default()
-            done = slash.complete(self.text)
-            if done is not None:
-                self.load_text(done)
-                self.move_cursor(self.document.end)
+            self._complete()
             return
+        self._tab_base = None
         if event.key == "enter":
             event.stop()
             event.prevent_default()
@@ -79,6 +81,21 @@ class Prompt(TextArea):
             self._step(1)
             return
         await super()._on_key(event)
+
+    def _complete(self) -> None:
+        """Tab: add what every matching command shares; when that adds nothing (`/`, `/c`),
+        each Tab puts the next matching command in the prompt, in the hints' order."""
+        done = slash.complete(self.text) if self._tab_base is None else None
+        if done is None:
+            if self._tab_base is None:
+                self._tab_base, self._tab_index = self.text, 0
+            else:
+                self._tab_index += 1
+            matches = slash.completions(self._tab_base)
+            c = matches[self._tab_index % len(matches)]
+            done = f"/{c.name}" + (" " if c.args else "")
+        self.load_text(done)
+        self.move_cursor(self.document.end)
 
     def remember(self, text: str) -> None:
         if not self.prompts or self.prompts[-1] != text:

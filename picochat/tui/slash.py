@@ -50,11 +50,18 @@ class Parsed:
 
 
 class UnknownCommand(ValueError):
-    def __init__(self, name: str, suggestion: str | None) -> None:
-        hint = f"; did you mean /{suggestion}?" if suggestion else "; /help lists them"
-        super().__init__(f"unknown command /{name}{hint}")
+    def __init__(self, name: str, suggestion: str | None,
+                 starting: tuple[str, ...] = ()) -> None:
+        if len(starting) > 1:  # the start of several: which ones, not "unknown"
+            listed = ", ".join(f"/{c}" for c in starting)
+            message = f"/{name} could be {listed}: type more of it, or Tab"
+        else:
+            hint = f"; did you mean /{suggestion}?" if suggestion else "; /help lists them"
+            message = f"unknown command /{name}{hint}"
+        super().__init__(message)
         self.name = name
         self.suggestion = suggestion
+        self.starting = starting
 
 
 def is_command(text: str) -> bool:
@@ -71,7 +78,8 @@ def parse(text: str) -> Parsed:
         close = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.5)
         prefix = [c for c in BY_NAME if name and c.startswith(name)]
         raise UnknownCommand(name, prefix[0] if len(prefix) == 1 else (close[0] if close
-                                                                        else None))
+                                                                        else None),
+                             tuple(prefix))
     return Parsed(name, arg.strip())
 
 
