@@ -24,7 +24,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, OptionList, Static, TextArea
+from textual.widgets import Footer, OptionList, TextArea
 from textual.worker import Worker, WorkerState
 
 from picochat import tokens
@@ -40,6 +40,7 @@ from picochat.session import SessionWorker
 from picochat.storage.store import Store
 from picochat.tui import commands, slash, turns
 from picochat.tui.chat import PAGE, ChatView
+from picochat.tui.hints import SlashHints
 from picochat.tui.idle_gc import IdleCollector
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
@@ -51,7 +52,6 @@ from picochat.tui.status import StatusBar
 
 
 log = logging.getLogger("picochat.tui")
-HINT_ROWS = 12  # slash-command hints shown at once
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -72,8 +72,6 @@ class PicochatApp(App[None]):
     AUTO_FOCUS = "#prompt"  # straight to the prompt: focusing the chat first restyled it all
     CSS = """
     #body { height: 1fr; }
-    #hints { height: auto; max-height: 12; color: $text-muted; padding: 0 2; display: none; }
-    #hints.open { display: block; }
     """
     BINDINGS = [
         Binding("escape", "stop", "Stop", key_display="esc", show=True),
@@ -120,7 +118,7 @@ class PicochatApp(App[None]):
         with Horizontal(id="body"):
             yield ChatView(id="chat")
             yield CheckpointPanel(id="panel")
-        yield Static("", id="hints")
+        yield SlashHints(id="hints")
         yield Prompt(prompts=self.store.user_prompts(), id="prompt")
         yield Footer()
 
@@ -325,26 +323,11 @@ class PicochatApp(App[None]):
     # --- input ----------------------------------------------------------------------------------
 
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
-        hints = self.query_one("#hints", Static)
-        matches = slash.completions(event.text_area.text)
-        if matches:
-            shown = matches[:HINT_ROWS] if len(matches) <= HINT_ROWS else matches[:HINT_ROWS - 1]
-            text = Text()
-            for c in shown:
-                text.append(f"/{c.name} {c.args}".ljust(26), style="bold")
-                text.append(c.help + "\n")
-            if len(shown) < len(matches):
-                text.append(f"… {len(matches) - len(shown)} more: keep typing, or Tab",
-                            style="italic")
-            text.rstrip()
-            hints.update(text)
-            hints.add_class("open")
-        else:
-            hints.remove_class("open")
+        self.query_one(SlashHints).show_for(event.text_area.text)
 
     async def on_prompt_submitted(self, event: Prompt.Submitted) -> None:
         text = event.text
-        self.query_one("#hints", Static).remove_class("open")
+        self.query_one(SlashHints).close()
         if slash.is_command(text):
             self.command(text)
             return
@@ -404,7 +387,7 @@ class PicochatApp(App[None]):
         if self._turn is not None:
             self._turn.cancel()
             return
-        self.query_one("#hints", Static).remove_class("open")
+        self.query_one(SlashHints).close()
 
     def action_help_quit(self) -> None:
         """ctrl+c: stops a running answer, as Esc does (the reflex of every terminal user);
@@ -443,7 +426,7 @@ class PicochatApp(App[None]):
         """Esc (stop) works only while an answer runs (it shows in the footer then) or the
         slash-command hints are open (it closes them)."""
         if action == "stop":  # False hides it
-            return self._turn is not None or self.query_one("#hints").has_class("open")
+            return self._turn is not None or self.query_one(SlashHints).is_open
         return True
 
     def action_help(self) -> None:
