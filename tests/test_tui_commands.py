@@ -70,3 +70,24 @@ async def test_a_theme_picked_in_the_palette_is_remembered_in_the_config_file(st
         app.theme = "picochat-light"  # what the palette's theme picker does
         await pilot.pause(0.1)
     assert load_config(paths.config_file).ui.theme == "picochat-light"
+
+
+async def test_a_line_that_lands_below_a_reader_who_scrolled_up_is_announced(store):
+    """Feedback out of view gets a "new below" marker; going down to it removes it."""
+    from picochat.tui.chat import ChatView, NewBelow
+    from tests.test_tui import SIZE, _long_session, make_app, say, settle
+
+    _long_session(store)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        chat = app.query_one(ChatView)
+        await pilot.pause(0.2)
+        chat.scroll_home(animate=False, immediate=True)
+        chat.release_anchor()
+        await pilot.pause(0.1)
+        await say(pilot, "/model")
+        await settle(pilot, app, lambda: bool(app.query(NewBelow)))
+        assert "new below" in str(app.query_one(NewBelow).render())
+        chat.scroll_end(animate=False, immediate=True)
+        await settle(pilot, app, lambda: not app.query(NewBelow))

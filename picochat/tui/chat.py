@@ -125,6 +125,24 @@ def divider_text(cp: Checkpoint) -> str:
     return f"{above} · ▼ below: messages {cp.first_retained_seq} onward, sent as they are"
 
 
+class NewBelow(Static):
+    """Shown while something new landed below what the reader is looking at (they scrolled
+    up): a click, or scrolling down to it, follows the bottom again."""
+
+    DEFAULT_CSS = """
+    NewBelow { dock: bottom; width: auto; margin: 0 0 0 2; padding: 0 1;
+               background: $accent; color: $text; text-style: bold; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__("▼ new below · click, or scroll down")
+
+    def on_click(self) -> None:
+        chat = self.parent
+        if isinstance(chat, ChatView):
+            chat.follow()
+
+
 SELECTABLE = ("UserMessage, AssistantMessage, CodeFence, ToolBlock > CollapsibleTitle, "
               "ThinkingBlock > CollapsibleTitle")
 
@@ -205,6 +223,8 @@ class ChatView(VerticalScroll):
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
+        if new >= self.max_scroll_y - 1:  # the reader reached what was new
+            self.query(NewBelow).remove()
         if new <= 0 and old > 0 and self.has_older:
             self.run_worker(self.load_older(), group="older", exclusive=True)
 
@@ -243,6 +263,7 @@ class ChatView(VerticalScroll):
     def follow(self) -> None:
         """Back to the bottom, following new text (sending a message does this)."""
         self._follows += 1
+        self.query(NewBelow).remove()
         self.scroll_end(animate=False, immediate=True)
         self.anchor()
 
@@ -270,7 +291,12 @@ class ChatView(VerticalScroll):
             self.run_worker(self.load_older(), group="older", exclusive=True)
 
     async def add(self, widget: Widget) -> Widget:
+        """Every transcript write; one that lands out of view (the reader scrolled up) is
+        announced by a "new below" marker."""
+        below = self.max_scroll_y > 0 and self.scroll_y < self.max_scroll_y - 1
         await self.mount(widget)
+        if below and not self.query(NewBelow):
+            await self.mount(NewBelow())
         return widget
 
     async def add_user(self, text: str, queued: bool) -> UserMessage:
