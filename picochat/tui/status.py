@@ -242,7 +242,7 @@ class StatusBar(Widget):
                 break
         return line
 
-    # --- set from the app's values ------------------------------------------------------------------
+    # --- set from the app's values ----------------------------------------------------------------
 
     def set_usage(self, usage: ContextUsage) -> None:
         b, lim = usage.budget, usage.budget.limits
