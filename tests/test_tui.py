@@ -114,8 +114,8 @@ async def test_status_bar_shows_the_same_numbers_as_picochat_info(store, run_cli
         mine = uncalibrated.info().as_dict()
         assert mine["used_tokens"] == card["used_tokens"]
         assert mine["compression_threshold_tokens"] == card["compression_threshold_tokens"]
-        assert f"{calibrated['used_tokens']:,} / {card['compression_threshold_tokens']:,} / " \
-               f"{card['effective_window_tokens']:,}" in status
+        assert f"{calibrated['used_tokens']:,} of {card['compression_threshold_tokens']:,} " \
+               f"tokens before auto-compact · window {card['effective_window_tokens']:,}" in status
         assert " offline " in status
     finally:
         shared.close()
@@ -677,8 +677,8 @@ async def test_compacting_shows_its_elapsed_time_until_it_ends(store):
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "/compact")
         bar = app.query_one(StatusBar)
-        await settle(pilot, app, lambda: re.search(r"Compacting… [1-9]\d*s", bar.state))
-        assert "Compacting…" in str(bar.render())
+        await settle(pilot, app, lambda: re.search(r"compacting… [1-9]\d*s", bar.state))
+        assert "compacting…" in str(bar.render())
         release.set()
         await settle(pilot, app, lambda: bool(app.query(CheckpointDivider)))
         await settle(pilot, app, lambda: bar.state == "")

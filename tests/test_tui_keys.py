@@ -196,7 +196,7 @@ async def test_a_turn_through_litellm_to_the_fake_server(store, monkeypatch,
         assert "provider" in budget.usage_source
         assert budget.used_tokens >= 1234                     # the server's figure, plus the reply
         status = str(app.query_one(StatusBar).render())
-        assert f"{budget.used_tokens:,} / " in status and " fake " in status
+        assert f"{budget.used_tokens:,} of " in status and " fake " in status
         assert "offline" not in status
         app.worker.calibration = None                         # the estimate alone differs
         assert app.worker.info().budget.used_tokens != budget.used_tokens

@@ -224,7 +224,7 @@ async def test_clear_during_a_compaction_waits_for_it_then_clears(store):
         await settle(pilot, app, summary_running.is_set)
         await say(pilot, "/clear")
         # the worker runs one job at a time: the clear waits behind the compaction, visibly
-        await settle(pilot, app, lambda: "Compacting…" in status(app)
+        await settle(pilot, app, lambda: "compacting…" in status(app)
                      and "1 queued" in status(app))
         await pilot.pause(0.2)
         assert not any("Context cleared" in t for t in texts(app, Notice))

@@ -29,7 +29,7 @@ wait_for() {  # wait_for TEXT [seconds]: until the screen shows TEXT
 tmux -L "$SOCKET" new-session -d -s smoke -x 120 -y 40 \
     "env -u COLUMNS -u LINES PICOCHAT_DATA_DIR='$WORK/data' PICOCHAT_CONFIG_DIR='$WORK/config' '$PICOCHAT'"
 wait_for " offline "
-wait_for "% left before"
+wait_for "tokens before auto-compact"
 
 for i in 1 2 3 4 5; do
     send "question $i: the build server listens on port 900$i and the canary host is cn-west-$i" Enter
