@@ -98,8 +98,6 @@ class PicochatApp(App[None]):
         self.paths = paths
         self.worker = SessionWorker.from_config(store, session.id, model, provider, config)
         self.state = ""
-        self._state_since = 0.0
-        self._retry_at = 0.0  # when a busy server's request is sent again (a countdown)
         self._turn: Any = None  # the TurnHandle streaming now
         self._turn_shown = asyncio.Event()  # the newest turn sent is on screen in full
         self._turn_shown.set()
@@ -247,34 +245,38 @@ class PicochatApp(App[None]):
         return self.worker.info()
 
     def refresh_status(self) -> None:
-        state = self.state
-        if state and self._retry_at:  # a countdown, not the time spent
-            state = (f"sending again in {max(0.0, self._retry_at - time.monotonic()):.0f}s · "
-                     "Esc stops")
-        elif state and self._state_since:
-            state += f" {time.monotonic() - self._state_since:.0f}s"
-        queued = self.worker.queued
-        if queued:
-            state = (state + " · " if state else "") + f"{queued} queued"
+        """The bar's figures, names and queue from the worker (values down; the bar lays
+        itself out and ticks its own clock)."""
         bar = self._bar
         if bar is None or not bar.is_attached:  # not yet mounted, or the app shuts down
             return
-        if self._counting:
-            bar.counting(self.session.name, self.worker.model, state)
+        bar.queued = self.worker.queued
+        if self._counting:  # tiktoken still loading: everything but the figures
+            bar.session_name = self.session.name
+            bar.set_model(self.worker.model)
+            bar.used = None
         else:
-            bar.show(self.usage(), state)
+            bar.set_usage(self.usage())
 
     def _tick(self) -> None:
-        if self.state:
-            self.refresh_status()
+        bar = self._bar
+        if bar is not None and bar.is_attached:  # commands queue from many places: the count
+            bar.queued = self.worker.queued       # follows here (the bar redraws on a change)
         # not while the transcript is still being mounted either: that is start-up work too
         self._gc.tick(busy=self.worker.busy or bool(self.state)
                       or not self.transcript_ready.is_set())
 
-    def set_state(self, state: str, retry_in: float | None = None) -> None:
-        self.state = state
-        self._state_since = time.monotonic() if state else 0.0
-        self._retry_at = self._state_since + retry_in if retry_in is not None else 0.0
+    def set_activity(self, activity: str, stoppable: bool = False,
+                     retry_in: float | None = None) -> None:
+        """What runs now (status.ANSWERING, COMPACTING, WAITING; "" when nothing does),
+        whether Esc stops it, and for a wait, when the request goes again."""
+        self.state = activity
+        bar = self._bar
+        if bar is not None and bar.is_attached:
+            bar.activity = activity  # a new activity restarts the bar's clock
+            bar.stoppable = stoppable
+            if retry_in is not None:
+                bar.retry_at = time.monotonic() + retry_in
         self.refresh_status()
 
     def active_checkpoint(self):
@@ -316,7 +318,7 @@ class PicochatApp(App[None]):
             return
         log.error("ui_task_failed name=%s kind=%s\n%s", event.worker.name,
                   type(error).__name__, "".join(traceback.format_tb(error.__traceback__)))
-        self.set_state("")
+        self.set_activity("")
         self.notify(literal(f"internal error in {event.worker.name} ({type(error).__name__}); "
                             "the log has details"), severity="error")
 

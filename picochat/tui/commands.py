@@ -19,6 +19,7 @@ from picochat.export import FORMATS, export_to_file
 from picochat.failures import compaction_failure_line
 from picochat.opening import open_model
 from picochat.tui import turns
+from picochat.tui import status
 from picochat.tui.chat import ChatView
 from picochat.tui.pending import Pending
 from picochat.tui.safe import literal
@@ -45,13 +46,13 @@ async def _compact(app: "PicochatApp", focus: str | None, everything: bool) -> N
     line = Pending("compacting the context", stop="")
 
     def started() -> None:  # when the turns queued before it have ended
-        app.set_state("Compacting…")
+        app.set_activity(status.COMPACTING)  # Esc does not stop a /compact
         chat.mount(line)
 
     try:
         outcome = await app.worker.compact(focus, everything=everything, on_start=started)
     finally:
-        app.set_state("")
+        app.set_activity("")
         if line.is_attached:  # not awaited: the outcome's line must be shown before anything
             line.remove()     # a job queued behind this one (a /clear) says
     if outcome.compacted:

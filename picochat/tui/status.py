@@ -7,14 +7,13 @@ FORMS: the gauge's words first (its figures stay), then the "picochat" name, the
 model names (shortened, then gone), the offline badge, the running state's longer words, and
 the gauge's figures last (down to its percentage).
 
-The app drives it through reactive attributes (`activity`, `queued`, `used`, …); `show()` and
-`counting()` take the app's state line and set them, until the app sets them itself.
+The app drives it through reactive attributes (`activity`, `stoppable`, `retry_at`, `queued`,
+`used`, …, or `set_usage`): it sets values, and the bar lays itself out and ticks its clock.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from dataclasses import dataclass
 
@@ -253,57 +252,3 @@ class StatusBar(Widget):
 
     def set_model(self, model: ResolvedModel) -> None:
         self.model_name, self.offline = model.name, model.offline
-
-    def show(self, usage: ContextUsage, state: str = "") -> None:
-        """The figures counted; `state` is the app's state line (see `parse_state`)."""
-        self.set_usage(usage)
-        self._take_state(state)
-
-    def counting(self, session_name: str, model: ResolvedModel, state: str = "") -> None:
-        """Before the tokenizer has loaded: everything but the figures."""
-        self.session_name = session_name
-        self.set_model(model)
-        self.used = None
-        self._take_state(state)
-
-    def _take_state(self, state: str) -> None:
-        run, seconds = parse_state(state)
-        now = time.monotonic()
-        changed = run.activity != self.activity
-        self.stoppable, self.queued = run.stoppable, run.queued
-        self.activity = run.activity  # a new activity restarts the clock
-        if seconds is None:
-            return
-        if run.activity == WAITING:  # a countdown the app keeps: follow it
-            if changed or abs(self.retry_at - now - seconds) > 1.5:
-                self.retry_at = now + seconds
-        elif changed or abs(now - self.started - seconds) > 1.5:
-            self.started = now - seconds
-
-
-_COUNT = re.compile(r"(\d+) queued")
-_RETRY = re.compile(r"sending again in (\d+)s")
-_TOOK = re.compile(r"(.*) (\d+)s")
-
-
-def parse_state(state: str) -> tuple[Running, int | None]:
-    """The app's state line (`answering… 3s · 2 queued`, `Compacting (threshold)… 12s`,
-    `Compacting… 4s` for /compact, `sending again in 5s · Esc stops`) as a Running, and the
-    seconds it says (None: none). Another line is shown as it is."""
-    parts = state.split(SEP) if state else []
-    queued = 0
-    if parts and (m := _COUNT.fullmatch(parts[-1])):
-        queued = int(m.group(1))
-        parts.pop()
-    text = SEP.join(parts)
-    if m := _RETRY.match(text):
-        return Running(WAITING, 0, True, queued), int(m.group(1))
-    seconds = None
-    if m := _TOOK.fullmatch(text):
-        text, seconds = m.group(1), int(m.group(2))
-    if text == "answering…":
-        return Running(ANSWERING, 0, False, queued), seconds
-    if text.startswith("Compacting"):
-        # "Compacting (reason)…" runs inside a turn, which Esc stops; /compact's does not
-        return Running(COMPACTING, 0, text != "Compacting…", queued), seconds
-    return Running(text, 0, False, queued), seconds

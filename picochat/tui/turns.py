@@ -26,6 +26,7 @@ from picochat.session import (
     TurnHandle,
     TurnStarted,
 )
+from picochat.tui import status
 from picochat.tui.chat import AnswerStream, ChatView, ToolBlock, UserMessage
 from picochat.tui.pending import Pending
 from picochat.tui.prompt import Prompt
@@ -119,7 +120,7 @@ async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
                 # and notices below it: it goes below them, where its answer will follow
                 chat.move_child(user, after=chat.children[-1])
             user.started(event.user_seq)
-            app.set_state("answering…")
+            app.set_activity(status.ANSWERING, stoppable=True)
             await waiting.show(WAITING)
         elif isinstance(event, ThinkingDelta):
             if answer is None:
@@ -128,22 +129,22 @@ async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
         elif isinstance(event, TextDelta):
             if answer is None:
                 answer = await chat.add_assistant()
-                if app.state.startswith("waiting"):  # the retry after a busy server
-                    app.set_state("answering…")
+                if app.state == status.WAITING:  # the retry after a busy server
+                    app.set_activity(status.ANSWERING, stoppable=True)
             await answer.add_text(event.text)
         elif isinstance(event, CompactionStarted):
-            app.set_state(f"Compacting ({event.reason})…")
+            app.set_activity(status.COMPACTING, stoppable=True)
             await waiting.show(f"compacting the context ({event.reason})")
         elif isinstance(event, Compacted):
             await compacted(app, event.outcome, announce=True)
-            app.set_state("answering…")
+            app.set_activity(status.ANSWERING, stoppable=True)
             await waiting.show(WAITING)
         elif isinstance(event, TurnNotice):
             await chat.add_notice(event.text, "info")
             await waiting.show(WAITING)
         elif isinstance(event, RetryWaiting):
             await chat.add_notice(event.text, "info")
-            app.set_state("waiting", retry_in=event.seconds)
+            app.set_activity(status.WAITING, stoppable=True, retry_in=event.seconds)
             await waiting.show("waiting for the server")
         elif isinstance(event, ToolRan):
             if answer is not None:
@@ -168,7 +169,7 @@ async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
     if app._turn is handle:
         app._turn = None
         app.refresh_bindings()
-    app.set_state("")
+    app.set_activity("")
     await app.refresh_panel()
 
 
