@@ -202,16 +202,23 @@ async def test_a_turn_through_litellm_to_the_fake_server(store, monkeypatch,
         assert app.worker.info().budget.used_tokens != budget.used_tokens
 
 
+async def slash_c_typed(pilot, app) -> Prompt:
+    """The app ready, and "/c" typed in its prompt (the start of four commands)."""
+    from tests.test_tui import settle
+    await settle(pilot, app, lambda: app.ready)
+    prompt = app.query_one(Prompt)
+    prompt.focus()
+    await pilot.press("/", "c")
+    return prompt
+
+
 async def test_tab_walks_the_commands_a_bare_slash_or_a_shared_start_could_be(store):
     """`/` and `/c` share no longer start: each Tab puts the next matching command in the
     prompt, in the order the hints list them; any other key ends the walk."""
-    from tests.test_tui import SIZE, make_app, settle
+    from tests.test_tui import SIZE, make_app
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot, app, lambda: app.ready)
-        prompt = app.query_one(Prompt)
-        prompt.focus()
-        await pilot.press("/", "c")
+        prompt = await slash_c_typed(pilot, app)
         walked = []
         for _ in range(5):
             await pilot.press("tab")
@@ -226,10 +233,7 @@ async def test_esc_closes_the_hints_and_a_shared_start_lists_what_it_could_be(st
     from tests.test_tui import SIZE, make_app, say, settle, texts
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot, app, lambda: app.ready)
-        prompt = app.query_one(Prompt)
-        prompt.focus()
-        await pilot.press("/", "c")
+        prompt = await slash_c_typed(pilot, app)
         assert app.query_one("#hints").has_class("open")
         await pilot.press("escape")
         assert not app.query_one("#hints").has_class("open")
