@@ -91,3 +91,21 @@ async def test_a_line_that_lands_below_a_reader_who_scrolled_up_is_announced(sto
         assert "new below" in str(app.query_one(NewBelow).render())
         chat.scroll_end(animate=False, immediate=True)
         await settle(pilot, app, lambda: not app.query(NewBelow))
+
+
+async def test_the_apps_compact_card_speaks_of_messages_not_seqs(store):
+    from picochat.tui.chat import Notice
+    from tests.test_tui import SIZE, _long_session, make_app, say, settle, texts
+
+    _long_session(store)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await say(pilot, "/compact")
+        await settle(pilot, app, lambda: any("Context compacted" in t
+                                             for t in texts(app, Notice)), timeout=20)
+        [card] = [t for t in texts(app, Notice) if "Context compacted" in t]
+        [cp] = store.checkpoints(app.session.id)
+        assert f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens" in card
+        assert f"messages {cp.first_retained_seq} onward as they are" in card
+        assert "seq" not in card and "->" not in card and "cp_" not in card

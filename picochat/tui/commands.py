@@ -56,7 +56,7 @@ async def _compact(app: "PicochatApp", focus: str | None, everything: bool) -> N
         if line.is_attached:  # not awaited: the outcome's line must be shown before anything
             line.remove()     # a job queued behind this one (a /clear) says
     if outcome.compacted:
-        await chat.add_notice(report.compacted_lines(outcome), "card")
+        await chat.add_notice(compacted_card(outcome), "card")
         await turns.compacted(app, outcome, announce=False)
     elif outcome.error is not None:
         await chat.add_notice(compaction_failure_line(outcome.error), "error")
@@ -64,6 +64,18 @@ async def _compact(app: "PicochatApp", focus: str | None, everything: bool) -> N
         reason = report.nothing_reason(outcome, app.worker.limits,
                                        None if everything else report.FOLD_ALL)
         await chat.add_notice(f"Nothing to compact: {reason}")
+
+
+def compacted_card(outcome) -> str:
+    """/compact's success in the reader's words (the shell's lines are the contract's:
+    report.compacted_lines); the figures are the new checkpoint row's own."""
+    cp = outcome.checkpoint
+    first = cp.first_retained_seq
+    how = ("older turns left out, their exact facts kept (no summary could be written)"
+           if cp.degraded else f"a summary of the messages before {first}")
+    return (f"Context compacted: {cp.tokens_before:,} → {cp.tokens_after:,} tokens\n"
+            f"The model now reads {how}, then messages {first} onward as they are\n"
+            "The history is unchanged: F2 shows the summary")
 
 
 async def cmd_uncompact(app: "PicochatApp", _: str) -> None:
