@@ -61,7 +61,7 @@ async def compact(pilot) -> None:
     await pilot.wait_for_scheduled_animations()
 
 
-def snap(snap_compare, app: PicochatApp, before=None, press=()) -> bool:
+def snap(snap_compare, app: PicochatApp, before=None, press=(), size=SIZE) -> bool:
     """Compare a picture taken after `before` and `press`, with the prompt's cursor steady
     (a blinking cursor would make the picture depend on the moment it is taken)."""
     async def run_before(pilot) -> None:
@@ -74,7 +74,7 @@ def snap(snap_compare, app: PicochatApp, before=None, press=()) -> bool:
         await pilot.pause(0.2)
         await pilot.wait_for_scheduled_animations()
 
-    return snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    return snap_compare(app, terminal_size=size, run_before=run_before)
 
 
 def test_chat_view(snap_compare, fixed_store):
@@ -108,3 +108,12 @@ def test_light_theme(snap_compare, fixed_store):
     config = Config(context_compaction=CONFIG.context_compaction,
                     ui=UiConfig(theme="picochat-light"))
     assert snap(snap_compare, app_with_history(fixed_store, config=config))
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+def test_first_run_welcome(snap_compare, fixed_store, size):
+    """An empty session on the offline model: the welcome, the top bar and the prompt."""
+    session = fixed_store.create_session("chat-1")
+    app = PicochatApp(fixed_store, session, resolve_model(CONFIG, "offline"),
+                      OfflineProvider(0), CONFIG)
+    assert snap(snap_compare, app, size=size)
