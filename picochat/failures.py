@@ -2,7 +2,7 @@
 on stderr, the app shows them as notices. Each front end only frames them (`picochat: `, an
 error notice).
 
-Above the session worker, below the CLI and the app: it imports no textual or rich.
+Below the CLI and the app: it imports no textual or rich.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from picochat.errors import PicochatError
 
 if TYPE_CHECKING:
-    from picochat.session import TurnFailed
+    from picochat.turn_events import TurnFailed
 
 
 def turn_failure_line(outcome: "TurnFailed", unsaved: str = "") -> str:

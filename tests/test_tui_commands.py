@@ -12,8 +12,8 @@ def test_every_listed_command_has_a_handler_and_every_handler_a_listing():
 
 
 async def test_undo_speaks_of_messages_and_names_a_summary_only_when_one_was_in_use(store):
-    """/undo with no summary in use says nothing of one; with one that covered the turn, it
-    says the model now reads those messages as they are."""
+    """/undo with no summary in use says nothing of one (it used to name a checkpoint that
+    was never there); it speaks of messages, not seqs."""
     from tests.test_tui import SIZE, make_app, say, settle, texts
     from picochat.tui.chat import Notice
 
