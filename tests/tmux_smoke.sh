@@ -41,7 +41,7 @@ send "/comp"
 wait_for "/compact"          # the completion pop-up, with help
 send "act keep the ports" Enter
 wait_for "Context compacted:" 30
-wait_for "Raw history unchanged"
+wait_for "The history is unchanged"
 
 send "/info" Enter
 wait_for "Auto-compact at"
