@@ -228,6 +228,35 @@ async def test_tab_walks_the_commands_a_bare_slash_or_a_shared_start_could_be(st
         assert prompt.text == "/compact x"
 
 
+async def test_the_arrows_walk_the_hints_and_the_pick_is_marked_in_the_list(store):
+    """With the hints open, down/up (and shift+Tab) walk them, the list stays whole and the
+    pick is shown reversed; with them closed, up recalls earlier prompts as before."""
+    from tests.test_tui import SIZE, make_app, say, settle
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = await slash_c_typed(pilot, app)
+        hints = app.query_one("#hints")
+        await pilot.press("down", "down")
+        assert prompt.text == "/checkpoints"
+        await pilot.pause()
+        shown = hints.content   # the Text it shows
+        assert all(f"/{name}" in str(shown) for name in ("compact", "checkpoints", "clear", "copy"))
+        marked = [shown.plain[s.start:s.end] for s in shown.spans if "reverse" in str(s.style)]
+        assert any("/checkpoints" in m for m in marked)
+        assert not any("/compact" in m for m in marked)
+        await pilot.press("up", "up")          # round the list, backwards
+        assert prompt.text == "/copy"
+        await pilot.press("shift+tab")
+        assert prompt.text == "/clear"
+        await pilot.press("escape")
+        assert not hints.has_class("open")
+        prompt.clear()
+        await say(pilot, "an earlier prompt")
+        await settle(pilot, app, lambda: not app.worker.busy)
+        await pilot.press("up")                # no hints: the arrows recall again
+        assert prompt.text == "an earlier prompt"
+
+
 async def test_esc_closes_the_hints_and_a_shared_start_lists_what_it_could_be(store):
     from picochat.tui.chat import Notice
     from tests.test_tui import SIZE, make_app, say, settle, texts

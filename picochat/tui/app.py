@@ -135,6 +135,9 @@ class PicochatApp(App[None]):
         for note in self.worker.recovered_notes():
             self.notify(literal(note), severity="warning", timeout=10)
         self._gc.start()
+        prompt = self.query_one(Prompt)
+        self.watch(self.query_one(SlashHints), "is_open",
+                   lambda is_open: setattr(prompt, "hints_open", is_open))
         self.refresh_status()
         self.call_after_refresh(self.open_transcript)
         self.set_interval(0.5, self._tick)
@@ -327,6 +330,12 @@ class PicochatApp(App[None]):
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
         self.query_one(SlashHints).show_for(event.text_area.text)
 
+    def on_prompt_walk(self, event: Prompt.Walk) -> None:
+        self.query_one(SlashHints).walk(event.step)
+
+    def on_slash_hints_picked(self, event: SlashHints.Picked) -> None:
+        self.query_one(Prompt).show_pick(event.text)
+
     async def on_prompt_submitted(self, event: Prompt.Submitted) -> None:
         text = event.text
         self.query_one(SlashHints).close()
@@ -436,8 +445,10 @@ class PicochatApp(App[None]):
         rows += [("enter", "send"),
                  ("ctrl+j", "newline (also shift+enter where the terminal reports it; most "
                             "report alt+enter as enter, which sends)"),
-                 ("esc or ctrl+c", "stop the running answer"),
-                 ("up / down", "earlier prompts"), ("tab", "complete a slash command"),
+                 ("esc or ctrl+c", "stop the running answer (esc also closes the "
+                                   "slash-command list)"),
+                 ("up / down", "earlier prompts; with the slash-command list open, walk it"),
+                 ("tab / shift+tab", "complete a slash command, then walk the list"),
                  ("ctrl+z (in the panel)", "undo the summary in use, after asking"),
                  ("alt+↑ or click", "select a message or code block; then ↑ / ↓ move, "
                                     "c copies, enter or typing goes back to the prompt"),

@@ -8,7 +8,6 @@ from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
-from picochat.tui import slash
 from picochat.tui.safe import clean
 
 
@@ -24,7 +23,7 @@ class Prompt(TextArea):
     Prompt:focus { border: round $primary; }
     """
     HELP = ("Enter sends. ctrl+j adds a newline. Up/down on the first/last line recall "
-            "prompts. Tab completes a slash command.")
+            "prompts. Tab completes a slash command; Tab or up/down then walk the list.")
     # alt+enter only where the terminal reports it as such (kitty's protocol); most send it as
     # ESC and Enter, which arrives as a plain enter: the help names ctrl+j
     NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")
@@ -32,6 +31,15 @@ class Prompt(TextArea):
     @dataclass
     class Submitted(Message):
         text: str
+
+    @dataclass
+    class Walk(Message):
+        """A key that walks the slash-command hints (they own the walk): +1 next, -1 back."""
+        step: int
+
+    # while the hints show: Tab completes, then walks with the arrows; up/down recall earlier
+    # prompts only when no hints show (or a recall is under way)
+    WALK_KEYS = {"tab": 1, "down": 1, "shift+tab": -1, "up": -1}
 
     def __init__(self, prompts: list[str] | None = None, **kwargs) -> None:
         """`prompts`: earlier prompts, oldest first (`Store.user_prompts`); up starts from
@@ -44,8 +52,7 @@ class Prompt(TextArea):
                 self.prompts.append(text)
         self._recall: int | None = None   # index into history while recalling
         self._draft = ""
-        self._tab_base: str | None = None  # what was typed before Tab began walking matches
-        self._tab_index = 0
+        self.hints_open = False  # set by the app: the slash-command hints show above
 
     async def _on_key(self, event: events.Key) -> None:
         # Handled here, not by a binding: a binding runs after the key bubbles, so text typed
@@ -55,12 +62,12 @@ class Prompt(TextArea):
             event.prevent_default()
             self.insert("\n")
             return
-        if event.key == "tab" and slash.completions(self._tab_base or self.text):
+        step = self.WALK_KEYS.get(event.key)
+        if step is not None and self.hints_open and self._recall is None:
             event.stop()
             event.prevent_default()
-            self._complete()
+            self.post_message(self.Walk(step))
             return
-        self._tab_base = None
         if event.key == "enter":
             event.stop()
             event.prevent_default()
@@ -82,19 +89,9 @@ class Prompt(TextArea):
             return
         await super()._on_key(event)
 
-    def _complete(self) -> None:
-        """Tab: add what every matching command shares; when that adds nothing (`/`, `/c`),
-        each Tab puts the next matching command in the prompt, in the hints' order."""
-        done = slash.complete(self.text) if self._tab_base is None else None
-        if done is None:
-            if self._tab_base is None:
-                self._tab_base, self._tab_index = self.text, 0
-            else:
-                self._tab_index += 1
-            matches = slash.completions(self._tab_base)
-            c = matches[self._tab_index % len(matches)]
-            done = f"/{c.name}" + (" " if c.args else "")
-        self.load_text(done)
+    def show_pick(self, text: str) -> None:
+        """A command picked in the hints, in place of what was typed, the cursor after it."""
+        self.load_text(text)
         self.move_cursor(self.document.end)
 
     def remember(self, text: str) -> None:
