@@ -298,7 +298,7 @@ class PicochatApp(App[None]):
     async def refresh_panel(self) -> None:
         """Only while the panel is open (opening it refreshes): the sparkline reads the whole
         log, which a closed panel must not cost every turn."""
-        if not self.query_one(CheckpointPanel).has_class("open"):
+        if not self.query_one(CheckpointPanel).is_open:
             return
         checkpoints = self.store.checkpoints(self.session.id)
         session = self.store.session(self.session.id)
@@ -416,18 +416,20 @@ class PicochatApp(App[None]):
     def action_info(self) -> None:
         self.push_screen(CardScreen("Context (/info)", self.usage().rows()))
 
-    async def action_checkpoints(self) -> None:
+    def action_checkpoints(self) -> None:
         panel = self.query_one(CheckpointPanel)
-        if not panel.has_class("open"):
-            panel.add_class("open")
-            await self.refresh_panel()
-            # the list of checkpoints, ready to pick; the details at the top stay in view
-            panel.query_one(OptionList).focus(scroll_visible=False)
+        if not panel.is_open:
+            panel.is_open = True  # filled and focused when it says it opened
             return
         # the prompt takes focus now, before the list is hidden: a hidden focused widget
         # hands focus on to its neighbour (the chat), which took the Enter typed next
         self.screen.set_focus(self.query_one(Prompt))
-        panel.remove_class("open")
+        panel.is_open = False
+
+    async def on_checkpoint_panel_opened(self, event: CheckpointPanel.Opened) -> None:
+        await self.refresh_panel()
+        # the list of checkpoints, ready to pick; the details at the top stay in view
+        self.query_one(CheckpointPanel).query_one(OptionList).focus(scroll_visible=False)
 
     def action_slash(self, name: str) -> None:
         """A key that runs a slash command (the panel's u runs /uncompact)."""

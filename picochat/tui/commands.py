@@ -96,7 +96,7 @@ async def cmd_info(app: "PicochatApp", _: str) -> None:
 
 
 async def cmd_checkpoints(app: "PicochatApp", _: str) -> None:
-    await app.action_checkpoints()
+    app.action_checkpoints()
 
 
 async def cmd_clear(app: "PicochatApp", _: str) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime as dt
 
 from textual import events
+from textual.message import Message
+from textual.reactive import reactive
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -109,6 +111,29 @@ class CheckpointPanel(VerticalScroll):
             "ctrl+z undoes the newest compaction, after asking.")
     BINDINGS = [Binding(UNDO_KEY, "undo", "Undo summary", key_display="^z")]
 
+    class Opened(Message):
+        """The panel was opened: its owner fills it (`show`) and hands it the focus."""
+
+    is_open: reactive[bool] = reactive(False, init=False)
+    # the summary whose details and text are shown (None: what the model reads with none)
+    reading: reactive[str | None] = reactive(None, init=False, always_update=True)
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.ordered: list[Checkpoint] = []           # newest first
+        self.checkpoints: dict[str, Checkpoint] = {}
+        self.numbers: dict[str, int] = {}
+        self.active_id: str | None = None
+        self.cleared_at = 0
+
+    def watch_is_open(self, is_open: bool) -> None:
+        self.set_class(is_open, "open")
+        if is_open:
+            self.post_message(self.Opened())
+
+    async def watch_reading(self, checkpoint_id: str | None) -> None:
+        await self.read(self.checkpoints.get(checkpoint_id or ""))
+
     def compose(self) -> ComposeResult:
         return iter(())  # built when first opened: the first frame does not wait for it
 
@@ -146,8 +171,7 @@ class CheckpointPanel(VerticalScroll):
             "None yet: one is written when the context nears the window, or by /compact."
             if not checkpoints else "● in use · ctrl+z undoes it · enter reads one"
             if active_id else "none in use · enter reads one"))
-        active = self.checkpoints.get(active_id) if active_id else None
-        await self.read(active)
+        self.reading = active_id
 
     async def read(self, cp: Checkpoint | None) -> None:
         meta = self.query_one("#cp-meta", Static)
@@ -173,8 +197,8 @@ class CheckpointPanel(VerticalScroll):
                              f"{covered(cp, self.cleared_at)}"))
         summary.show(Block("text", clean(cp.summary)))
 
-    async def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        await self.read(self.checkpoints.get(event.option.id or ""))
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.reading = event.option.id
         self.scroll_home(animate=False)  # the list and the details below it stay in view
 
     def action_undo(self) -> None:
