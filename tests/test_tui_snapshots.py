@@ -81,14 +81,16 @@ def test_chat_view(snap_compare, fixed_store):
     assert snap(snap_compare, app_with_history(fixed_store))
 
 
-def test_checkpoint_panel_after_compact(snap_compare, fixed_store):
+@pytest.mark.parametrize("size", [SIZE, (80, 24)])
+def test_checkpoint_panel_after_compact(snap_compare, fixed_store, size):
     async def before(pilot) -> None:
         await compact(pilot)
         await pilot.press("f2")
         await pilot.pause(0.3)
 
     # enough context that a summary (with its ledger of ports and ids) is smaller than it
-    assert snap(snap_compare, app_with_history(fixed_store, turns=6, context=60), before)
+    assert snap(snap_compare, app_with_history(fixed_store, turns=6, context=60), before,
+                size=size)
 
 
 def test_info_card(snap_compare, fixed_store):
@@ -117,3 +119,37 @@ def test_first_run_welcome(snap_compare, fixed_store, size):
     app = PicochatApp(fixed_store, session, resolve_model(CONFIG, "offline"),
                       OfflineProvider(0), CONFIG)
     assert snap(snap_compare, app, size=size)
+
+
+class _StillClock:
+    """A monotonic clock that stands still: the elapsed time and the spinner frame a picture
+    shows must not depend on the moment it is taken."""
+    NOW = 1_000.0
+
+    @staticmethod
+    def monotonic() -> float:
+        return _StillClock.NOW
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24), (50, 24)])
+def test_top_bar_while_answering(snap_compare, fixed_store, monkeypatch, size):
+    """A question waiting for its answer with two more queued: the running state (spinner,
+    elapsed time, what Esc does, the queue) and a short gauge share the top bar at every
+    width from 50 columns, and the transcript shows the live line and the queued messages."""
+    from picochat.tui import pending, status
+    from tests.test_tui import Slow
+    monkeypatch.setattr(status, "time", _StillClock)
+    monkeypatch.setattr(pending, "time", _StillClock)
+    app = app_with_history(fixed_store, turns=1)
+    app.worker.provider = Slow(["never"], gap=3600)   # the answer never comes
+
+    async def before(pilot) -> None:
+        for text in ("first question", "second question", "third question"):
+            prompt = pilot.app.query_one(Prompt)
+            prompt.load_text(text)
+            await pilot.press("enter")
+            await pilot.pause(0.1)
+        while pilot.app.worker.queued < 2:
+            await pilot.pause(0.05)
+
+    assert snap(snap_compare, app, before, size=size)

@@ -13,6 +13,7 @@ from textual.widgets import Static
 from picochat.tui.safe import literal
 
 FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+FRAME_SECONDS = 0.25
 
 
 class Pending(Static):
@@ -25,11 +26,10 @@ class Pending(Static):
         self.doing = doing
         self.stop = stop  # how to stop it, when it can be stopped
         self._since = time.monotonic()
-        self._frame = 0
 
     def on_mount(self) -> None:
         self._show()
-        self.set_interval(0.25, self._tick)
+        self.set_interval(FRAME_SECONDS, self._show)
 
     def now(self, doing: str) -> None:
         """Something else is happening now: say it, and count from now."""
@@ -37,12 +37,8 @@ class Pending(Static):
             self.doing, self._since = doing, time.monotonic()
             self._show()
 
-    def _tick(self) -> None:
-        self._frame += 1
-        self._show()
-
     def _show(self) -> None:
-        seconds = time.monotonic() - self._since
-        spin = FRAMES[self._frame % len(FRAMES)]
+        now = time.monotonic()  # the frame follows the clock, as the top bar's spinner does
+        spin = FRAMES[int(now / FRAME_SECONDS) % len(FRAMES)]
         tail = f" · {self.stop}" if self.stop else ""
-        self.update(literal(f"{spin} {self.doing} · {seconds:.0f} s{tail}"))
+        self.update(literal(f"{spin} {self.doing} · {now - self._since:.0f}s{tail}"))
