@@ -46,7 +46,7 @@ async def test_waiting_for_the_first_words_shows_a_live_line_that_the_answer_rep
         chat = app.query_one(ChatView)
         assert list(chat.children)[-1] is app.query_one(Pending)  # where the answer will be
         await pilot.pause(1.2)
-        assert " 1 s" in line(app) or " 2 s" in line(app)  # it counts
+        assert " 1s · " in line(app) or " 2s · " in line(app)  # it counts
         assert "Esc stops" in line(app)
         provider.release.set()
         await settle(pilot, app, lambda: not app.worker.busy)
