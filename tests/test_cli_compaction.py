@@ -190,3 +190,16 @@ def test_the_log_records_compactions_by_ids_and_counts_never_text(run_cli, small
     for fact in ("/srv/svc0/app.toml", "Please remember", "## Objective"):
         assert fact in cp["summary"] or fact == "Please remember"
         assert fact not in log
+
+
+def test_compact_all_of_turns_shorter_than_their_summary_is_nothing_to_compact(run_cli, small):
+    """Two short notes: any summary (its headings and facts) is longer than they are. That is
+    nothing to compact (exit 0, the figures on stderr), not a failure blamed on the model."""
+    for text in ("note 1: port 801 on host h1", "note 2: port 802 on host h2"):
+        assert run_cli("ask", "--session", "s", text).status == 0
+    result = run_cli("compact", "--session", "s", "--all")
+    assert result.status == 0, result.stderr
+    assert result.stdout.strip() == "Nothing to compact"
+    assert "would not make the context smaller" in result.stderr
+    assert "quality check" not in result.stderr and "summary_model" not in result.stderr
+    assert as_json(run_cli, "checkpoints", "--session", "s") == []

@@ -253,12 +253,18 @@ def test_a_cut_that_breaks_a_tool_chain_is_refused_and_says_where(store, monkeyp
     assert outcome.error.kind == "cut_rejected"  # not counted against the summary model
 
 
-def test_a_summary_that_does_not_shrink_the_context_is_rejected(store):
+def test_a_summary_that_does_not_shrink_the_context_is_not_committed_and_says_why(store):
+    """Turns shorter than their summary: nothing to compact (not a failure, and not counted
+    against the summary model), with the figures that show why."""
     s = store.create_session("g")
     talk(store, s.id, 3, words=10)
     outcome = compact(store, Recorder(summaries=[well_formed("fact " * 900)]), s.id,
                       keep=10)
-    assert outcome.status == "failed" and "would not shrink" in outcome.error.message
+    assert outcome.status == "nothing_to_compact" and outcome.error is None
+    assert store.checkpoints(s.id) == []
+    why = report.nothing_reason(outcome, outcome.projection)
+    assert why.startswith("a summary of the older turns would not make the context smaller (")
+    assert why.endswith("they are shorter than a summary of them; they stay as they are")
 
 
 def test_messages_appended_during_a_slow_summary_are_in_the_new_context(store):

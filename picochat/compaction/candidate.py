@@ -47,6 +47,7 @@ class SummaryRejected(PicochatError):
     kind = "summary_rejected"
 
 
+UNCHANGED_HINT = "the context is unchanged; compact again once the conversation is longer"
 CUT_HINT = ("the previous context is unchanged; this is a picochat bug, not the model's: "
             "please report it")
 
@@ -59,12 +60,21 @@ class CutRejected(PicochatError):
     kind = "cut_rejected"
 
 
+class NoGain(PicochatError):
+    """The summary would not make the context smaller: the turns it folds are shorter than
+    any summary of them (its headings and exact facts alone). A summary within its cap can
+    only fail to shrink a span shorter than that cap, so this is the span's size, not the
+    model's fault: nothing is committed, and it is "nothing to compact", not a failure."""
+
+    kind = "no_gain"
+
+
 def validate(candidate: CompactionCandidate, snapshot_seqs: Sequence[int],
              kept: Sequence[Message], summary_cap: int, threshold: int) -> None:
     """Six checks; raises `SummaryRejected` naming the first that fails (a summary that is
-    non-empty and within its cap; a context that shrinks and ends at or under `threshold`),
-    or `CutRejected` when it is the cut's (inside the snapshot, tool chains of the kept tail
-    whole).
+    non-empty and within its cap; a context that ends at or under `threshold`), `CutRejected`
+    when it is the cut's (inside the snapshot, tool chains of the kept tail whole), or
+    `NoGain` when the context would not shrink.
 
     `summary_cap` is the model's share plus the exact-fact ledger's; `threshold` is the
     auto-compaction threshold, or the hard window in overflow recovery."""
@@ -82,9 +92,9 @@ def validate(candidate: CompactionCandidate, snapshot_seqs: Sequence[int],
     if repairs:
         raise CutRejected(f"the cut at #{cut} would keep {_broken(repairs[0])}", CUT_HINT)
     if candidate.tokens_after >= candidate.tokens_before:
-        raise SummaryRejected(f"compaction would not shrink the context "
-                              f"({candidate.tokens_before:,} -> {candidate.tokens_after:,} "
-                              "tokens)", hint)
+        raise NoGain(f"a summary of the older turns would not make the context smaller "
+                     f"({candidate.tokens_before:,} → {candidate.tokens_after:,} tokens): "
+                     "they are shorter than a summary of them", UNCHANGED_HINT)
     if candidate.tokens_after > threshold:
         raise SummaryRejected(f"the compacted context would still be "
                               f"{candidate.tokens_after:,} tokens, over the limit of "

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from picochat import ledger as fact_ledger
 from picochat.budget import BudgetLimits, RequestDraft, check_fixed, estimate
 from picochat import crashpoints
-from picochat.compaction.candidate import CompactionCandidate, SummaryRejected
+from picochat.compaction.candidate import CompactionCandidate, NoGain, SummaryRejected
 from picochat.compaction.compactor import ContextCompactor, SummaryModel
 from picochat.compaction.degraded import trim_candidate
 from picochat.compaction.transcript import Transcript
@@ -174,6 +174,11 @@ async def compact_context(store: Store, provider: Provider,
     if candidate is None:
         if summary_error is None:  # plan is None here: nothing older to fold
             return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
+        if isinstance(summary_error, NoGain):  # what is older is shorter than its summary
+            log.info("compaction_no_gain session=%s reason=%s", sid, reason)
+            return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before,
+                                  summary_error=summary_error, transcript=transcript,
+                                  summary_called=summary_called)
         # re-read: another process may have changed the context during the summary call
         return _failed(sid, reason, restore(store, sid), summary_error, transcript=transcript,
                        tokens_before=before, summary_called=summary_called)

@@ -26,6 +26,8 @@ def nothing_reason(outcome: Any, limits: Any, fold_all: str | None = FOLD_ALL) -
     """Why `compact` found nothing to fold, in the user's terms. When the turns fit in the
     tail kept raw, it names `fold_all`, the command that folds them anyway; None when that
     was the command (it keeps only the newest turn, so it stops only where the others do)."""
+    if getattr(outcome.summary_error, "kind", None) == "no_gain":
+        return outcome.summary_error.message + "; they stay as they are"
     projection = outcome.projection
     turns = group_turns(projection.raw)
     if not turns:
