@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from picochat import tokens
 from picochat.budget import BudgetLimits, ContextBudget, UsageSource, budget_limits
 from picochat.config import CompactionConfig
 from picochat.ledger import counts
@@ -143,17 +144,20 @@ def limits_for(model: ResolvedModel, compaction: CompactionConfig) -> BudgetLimi
     return dataclasses.replace(limits, configured_window=model.model_window)
 
 
-def context_series(messages: Sequence[Message], checkpoints: Sequence[Checkpoint]) -> list[int]:
-    """Context tokens at each user turn, from stored counts: a checkpoint's `tokens_after` once
-    it is active (from its source_max_seq on), plus every row after it. A compaction shows as
-    a drop (the checkpoint panel's sparkline)."""
+def context_series(messages: Sequence[Message], checkpoints: Sequence[Checkpoint],
+                   fixed: int = 0, factor: float = 1.0) -> list[int]:
+    """Context tokens at each user turn, from stored counts: the system prompt and tools
+    (`fixed`) and every row so far, or a checkpoint's `tokens_after` once it is active (from
+    its source_max_seq on; it counts the fixed part too) plus every row after it; rows in the
+    model's tokens (`factor`), as the budget counts them. A compaction shows as a drop (the
+    checkpoint panel's sparkline), measured on the same scale as the top bar's figures."""
     pending = sorted(checkpoints, key=lambda c: c.source_max_seq)
     out: list[int] = []
-    running = 0
+    running = fixed
     for m in messages:
         while pending and pending[0].source_max_seq < m.seq:
             running = pending.pop(0).tokens_after
-        running += m.tokens
+        running += tokens.scale(m.tokens, factor)
         if m.role == "user":
             out.append(running)
     return out

@@ -101,11 +101,22 @@ async def test_undo_asks_first_and_only_y_undoes(store):
         await pilot.pause(0.1)
         assert not isinstance(app.screen, ConfirmScreen) and active_id(store, app) == cp.id
         assert app.query(CheckpointDivider)
+        assert footer_offers_undo(app)
         await pilot.press("ctrl+z", "y")
         await settle(pilot, app, lambda: not app.query(CheckpointDivider))
         assert active_id(store, app) is None
         await settle(pilot, app, lambda: any("No summary in use" in line
                                              for line in panel_lines(app)))
+        await settle(pilot, app, lambda: not footer_offers_undo(app))  # nothing left to undo
+        await pilot.press("ctrl+z")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, ConfirmScreen)
+
+
+def footer_offers_undo(app) -> bool:
+    return any(b.binding.description == "Undo summary"
+               for b in app.screen.active_bindings.values()
+               if b.enabled and b.binding.show)
 
 
 async def test_a_letter_typed_right_after_f2_starts_the_message(store):
@@ -126,9 +137,15 @@ async def test_the_chart_shows_tokens_from_zero_and_marks_the_compaction(store):
     app = make_app(store)
     async with app.run_test(size=(120, 40)) as pilot:
         await compact(pilot, app, store, then=3)
+        fixed = app.worker.budget().parts.fixed   # the system prompt and tools
         series = context_series(store.history(app.session.id),
-                                store.checkpoints(app.session.id))
+                                store.checkpoints(app.session.id), fixed,
+                                app.worker.limits.token_factor)
         assert min(series) < max(series) / 2    # a first turn far below the largest
+        # measured as the top bar measures: a turn's context holds the system prompt too,
+        # before the compaction as after it (a checkpoint's figure always did)
+        first = next(m for m in store.history(app.session.id) if m.role == "user")
+        assert series[0] == fixed + first.tokens
         await open_panel(pilot, app)
         shown = panel_lines(app)
         top = next((i for i, line in enumerate(shown) if f"{max(series):,} ┤" in line), None)

@@ -302,7 +302,9 @@ class PicochatApp(App[None]):
             return
         checkpoints = self.store.checkpoints(self.session.id)
         session = self.store.session(self.session.id)
-        series = context_series(self.store.history(self.session.id), checkpoints)
+        limits = self.worker.limits
+        series = context_series(self.store.history(self.session.id), checkpoints,
+                                self.worker.budget().parts.fixed, limits.token_factor)
         await self.query_one(CheckpointPanel).show(checkpoints,
                                                    session.active_context_checkpoint_id,
                                                    series, session.context_floor_seq)

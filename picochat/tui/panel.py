@@ -157,6 +157,7 @@ class CheckpointPanel(VerticalScroll):
         self.numbers = numbers(self.ordered)
         self.active_id = active_id
         self.cleared_at = cleared_at
+        self.refresh_bindings()
         self.query_one("#cp-chart", ContextChart).show(series)
         options = self.query_one("#cp-list", OptionList)
         options.clear_options()
@@ -201,11 +202,16 @@ class CheckpointPanel(VerticalScroll):
         self.reading = event.option.id
         self.scroll_home(animate=False)  # the list and the details below it stay in view
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """ctrl+z shows in the footer only while there is a summary in use to undo."""
+        if action == "undo":
+            return self.active_id is not None
+        return True
+
     def action_undo(self) -> None:
         """Ask first: undoing moves what the model reads, and the key may have been a slip."""
         cp = self.checkpoints.get(self.active_id or "") if self.active_id else None
-        if cp is None:
-            self.notify(literal("Nothing to undo: no summary is in use"))
+        if cp is None:  # the key shows only while one is (check_action)
             return
         parent = self.checkpoints.get(cp.parent_checkpoint_id or "")
         question = undo_question(cp, self.numbers[cp.id], parent,
