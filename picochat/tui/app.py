@@ -101,6 +101,7 @@ class PicochatApp(App[None]):
         self._turn: Any = None  # the TurnHandle streaming now
         self._turn_shown = asyncio.Event()  # the newest turn sent is on screen in full
         self._turn_shown.set()
+        self.queued_turns: list[turns.Queued] = []  # sent during a turn, oldest first
         self._counting = True   # tiktoken still loading: the figures wait for it
         self._bar: StatusBar | None = None
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
@@ -355,6 +356,11 @@ class PicochatApp(App[None]):
         except PicochatError as exc:  # a locked or full database: one line, the app goes on
             await chat.add_notice(exc.user_line(), "error")
 
+    async def on_prompt_take_back(self, event: Prompt.TakeBack) -> None:
+        """Up in the empty prompt while messages are queued: the newest comes back to edit."""
+        if not await turns.take_back(self):
+            self.notify(literal("Nothing to take back: the queued messages have begun"))
+
     # --- turns ---------------------------------------------------------------------------------
 
     @work(group="turns", exit_on_error=False)
@@ -437,7 +443,11 @@ class PicochatApp(App[None]):
                  ("ctrl+j", "newline (also shift+enter where the terminal reports it; most "
                             "report alt+enter as enter, which sends)"),
                  ("esc or ctrl+c", "stop the running answer"),
-                 ("up / down", "earlier prompts"), ("tab", "complete a slash command"),
+                 ("up / down", "earlier prompts"),
+                 ("up (empty prompt, while queued)", "take the newest queued message back to "
+                                                     "edit it (Enter sends it again; up again "
+                                                     "takes the one before)"),
+                 ("tab", "complete a slash command"),
                  ("ctrl+z (in the panel)", "undo the summary in use, after asking"),
                  ("alt+↑ or click", "select a message or code block; then ↑ / ↓ move, "
                                     "c copies, enter or typing goes back to the prompt"),

@@ -24,6 +24,9 @@ SCREENS_AT_OPEN = 2           # of the first page, only the newest that fill abo
 TOOL_PREVIEW_CHARS = 4_000
 
 
+QUEUED = "queued · ↑ edits it · sends when the current answer ends"
+
+
 class UserMessage(Copyable, Static):
     BINDINGS = [COPY]
     DEFAULT_CSS = """
@@ -54,7 +57,7 @@ class UserMessage(Copyable, Static):
         self.seq = seq
         self.text = text
         if queued:
-            self.border_subtitle = "queued: sends when the current answer ends"
+            self.border_subtitle = QUEUED
         elif retracted:
             self.border_subtitle = "undone: not in the context"
 
