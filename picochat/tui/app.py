@@ -450,7 +450,9 @@ class PicochatApp(App[None]):
                  ("tab", "complete a slash command"),
                  ("ctrl+z (in the panel)", "undo the summary in use, after asking"),
                  ("alt+↑ or click", "select a message or code block; then ↑ / ↓ move, "
-                                    "c copies, enter or typing goes back to the prompt"),
+                                    "c copies, enter expands or folds a long message of "
+                                    "yours, enter elsewhere or typing goes back to the "
+                                    "prompt"),
                  ("ctrl+p", "command palette"), ("//text", "send text that starts with /")]
         rows += [(f"/{c.name} {c.args}".strip(), c.help) for c in slash.COMMANDS]
         self.push_screen(CardScreen("Keys and commands", rows))
