@@ -25,7 +25,7 @@ SCREENS_AT_OPEN = 2           # of the first page, only the newest that fill abo
 TOOL_PREVIEW_CHARS = 4_000
 
 
-QUEUED = "queued · ↑ edits it · sends when the current answer ends"
+QUEUED = "queued · ↑ edits it · sends when the current answer ends"  # our words: no literal()
 
 
 class UserMessage(Copyable, Static):
