@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 T = TypeVar("T")
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: the queue keeps a set of those not begun
 class _Job:
     run: Callable[[], Awaitable[Any]]
     future: asyncio.Future[Any]
@@ -26,6 +26,7 @@ class JobQueue:
         self.name = name
         self.closing = False
         self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
+        self._waiting: set[_Job] = set()  # submitted, not begun, not withdrawn
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -34,8 +35,8 @@ class JobQueue:
 
     @property
     def waiting(self) -> int:
-        """Jobs submitted and not yet begun."""
-        return self._queue.qsize()
+        """Jobs submitted and not yet begun (a withdrawn one no longer counts)."""
+        return len(self._waiting)
 
     def start(self) -> None:
         if self._task is None:
@@ -46,8 +47,21 @@ class JobQueue:
         """Queue `run` behind everything already submitted; `on_start` is called when it
         begins, so a caller can say "compacting" then rather than poll."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Job(run, future, answers_itself, on_start))
+        job = _Job(run, future, answers_itself, on_start)
+        self._waiting.add(job)
+        self._queue.put_nowait(job)
         return future
+
+    def withdraw(self, future: "asyncio.Future[Any]") -> bool:
+        """The job of `future` will not run, if it has not begun: its future is cancelled and
+        it stops counting as waiting at once (a queued message the user took back). True if
+        it was still waiting."""
+        job = next((j for j in self._waiting if j.future is future), None)
+        if job is None:
+            return False
+        self._waiting.discard(job)
+        future.cancel()
+        return True
 
     async def close(self) -> None:
         """Begin nothing new that does not answer for itself, and wait for the queue to end."""
@@ -62,6 +76,7 @@ class JobQueue:
             job = await self._queue.get()
             if job is None:
                 return
+            self._waiting.discard(job)
             if job.future.done():  # cancelled while queued
                 continue
             if self.closing and not job.answers_itself:

@@ -245,7 +245,15 @@ class SessionWorker:
                 handle._emit(TurnFailed(handle.turn_id, error, None, None))
             return await handle.result()
 
-        self._jobs.submit(run, answers_itself=True)
+        queued = self._jobs.submit(run, answers_itself=True)
+
+        def withdraw() -> None:  # cancelled before it began: it ends now, not when reached
+            if self._jobs.withdraw(queued):
+                log.info("turn_withdrawn session=%s turn=%s", self.session_id, handle.turn_id)
+                handle._emit(TurnFailed(handle.turn_id,
+                                        TurnCancelled("cancelled before it started"),
+                                        None, None))
+        handle._withdraw = withdraw
         return handle
 
     async def _keep_unsent(self, handle: TurnHandle) -> TurnFailed:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import AsyncIterator, Union
+from typing import AsyncIterator, Callable, Union
 
 from picochat.compaction.compact import CompactOutcome
 from picochat.errors import PicochatError
@@ -132,12 +132,16 @@ class TurnHandle:
         self._result: asyncio.Future[TurnOutcome] = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task[None] | None = None
         self._cancel_requested = False
+        self._withdraw: Callable[[], None] | None = None  # set by the worker that queued it
 
     def cancel(self) -> None:
-        """Stop the turn: at once if streaming, before it starts if still queued."""
+        """Stop the turn: at once if streaming; if still queued, it ends now (TurnFailed,
+        cancelled, nothing saved) and leaves the queue, so what waits behind it moves up."""
         self._cancel_requested = True
         if self._task is not None and not self._task.done():
             self._task.cancel()
+        elif self._task is None and self._withdraw is not None:
+            self._withdraw()
 
     @property
     def started(self) -> bool:

@@ -108,6 +108,40 @@ async def test_a_turn_cancelled_while_queued_never_reaches_the_provider(store):
     assert [m.content for m in store.history(s.id)] == ["one", "slow"]
 
 
+async def test_a_queued_turn_taken_back_ends_at_once_and_leaves_the_queue(store):
+    """A queued message the user takes back to edit: its turn ends now, not when the answer
+    before it ends; the queued count drops at once; what waits behind it still runs, in
+    order."""
+    s = store.create_session("w")
+    release = asyncio.Event()
+
+    class HeldFirst(Scripted):
+        async def stream(self, request):
+            if not self.requests:
+                await release.wait()
+            async for event in super().stream(request):
+                yield event
+
+    provider = HeldFirst(["ok"])
+    async with SessionWorker(store, s.id, OFFLINE, provider, "sys") as worker:
+        running = worker.submit_turn("one")
+        middle = worker.submit_turn("two")
+        last = worker.submit_turn("three")
+        while not worker.busy:
+            await asyncio.sleep(0.01)
+        assert worker.queued == 2
+        middle.cancel()
+        outcome = await asyncio.wait_for(middle.result(), 1)  # while "one" is still held
+        assert isinstance(outcome, TurnFailed) and outcome.cancelled
+        assert outcome.user_seq is None and not middle.started
+        assert worker.queued == 1 and not running._result.done()
+        release.set()
+        await running.result()
+        assert isinstance(await last.result(), TurnFinished)
+    assert [m.content for m in store.history(s.id) if m.role == "user"] == ["one", "three"]
+    assert len(provider.requests) == 2
+
+
 async def test_total_timeout_fails_the_turn_clearly(store):
     s = store.create_session("w")
     provider = Scripted(["never"], gap=5)

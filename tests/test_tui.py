@@ -459,7 +459,8 @@ async def test_a_message_typed_during_an_answer_is_queued_visibly(store):
         second = app.query(UserMessage)[1]
         assert second.has_class("queued") and second.border_subtitle.startswith("queued")
         await pilot.pause(0.1)
-        assert "queued:" in app.export_screenshot()  # on screen, under the message
+        shot = app.export_screenshot().replace("&#160;", " ")
+        assert "queued · ↑ edits · sends after this answer" in shot  # on screen, under the message
         assert "1 queued" in str(app.query_one(StatusBar).render())
         provider.release.set()
         await settle(pilot, app, lambda: not second.has_class("queued"))

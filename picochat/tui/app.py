@@ -101,6 +101,7 @@ class PicochatApp(App[None]):
         self._turn: Any = None  # the TurnHandle streaming now
         self._turn_shown = asyncio.Event()  # the newest turn sent is on screen in full
         self._turn_shown.set()
+        self.queued_turns: list[turns.Queued] = []  # sent during a turn, oldest first
         self._counting = True   # tiktoken still loading: the figures wait for it
         self._bar: StatusBar | None = None
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
@@ -366,6 +367,11 @@ class PicochatApp(App[None]):
         except PicochatError as exc:  # a locked or full database: one line, the app goes on
             await chat.add_notice(exc.user_line(), "error")
 
+    async def on_prompt_take_back(self, event: Prompt.TakeBack) -> None:
+        """Up in the empty prompt while messages are queued: the newest comes back to edit."""
+        if not await turns.take_back(self):
+            self.notify(literal("Nothing to take back: the queued messages have begun"))
+
     # --- turns ---------------------------------------------------------------------------------
 
     @work(group="turns", exit_on_error=False)
@@ -452,10 +458,15 @@ class PicochatApp(App[None]):
                  ("esc or ctrl+c", "stop the running answer (esc also closes the "
                                    "slash-command list)"),
                  ("up / down", "earlier prompts; with the slash-command list open, walk it"),
+                 ("up (empty prompt, while queued)", "take the newest queued message back to "
+                                                     "edit it (Enter sends it again; up again "
+                                                     "takes the one before)"),
                  ("tab / shift+tab", "complete a slash command, then walk the list"),
                  ("ctrl+z (in the panel)", "undo the summary in use, after asking"),
                  ("alt+↑ or click", "select a message or code block; then ↑ / ↓ move, "
-                                    "c copies, enter or typing goes back to the prompt"),
+                                    "c copies, enter expands or folds a long message of "
+                                    "yours, enter elsewhere or typing goes back to the "
+                                    "prompt"),
                  ("ctrl+p", "command palette"), ("//text", "send text that starts with /")]
         rows += [(f"/{c.name} {c.args}".strip(), c.help) for c in slash.COMMANDS]
         self.push_screen(CardScreen("Keys and commands", rows))

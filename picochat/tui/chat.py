@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from rich.text import Text
 from textual import events
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -15,7 +16,7 @@ from picochat.messages import INTERRUPTED, Checkpoint, Message
 from picochat.tui.answer import AssistantMessage
 from picochat.tui.thinking import ThinkingBlock
 from picochat.tui.copyable import COPY, Copyable
-from picochat.tui.preview import preview
+from picochat.tui.preview import Fold, fold, preview
 from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import literal
 
@@ -24,8 +25,20 @@ SCREENS_AT_OPEN = 2           # of the first page, only the newest that fill abo
 TOOL_PREVIEW_CHARS = 4_000
 
 
+QUEUED = "queued · ↑ edits · sends after this answer"  # our words: no literal()
+
+
 class UserMessage(Copyable, Static):
-    BINDINGS = [COPY]
+    """The user's message; a long one (a paste) folded to its first and last lines and a
+    note: selected, Enter expands it (a huge one still to its head and tail) and folds it
+    back; c copies all of it either way."""
+
+    BINDINGS = [
+        COPY,
+        # only on a long message: on the others Enter goes back to the prompt (ChatView)
+        Binding("enter", "expand", "Expand", key_display="enter"),
+        Binding("enter", "fold", "Fold", key_display="enter"),
+    ]
     DEFAULT_CSS = """
     UserMessage {
         margin: 1 0 0 0;
@@ -50,13 +63,43 @@ class UserMessage(Copyable, Static):
     def __init__(self, text: str, seq: int | None = None, queued: bool = False,
                  retracted: bool = False) -> None:
         classes = "queued" if queued else "retracted" if retracted else ""
-        super().__init__(literal(preview(text)), classes=classes)
+        self.folding = fold(text)
+        super().__init__(folded_text(text, self.folding), classes=classes)
         self.seq = seq
         self.text = text
         if queued:
-            self.border_subtitle = "queued: sends when the current answer ends"
+            self.border_subtitle = QUEUED
         elif retracted:
             self.border_subtitle = "undone: not in the context"
+
+    @property
+    def folded(self) -> bool:
+        return self.folding is not None and not self.has_class("expanded")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "expand":
+            return self.folded
+        if action == "fold":
+            return self.folding is not None and not self.folded
+        return True
+
+    def action_expand(self) -> None:
+        self.add_class("expanded")
+        self.update(literal(preview(self.text)))
+        self._after_resize()
+
+    def action_fold(self) -> None:
+        self.remove_class("expanded")
+        self.update(folded_text(self.text, self.folding))
+        self._after_resize()
+
+    def _after_resize(self) -> None:
+        """Its top stays in view, where reading it starts; the transcript stops following
+        the bottom while the reader is here."""
+        self.refresh_bindings()
+        if self.parent is not None:
+            self.parent.release_anchor()
+        self.call_after_refresh(self.scroll_visible, top=True, animate=False)
 
     def copy_text(self) -> str:
         return self.text
@@ -65,6 +108,19 @@ class UserMessage(Copyable, Static):
         self.seq = seq
         self.remove_class("queued")
         self.border_subtitle = ""
+
+
+def folded_text(text: str, folding: Fold | None) -> Text:
+    """What a user message shows: all of it (a huge one: head and tail), or folded."""
+    if folding is None:
+        return literal(preview(text))
+    shown = literal(folding.head)
+    shown.append("\n")
+    shown.append_text(literal(folding.note, style="italic"))
+    if folding.tail:
+        shown.append("\n")
+        shown.append_text(literal(folding.tail))
+    return shown
 
 
 class ToolBlock(Collapsible):
@@ -149,7 +205,8 @@ SELECTABLE = ("UserMessage, AssistantMessage, CodeFence, ToolBlock > Collapsible
 
 class ChatView(VerticalScroll):
     """Owns every transcript write: the app calls these methods and nothing else mounts here.
-    A selected item (focused) moves with up/down; enter goes back to the prompt."""
+    A selected item (focused) moves with up/down; enter goes back to the prompt (on a long
+    message of the user's it expands or folds it: UserMessage)."""
 
     BINDINGS = [
         Binding("up", "select(-1)", "Previous", key_display="↑", show=False),
@@ -320,7 +377,8 @@ def rows_at_least(m: Message, width: int, cap: int) -> int:
         return 1
     if not m.content.strip():
         return 0
-    text = m.content[:cap * width]  # that many characters fill `cap` rows whatever they are
+    folded = fold(m.content) if m.role == "user" else None  # shown folded: its rows
+    text = (folded.plain if folded else m.content)[:cap * width]  # that many characters fill `cap` rows whatever they are
     return 1 + sum(-(-len(line) // width) or 1 for line in text.split("\n"))
 
 

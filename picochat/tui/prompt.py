@@ -1,4 +1,5 @@
-"""The prompt: multi-line, Enter sends, ctrl+j adds a newline, up/down recall earlier prompts."""
+"""The prompt: multi-line, Enter sends, ctrl+j adds a newline, up/down recall earlier prompts;
+up in an empty prompt while messages wait in the queue takes the newest back to edit."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ class Prompt(TextArea):
     Prompt:focus { border: round $primary; }
     """
     HELP = ("Enter sends. ctrl+j adds a newline. Up/down on the first/last line recall "
-            "prompts. Tab completes a slash command; Tab or up/down then walk the list.")
+            "prompts; while messages are queued, up in the empty prompt takes the newest back "
+            "to edit (again: the one before it). Tab completes a slash command; Tab or up/down "
+            "then walk the list.")
     # alt+enter only where the terminal reports it as such (kitty's protocol); most send it as
     # ESC and Enter, which arrives as a plain enter: the help names ctrl+j
     NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")
@@ -41,6 +44,10 @@ class Prompt(TextArea):
     # prompts only when no hints show (or a recall is under way)
     WALK_KEYS = {"tab": 1, "down": 1, "shift+tab": -1, "up": -1}
 
+    class TakeBack(Message):
+        """Up in the empty prompt while `takeable`: the app takes the newest queued message
+        back (its turn cancelled, it leaves the transcript) and calls `take_back`."""
+
     def __init__(self, prompts: list[str] | None = None, **kwargs) -> None:
         """`prompts`: earlier prompts, oldest first (`Store.user_prompts`); up starts from
         the last. A prompt sent twice in a row is recalled once, as `remember` keeps it."""
@@ -53,6 +60,8 @@ class Prompt(TextArea):
         self._recall: int | None = None   # index into history while recalling
         self._draft = ""
         self.hints_open = False  # set by the app: the slash-command hints show above
+        self.takeable = 0       # queued messages that can still be taken back (the app sets it)
+        self._taking = False    # the text holds messages taken back from the queue
 
     async def _on_key(self, event: events.Key) -> None:
         # Handled here, not by a binding: a binding runs after the key bubbles, so text typed
@@ -75,7 +84,14 @@ class Prompt(TextArea):
             if text.strip():
                 self.remember(text)
                 self.clear()
+                self._taking = False
                 self.post_message(self.Submitted(text))
+            return
+        if (event.key == "up" and self.takeable and self.cursor_at_first_line
+                and (self._taking or not self.text.strip())):
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.TakeBack())
             return
         if event.key == "up" and self.cursor_at_first_line and self.prompts:
             event.stop()
@@ -94,12 +110,28 @@ class Prompt(TextArea):
         self.load_text(text)
         self.move_cursor(self.document.end)
 
+    def take_back(self, text: str) -> None:
+        """A queued message taken back: in the prompt, the cursor at its end. Each further
+        up takes back the one queued before it and puts it in front, a blank line between:
+        the prompt then reads as the messages were written and would have been sent, and
+        Enter sends them as one message; nothing taken back is ever dropped or overwritten."""
+        typed = self.text
+        self.load_text(f"{text}\n\n{typed}" if typed.strip() else text)
+        self.move_cursor(self.document.end)
+        self._recall = None
+        self._taking = True
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        if not self.text.strip():  # emptied: what comes next is a new message
+            self._taking = False
+
     def remember(self, text: str) -> None:
         if not self.prompts or self.prompts[-1] != text:
             self.prompts.append(text)
         self._recall = None
 
     def _step(self, delta: int) -> None:
+        self._taking = False
         if self._recall is None:
             self._draft = self.text
             index = len(self.prompts) - 1

@@ -8,6 +8,7 @@ here, so what a turn looks like is decided in one place.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from picochat import tokens
@@ -49,14 +50,60 @@ async def send(app: "PicochatApp", text: str) -> None:
     # the one before it is on screen in full (its last text, its "Stopped" line)
     previous, shown = app._turn_shown, asyncio.Event()
     app._turn_shown = shown
+    waiting: Queued | None = None
     try:
         chat.follow()  # sending brings the reader back to the bottom
         user = await chat.add_user(text, queued=queued)
+        if queued:
+            waiting = Queued(user, handle)
+            app.queued_turns.append(waiting)
+            queue_changed(app)
         app.refresh_status()
         await previous.wait()
         await _show(app, chat, user, handle)
     finally:
-        shown.set()
+        if waiting in app.queued_turns:
+            app.queued_turns.remove(waiting)
+            queue_changed(app)
+        shown.set()  # a message taken back shows nothing: the next turn goes on at once
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A message sent while another turn runs: on screen, submitted, not begun."""
+
+    user: UserMessage
+    handle: TurnHandle
+
+
+def queue_changed(app: "PicochatApp") -> None:
+    """The prompt knows whether up takes a message back; the bar's count follows."""
+    app.query_one(Prompt).takeable = sum(not q.handle.started for q in app.queued_turns)
+    app.refresh_status()
+
+
+async def take_back(app: "PicochatApp") -> bool:
+    """The newest queued message that has not begun goes back to the prompt to be edited:
+    its turn is cancelled (nothing of it is saved or sent), it leaves the transcript, and
+    the turns queued before it keep their place. False if every one has begun meanwhile."""
+    waiting = [q for q in app.queued_turns if not q.handle.started]
+    if not waiting:
+        queue_changed(app)
+        return False
+    newest = waiting[-1]
+    app.queued_turns.remove(newest)
+    newest.handle.cancel()
+    if newest.user.parent is not None:
+        await newest.user.remove()
+    app.query_one(Prompt).take_back(as_typed(newest.handle.text))
+    queue_changed(app)
+    return True
+
+
+def as_typed(text: str) -> str:
+    """A message as the prompt must hold it to send it again: one starting with "/" was
+    typed "//…" (a single slash would run a command)."""
+    return "/" + text if text.startswith("/") else text
 
 
 async def _too_long(app: "PicochatApp", chat: ChatView, text: str) -> bool:
@@ -115,6 +162,7 @@ async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
         if isinstance(event, TurnStarted):
             app._turn = handle
             app.refresh_bindings()
+            queue_changed(app)
             if user.has_class("queued") and user.parent is chat:
                 # it waited at the bottom while the turns before it added their answers
                 # and notices below it: it goes below them, where its answer will follow
@@ -159,6 +207,8 @@ async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
                 await answer.finish(event.assistant_seq)
             if event.cut:  # saved, but incomplete: say so under it
                 await chat.add_notice(CUT_AT_LIMIT, "warning")
+        elif isinstance(event, TurnFailed) and _taken_back(event, handle):
+            return  # in the prompt now (take_back): no line, and what runs keeps its status
         elif isinstance(event, TurnFailed):
             if answer is not None:
                 await answer.finish(event.partial_seq, interrupted=True)
@@ -171,6 +221,12 @@ async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
         app.refresh_bindings()
     app.set_activity("")
     await app.refresh_panel()
+
+
+def _taken_back(event: TurnFailed, handle: TurnHandle) -> bool:
+    """Cancelled before it began, and nothing of it saved: a queued message taken back (a
+    message still queued when the app quits is saved, and says so)."""
+    return event.cancelled and event.user_seq is None and not handle.started
 
 
 async def _unsaved(app: "PicochatApp", chat: ChatView, user: UserMessage, text: str) -> None:
