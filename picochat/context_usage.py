@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from picochat import tokens
 from picochat.budget import BudgetLimits, ContextBudget, UsageSource, budget_limits
+from picochat.compaction.report import DEGRADED_NOTE, headline
 from picochat.config import CompactionConfig
 from picochat.ledger import counts
 from picochat.messages import Checkpoint, Message, Session
@@ -43,6 +44,7 @@ class ContextUsage:
     projection: ContextProjection
     checkpoint: Checkpoint | None
     summary_model: ResolvedModel | None = None  # None: the chat model writes the summaries
+    summary_number: int = 0  # the active checkpoint's number from the first ("Summary 3")
 
     def as_dict(self) -> dict[str, Any]:
         lim, cp, parts = self.budget.limits, self.checkpoint, self.budget.parts
@@ -109,20 +111,21 @@ class ContextUsage:
             ("Used", f"{b.used_tokens:,}  ({_source(b)})"),
             ("Left before auto", f"{b.remaining_tokens:,}"),
         ]
+        cleared_at = self.session.context_floor_seq
         if cp is not None:
-            rows.append(("Active checkpoint",
-                         f"{cp.id}, gen {cp.generation}, {cp.tokens_before:,} -> "
-                         f"{cp.tokens_after:,}" + ("  (degraded)" if cp.degraded else "")))
+            rows.append(("Summary in use", headline(cp, self.summary_number, cleared_at)))
+            if cp.degraded:
+                rows.append(("", DEGRADED_NOTE))
+            rows.append(("Compacted", f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens, "
+                                      "when it was written"))
             facts = counts(cp.summary)
             rows.append(("Exact facts", f"{facts.kept:,} kept"
                          + (f", {facts.dropped:,} dropped to fit (history_search finds them)"
                             if facts.dropped else ", none dropped")))
-            rows.append(("Raw tail", f"{len(self.projection.raw):,} messages from seq "
-                                     f"{cp.first_retained_seq}"))
         else:
-            rows.append(("Active checkpoint", "none"))
-            rows.append(("Raw tail", f"{len(self.projection.raw):,} messages"))
-        rows.append(("Raw history", f"{self.session.message_count:,} messages, unchanged"))
+            rows.append(("Summary in use", "none"))
+        rows.append(("Sent as they are", self._sent()))
+        rows.append(("History", f"{self.session.message_count:,} messages, unchanged"))
         if self.model.tools_refused:
             rows.append(("Tools", "off: this model's server refuses requests that offer tools"))
         if b.fixed_exceeds_threshold:
@@ -130,6 +133,16 @@ class ContextUsage:
                                     f"tokens) reach the threshold: compaction cannot help"))
         rows.extend(("Warning", d) for d in self.projection.diagnostics)
         return rows
+
+    def _sent(self) -> str:
+        """The messages the model reads word for word: after the summary, or after a /clear,
+        or the whole conversation."""
+        n, floor = len(self.projection.raw), self.session.context_floor_seq
+        if n == 0:
+            return f"none: /clear after message {floor} started afresh" if floor else "none yet"
+        first = self.checkpoint.first_retained_seq if self.checkpoint is not None else floor + 1
+        said = f"{n:,} message{'s' if n != 1 else ''}"
+        return said + (f", from message {first} on" if first > 1 else "")
 
     def text(self) -> str:
         width = max(len(label) for label, _ in self.rows()) + 2

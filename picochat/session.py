@@ -31,6 +31,7 @@ from picochat.compaction.compact import (
     compact_context,
 )
 from picochat.compaction.compactor import SummaryModel
+from picochat.compaction.report import numbers
 from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextUsage, limits_for
 from picochat.errors import PicochatError
@@ -303,9 +304,11 @@ class SessionWorker:
         """The /info card, from the very budget auto compaction reads."""
         snapshot = self.store.context_snapshot(self.session_id)
         projection = project(snapshot)
+        cp = snapshot.checkpoint  # numbered as the checkpoint panel numbers it ("Summary 3")
+        number = numbers(self.store.checkpoints(self.session_id)).get(cp.id, 0) if cp else 0
         return ContextUsage(snapshot.session, self.model, self.compaction.enabled,
-                            self.budget(projection), projection, snapshot.checkpoint,
-                            self.summary_model)
+                            self.budget(projection), projection, cp, self.summary_model,
+                            number)
 
     def set_system_prompt(self, prompt: str | None, default: str) -> "asyncio.Future[str]":
         """`/system`: saved with the session (None: back to `default`), queued so a running

@@ -124,7 +124,35 @@ def test_info_text_shows_configured_and_effective_values(run_cli, config_file):
     text = run_cli("info", "--session", "s").stdout
     assert re.search(r"Reserve\s+2,048  \(configured 16,384\)", text), text
     assert re.search(r"Auto-compact at\s+2,048", text) and "Used" in text
-    assert "Active checkpoint  none" in text
+    assert re.search(r"Summary in use\s+none\n", text), text
+
+
+def _summary_row(run_cli) -> str:
+    text = run_cli("info", "--session", "s").stdout
+    # the user's words only: no ids, generations, seqs or ASCII arrows anywhere in the card
+    assert not re.search(r"\bcp_|\bgen\b|\bseq\b|->", text), text
+    [row] = [line for line in text.splitlines() if line.startswith("Summary in use")]
+    return row
+
+
+def test_info_text_names_the_summary_as_the_panel_does(run_cli, small):
+    chat(run_cli, 6)
+    run_cli("compact", "--session", "s")
+    [cp] = as_json(run_cli, "checkpoints", "--session", "s")
+    saved = cp["tokens_before"] - cp["tokens_after"]
+    assert _summary_row(run_cli).endswith(
+        f"Summary 1 · manual · saved {saved:,} tokens · covers messages "
+        f"1–{cp['first_retained_seq'] - 1}")
+    text = run_cli("info", "--session", "s").stdout
+    assert re.search(rf"Sent as they are\s+\d+ messages, from message "
+                     rf"{cp['first_retained_seq']} on\n", text), text
+    assert re.search(rf"Compacted\s+{cp['tokens_before']:,} → {cp['tokens_after']:,} tokens",
+                     text), text
+    chat(run_cli, 5, start=6)
+    run_cli("compact", "--session", "s")
+    assert "Summary 2 · manual" in _summary_row(run_cli)
+    run_cli("compact", "--session", "s", "--undo")  # the first is in use again, still number 1
+    assert "Summary 1 · manual" in _summary_row(run_cli)
 
 
 def test_compact_undo_makes_the_parent_active_again(run_cli, small):

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from picochat import tokens
+from picochat.compaction.report import DEGRADED_NOTE
 from picochat.config import CompactionConfig, Config, ModelConfig
 from picochat.models import resolve_model
 from picochat.projection import restore
@@ -126,14 +127,18 @@ def test_a_smaller_model_over_the_hard_window_degrades_before_sending(store):
     async def run():
         provider = Recorder(summaries=[ProviderUnavailable("down")])
         async with worker(store, s.id, provider, window=4_096) as w:
-            return await turn(w), provider
+            return await turn(w), provider, w.info()
 
-    (outcome, _), provider = asyncio.run(run())
+    (outcome, _), provider, info = asyncio.run(run())
     assert isinstance(outcome, TurnFinished)
     cp = outcome.compactions[0].checkpoint
     assert cp.degraded and cp.trigger_reason == "overflow"
     assert len(provider.turn_requests) == 1  # the doomed request was never sent
     assert request_tokens(provider.turn_requests[0]) <= 4_096
+    rows = info.rows()  # /info says the trim was no summary, right under the one in use
+    at = rows.index(next(r for r in rows if r[0] == "Summary in use"))
+    assert rows[at][1].startswith("Summary 1 · overflow · saved ")
+    assert rows[at + 1] == ("", DEGRADED_NOTE)
 
 
 def test_overflow_recomputes_with_the_stated_window_and_retries_once(store):

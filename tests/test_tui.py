@@ -338,7 +338,7 @@ async def test_search_lists_matches_and_jumps_to_one_even_in_an_unloaded_page(st
         await say(pilot, "/search which host is the canary?")
         await settle(pilot, app, lambda: isinstance(app.screen, PickScreen))
         options = app.screen.query_one(OptionList)
-        assert "#1 user" in str(options.get_option_at_index(0).prompt)
+        assert "message 1 · you: " in str(options.get_option_at_index(0).prompt)
         await pilot.press("enter")
         await settle(pilot, app, lambda: bool(app.query(".found")))
         [found] = app.query(".found")

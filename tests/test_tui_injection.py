@@ -201,8 +201,8 @@ async def test_search_query_and_snippets_are_literal_in_the_list(store):
         text = screen_text(app)
         assert "best matches for 'findme [@click=app.quit]quit[/] [bold]'" in text  # title
         # the snippet, its matches marked «»
-        assert_on_screen(app, "#1 user: «findme» [@«click»=«app».«quit»]«quit»[/] "
-                              "[«bold»]b [/]  end")
+        assert_on_screen(app, "message 1 · you: «findme» [@«click»=«app».«quit»]"
+                              "«quit»[/] [«bold»]b [/]  end")
         await pilot.press("escape")
         await pilot.pause(0.1)
         assert app.is_running

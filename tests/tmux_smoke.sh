@@ -45,7 +45,7 @@ wait_for "The history is unchanged"
 
 send "/info" Enter
 wait_for "Auto-compact at"
-wait_for "Active checkpoint"
+wait_for "Summary in use"
 send Escape
 
 send F2

@@ -1,11 +1,40 @@
-"""A compaction's outcome in the user's words: the CLI prints these lines, the app shows them."""
+"""A compaction's outcome in the user's words: the CLI prints these lines, the app shows them.
+A summary is named as the user meets it in the app, "Summary 3 · auto · saved 1,412 tokens ·
+covers messages 1–20": numbered from the first, ranges in message numbers, no ids."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from picochat import tokens
 from picochat.cutpoints import group_turns
+from picochat.messages import Checkpoint
+
+DEGRADED_NOTE = ("no summary could be written: the older turns were left out, "
+                 "their exact facts kept")
+
+
+def numbers(checkpoints: Sequence[Checkpoint]) -> dict[str, int]:
+    """Summary 1 is the first written; `checkpoints` come newest first (Store.checkpoints)."""
+    return {cp.id: len(checkpoints) - i for i, cp in enumerate(checkpoints)}
+
+
+def covered(cp: Checkpoint, cleared_at: int) -> str:
+    """The messages a summary stands for: those before its raw tail, from the start or from
+    the latest /clear (before a /clear, where it started is not known, so not claimed)."""
+    last = cp.first_retained_seq - 1
+    if not cleared_at:
+        return f"messages 1–{last}"
+    if cp.first_retained_seq > cleared_at:
+        return f"messages {cleared_at + 1}–{last}"
+    return f"messages up to {last}"
+
+
+def headline(cp: Checkpoint, number: int, cleared_at: int) -> str:
+    """"Summary 3 · auto · saved 1,412 tokens · covers messages 1–20"."""
+    saved = cp.tokens_before - cp.tokens_after
+    return (f"Summary {number} · {cp.trigger_reason} · saved {saved:,} tokens · "
+            f"covers {covered(cp, cleared_at)}")
 
 
 def compacted_lines(outcome: Any) -> str:

@@ -162,7 +162,6 @@ class AssistantMessage(Copyable, Widget):
         border-bottom: dashed $foreground 30%;
     }
     AssistantMessage:focus { outline-left: thick $success; background: $boost; }
-    AssistantMessage.found { outline-left: thick $success; }
     """
 
     def __init__(self, text: str = "", seq: int | None = None, interrupted: bool = False,

@@ -56,7 +56,6 @@ class UserMessage(Copyable, Static):
         border-left: thick $foreground 30%;
         border-bottom: dashed $foreground 30%;
     }
-    UserMessage.found { border-left: thick $success; }
     UserMessage:focus { border-left: thick $success; background: $boost 200%; }
     """
 
@@ -217,6 +216,12 @@ class ChatView(VerticalScroll):
     DEFAULT_CSS = """
     ChatView { padding: 0 1 1 1; scrollbar-size-vertical: 1; }
     ChatView > .older { color: $text-muted; text-align: center; }
+    /* where a /search jump landed, whatever the message's kind, until the next jump or the
+       next message sent: a tint and a bar in a colour no other mark uses (your messages'
+       bar is $accent, focus $success, an interrupted answer $warning); $text-primary and
+       $text are Textual's variants legible on the theme's background */
+    ChatView > .found { background: $primary 15%; outline-left: thick $text-primary;
+                        color: $text; }
     """
 
     def on_mount(self) -> None:
@@ -306,20 +311,28 @@ class ChatView(VerticalScroll):
             target = next((w for w in self.children if getattr(w, "seq", None) == seq), None)
             if target is not None or not await self.load_older():
                 break
-        for old in self.query(".found"):
-            old.remove_class("found")
+        self.unmark()
         if target is None:
             return False
         self.release_anchor()
         target.add_class("found")
+        if isinstance(target, ToolBlock):  # the match is in the result: show it
+            target.collapsed = False
         self.call_after_refresh(self.scroll_to_widget, target, animate=False, top=True)
         return True
+
+    def unmark(self) -> None:
+        """The last jump's target is no longer marked."""
+        for old in self.query(".found"):
+            old.remove_class("found")
 
     _follows = 0  # times the view went back to following the bottom
 
     def follow(self) -> None:
-        """Back to the bottom, following new text (sending a message does this)."""
+        """Back to the bottom, following new text (sending a message does this); where the
+        last jump landed is no longer marked."""
         self._follows += 1
+        self.unmark()
         self.query(NewBelow).remove()
         self.scroll_end(animate=False, immediate=True)
         self.anchor()

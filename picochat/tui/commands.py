@@ -240,6 +240,9 @@ async def cmd_system(app: "PicochatApp", text: str) -> None:
     app.refresh_status()
 
 
+SAID_BY = {"user": "you", "assistant": "answer", "tool": "tool result"}  # a hit's role, as read
+
+
 async def cmd_search(app: "PicochatApp", query: str) -> None:
     chat = app.query_one(ChatView)
     if not query:
@@ -249,12 +252,13 @@ async def cmd_search(app: "PicochatApp", query: str) -> None:
     if not hits:
         await chat.add_notice(f"No message matches {query!r}")
         return
-    choices = [(str(h.seq), f"#{h.seq} {h.role}{' (undone)' if h.retracted else ''}: "
+    choices = [(str(h.seq), f"message {h.seq} · {SAID_BY.get(h.role, h.role)}"
+                            f"{' (undone)' if h.retracted else ''}: "
                             + " ".join(h.snippet.split())) for h in hits]
 
     async def picked(seq: str | None) -> None:
         if seq is not None and not await chat.reveal(int(seq)):
-            app.notify(literal(f"#{seq} is not shown in this transcript"),
+            app.notify(literal(f"Message {seq} is not shown in this transcript"),
                         severity="warning")
     app.push_screen(PickScreen(f"{len(hits)} best matches for {query!r} · Enter jumps",
                                 choices), picked)

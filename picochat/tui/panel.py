@@ -16,6 +16,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Collapsible, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from picochat.compaction.report import DEGRADED_NOTE, covered, headline, numbers
 from picochat.ledger import facts_line
 from picochat.messages import Checkpoint
 from picochat.tui.answer import ProseBlock
@@ -26,29 +27,6 @@ from picochat.tui.safe import clean, literal
 from picochat.tui.screens import ConfirmScreen
 
 UNDO_KEY = "ctrl+z"  # not a letter: a letter typed after F2 is the start of a message
-
-
-def numbers(checkpoints: list[Checkpoint]) -> dict[str, int]:
-    """Summary 1 is the first written; `checkpoints` come newest first."""
-    return {cp.id: len(checkpoints) - i for i, cp in enumerate(checkpoints)}
-
-
-def covered(cp: Checkpoint, cleared_at: int) -> str:
-    """The messages a summary stands for: those before its raw tail, from the start or from
-    the latest /clear (before a /clear, where it started is not known, so not claimed)."""
-    last = cp.first_retained_seq - 1
-    if not cleared_at:
-        return f"messages 1–{last}"
-    if cp.first_retained_seq > cleared_at:
-        return f"messages {cleared_at + 1}–{last}"
-    return f"messages up to {last}"
-
-
-def headline(cp: Checkpoint, number: int, cleared_at: int) -> str:
-    """"Summary 3 · auto · saved 1,412 tokens · covers messages 1–20"."""
-    saved = cp.tokens_before - cp.tokens_after
-    return (f"Summary {number} · {cp.trigger_reason} · saved {saved:,} tokens · "
-            f"covers {covered(cp, cleared_at)}")
 
 
 def use_line(cp: Checkpoint, active: Checkpoint | None, by_id: dict[str, Checkpoint],
@@ -70,8 +48,7 @@ def checkpoint_lines(cp: Checkpoint, number: int, use: str, cleared_at: int = 0)
     lines = [headline(cp, number, cleared_at), use,
              f"context {cp.tokens_before:,} → {cp.tokens_after:,} tokens"]
     if cp.degraded:
-        lines.append("no summary could be written: the older turns were left out, "
-                     "their exact facts kept")
+        lines.append(DEGRADED_NOTE)
     lines += [facts_line(cp.summary), f"made {created}"]
     return "\n".join(lines)
 
