@@ -509,7 +509,8 @@ async def test_a_long_session_opens_with_the_newest_and_loads_older_on_scroll_up
         def shown() -> list[int]:
             return [w.seq for w in chat.children if getattr(w, "seq", None) is not None]
 
-        await settle(pilot, app, lambda: bool(shown()))
+        # laid out and at the bottom, as the reader first sees it
+        await settle(pilot, app, lambda: bool(shown()) and 0 < chat.max_scroll_y <= chat.scroll_y)
         # two screens' worth (each message here is a margin row and a text row), not a page
         opened = len(shown())
         assert 2 * chat.size.height <= 2 * opened <= 2 * chat.size.height + 2 < 2 * PAGE
@@ -538,11 +539,12 @@ async def test_a_session_of_long_answers_opens_with_only_what_fills_two_screens(
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.query_one(ChatView)
-        await settle(pilot, app, lambda: bool(chat.query(AssistantMessage)))
+        # laid out: a full screen, and more (its answers render after they mount)
+        await settle(pilot, app, lambda: bool(chat.query(AssistantMessage))
+                     and chat.virtual_size.height >= 1.5 * chat.size.height)
         # one answer is about 40 rows here: the newest one or two fill two screens
         assert 1 <= len(chat.query(AssistantMessage)) <= 2
         assert chat.query_one(".older")
-        assert chat.virtual_size.height >= 1.5 * chat.size.height  # a full screen, and more
 
 
 async def test_auto_compaction_announces_itself_and_moves_the_divider(store):
@@ -764,3 +766,25 @@ async def test_tab_completes_hints_show_arguments_and_undo_says_what_it_did(stor
         await settle(pilot, app, lambda: any("(messages 1–2)" in t for t in texts(app, Notice)))
         [user] = app.query(UserMessage)
         assert user.has_class("retracted") and "undone" in user.border_subtitle
+
+
+async def test_a_terminal_grown_taller_than_what_is_shown_loads_older_messages(store):
+    """Opened small, then made taller than the messages shown: there is nothing to scroll,
+    so reaching the top can never ask for more; the view loads older pages itself, in
+    order, until it can scroll again."""
+    session = store.create_session("t")
+    for i in range(250):
+        store.append_message(session.id, "user", f"question {i}", turn_id=f"x{i}")
+        store.append_message(session.id, "assistant", f"answer {i}", turn_id=f"x{i}")
+    app = make_app(store)
+    async with app.run_test(size=(100, 12)) as pilot:
+        chat = app.query_one(ChatView)
+
+        def shown() -> list[int]:
+            return [w.seq for w in chat.children if getattr(w, "seq", None) is not None]
+
+        await settle(pilot, app, lambda: bool(shown()) and chat.max_scroll_y > 0)
+        opened = len(shown())
+        await pilot.resize_terminal(100, 120)
+        await settle(pilot, app, lambda: len(shown()) > opened and chat.max_scroll_y > 0)
+        assert shown() == sorted(shown()) == list(range(shown()[0], 501))

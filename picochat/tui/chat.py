@@ -3,6 +3,7 @@ active checkpoint's summary ends and the raw tail the model still reads begins."
 
 from __future__ import annotations
 
+import asyncio
 from typing import Callable
 
 from rich.text import Text
@@ -255,8 +256,28 @@ class ChatView(VerticalScroll):
     def _older_text(self) -> str:
         return f"… {self._first_seq - 1:,} earlier messages: scroll up to load them"
 
+    _older_lock: asyncio.Lock | None = None
+
     async def load_older(self) -> int:
-        """Mount the next page of older messages above the ones shown; how many were added."""
+        """Mount the next page of older messages above the ones shown; how many were added.
+        One page at a time: a second page mounted while the first is still going in would
+        land below it, out of order."""
+        if self._older_lock is None:
+            self._older_lock = asyncio.Lock()
+        async with self._older_lock:
+            return await self._load_older_page()
+
+    def want_older(self) -> None:
+        """The reader asks for what is above (reached the top, or scrolls up there): the next
+        page, unless one is already on its way (a page is never cut off halfway)."""
+        if self.has_older and not (self._older_lock and self._older_lock.locked()):
+            self.run_worker(self._older_then_fill(), group="older")
+
+    async def _older_then_fill(self) -> None:
+        await self.load_older()
+        self.call_after_refresh(self._fill)
+
+    async def _load_older_page(self) -> int:
         if not self.has_older:
             return 0
         follows = self._follows
@@ -278,7 +299,7 @@ class ChatView(VerticalScroll):
 
         def stay() -> None:  # the page went in above: keep what the reader was looking at,
             if first is not None and follows == self._follows:  # unless they went back down
-                self.scroll_to(y=first.virtual_region.y - offset, animate=False,
+                self.scroll_to(y=max(0, first.virtual_region.y - offset), animate=False,
                                immediate=True)
         self.call_after_refresh(stay)
         return len(page)
@@ -287,8 +308,21 @@ class ChatView(VerticalScroll):
         super().watch_scroll_y(old, new)
         if new >= self.max_scroll_y - 1:  # the reader reached what was new
             self.query(NewBelow).remove()
-        if new <= 0 and old > 0 and self.has_older:
-            self.run_worker(self.load_older(), group="older", exclusive=True)
+        if new <= 0 and old > 0:
+            self.want_older()
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        if self.scroll_y <= 0:  # already at the top: no scroll change would say so
+            self.want_older()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.call_after_refresh(self._fill)
+
+    def _fill(self) -> None:
+        """Grown taller than what is shown: with nothing to scroll, reaching the top could
+        never ask for more, so older pages load until there is (or none is left)."""
+        if self.max_scroll_y <= 0:
+            self.want_older()
 
     async def set_checkpoint(self, checkpoint: Checkpoint | None) -> None:
         """Move the divider to where the active checkpoint's raw tail begins."""
