@@ -94,3 +94,10 @@ async def test_a_message_larger_than_the_whole_window_is_not_sent_and_goes_back(
         assert "more than the model's whole window of 2,000" in line
         assert app.query_one(Prompt).text == huge
         assert store.history(app.session.id) == []  # nothing saved
+        # typed as //…: it comes back as typed, so Enter sends it again and runs no command
+        app.query_one(Prompt).clear()
+        await say(pilot, "//compact " + huge)
+        await settle(pilot, app, lambda: len([t for t in texts(app, Notice)
+                                              if "Not sent" in t]) == 2)
+        assert app.query_one(Prompt).text == "//compact " + huge
+        assert store.history(app.session.id) == [] and not store.checkpoints(app.session.id)

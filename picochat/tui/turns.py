@@ -120,10 +120,7 @@ async def _too_long(app: "PicochatApp", chat: ChatView, text: str) -> bool:
         f"Not sent: this message is about {size:,} tokens, more than the model's whole window "
         f"of {window:,}. It is back in the prompt: shorten it, send it in parts, or /model "
         "one with a larger window", "error")
-    prompt = app.query_one(Prompt)
-    typed = prompt.text
-    prompt.load_text(f"{text}\n{typed}" if typed.strip() else text)
-    prompt.move_cursor(prompt.document.end)
+    back_to_prompt(app, text)
     return True
 
 
@@ -235,8 +232,15 @@ async def _unsaved(app: "PicochatApp", chat: ChatView, user: UserMessage, text: 
     anything typed since, so nothing typed is lost."""
     if user.parent is chat:
         await user.remove()
+    back_to_prompt(app, text)
+
+
+def back_to_prompt(app: "PicochatApp", text: str) -> None:
+    """A message not sent goes back to the prompt as it was typed, ahead of anything typed
+    since, so nothing is lost and Enter sends it again (never as a command)."""
     prompt = app.query_one(Prompt)
     typed = prompt.text
+    text = as_typed(text)
     prompt.load_text(f"{text}\n{typed}" if typed.strip() else text)
     prompt.move_cursor(prompt.document.end)
 
