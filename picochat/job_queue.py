@@ -28,6 +28,12 @@ class JobQueue:
         self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
         self._waiting: set[_Job] = set()  # submitted, not begun, not withdrawn
         self._task: asyncio.Task[None] | None = None
+        # told whenever `waiting` changes, so a front end shows the count without polling
+        self.on_change: Callable[[], None] | None = None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     @property
     def started(self) -> bool:
@@ -50,6 +56,7 @@ class JobQueue:
         job = _Job(run, future, answers_itself, on_start)
         self._waiting.add(job)
         self._queue.put_nowait(job)
+        self._changed()
         return future
 
     def withdraw(self, future: "asyncio.Future[Any]") -> bool:
@@ -61,6 +68,7 @@ class JobQueue:
             return False
         self._waiting.discard(job)
         future.cancel()
+        self._changed()
         return True
 
     async def close(self) -> None:
@@ -76,7 +84,9 @@ class JobQueue:
             job = await self._queue.get()
             if job is None:
                 return
-            self._waiting.discard(job)
+            if job in self._waiting:
+                self._waiting.discard(job)
+                self._changed()
             if job.future.done():  # cancelled while queued
                 continue
             if self.closing and not job.answers_itself:

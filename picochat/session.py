@@ -208,6 +208,10 @@ class SessionWorker:
     def queued(self) -> int:
         return self._jobs.waiting
 
+    def on_queue_change(self, callback: Callable[[], None] | None) -> None:
+        """`callback` is told whenever `queued` changes (the app's bar shows the count)."""
+        self._jobs.on_change = callback
+
     def submit(self, run: Callable[[], Awaitable[T]],
                on_start: Callable[[], None] | None = None) -> "asyncio.Future[T]":
         """Queue an async command behind everything already submitted (`on_start`: called

@@ -124,6 +124,8 @@ async def test_a_queued_turn_taken_back_ends_at_once_and_leaves_the_queue(store)
 
     provider = HeldFirst(["ok"])
     async with SessionWorker(store, s.id, OFFLINE, provider, "sys") as worker:
+        told: list[int] = []  # what a front end is told, with no polling
+        worker.on_queue_change(lambda: told.append(worker.queued))
         running = worker.submit_turn("one")
         middle = worker.submit_turn("two")
         last = worker.submit_turn("three")
@@ -139,6 +141,8 @@ async def test_a_queued_turn_taken_back_ends_at_once_and_leaves_the_queue(store)
         await running.result()
         assert isinstance(await last.result(), TurnFinished)
     assert [m.content for m in store.history(s.id) if m.role == "user"] == ["one", "three"]
+    # one, two, three queued; "one" begins; "two" taken back; "three" begins
+    assert told == [1, 2, 3, 2, 1, 0]
     assert len(provider.requests) == 2
 
 

@@ -132,6 +132,7 @@ class PicochatApp(App[None]):
                 loop.add_signal_handler(signum, self.quit_on_signal, signum)
             if self.signalled:  # it came while the screen was being set up
                 self.quit_on_signal(self.signalled)
+        self.worker.on_queue_change(self._queue_changed)
         await self.worker.start()
         for note in self.worker.recovered_notes():
             self.notify(literal(note), severity="warning", timeout=10)
@@ -262,10 +263,13 @@ class PicochatApp(App[None]):
         else:
             bar.set_usage(self.usage())
 
-    def _tick(self) -> None:
+    def _queue_changed(self) -> None:
+        """The worker's queue grew or shrank: the bar shows the count (told, not polled)."""
         bar = self._bar
-        if bar is not None and bar.is_attached:  # commands queue from many places: the count
-            bar.queued = self.worker.queued       # follows here (the bar redraws on a change)
+        if bar is not None and bar.is_attached:
+            bar.queued = self.worker.queued
+
+    def _tick(self) -> None:
         # not while the transcript is still being mounted either: that is start-up work too
         self._gc.tick(busy=self.worker.busy or bool(self.state)
                       or not self.transcript_ready.is_set())
@@ -393,6 +397,7 @@ class PicochatApp(App[None]):
         self.session = session
         self.worker = SessionWorker.from_config(self.store, session.id, model, provider,
                                                 self.config)
+        self.worker.on_queue_change(self._queue_changed)
         await self.worker.start()
         await self.worker.opened()  # the next start reopens it, even after a kill
         self.warm_up()
