@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
 import traceback
 from typing import Any, Iterable
@@ -42,9 +41,11 @@ from picochat.tui import commands, slash, turns
 from picochat.tui.chat import PAGE, ChatView
 from picochat.tui.hints import SlashHints
 from picochat.tui.idle_gc import IdleCollector
+from picochat.tui.keys import help_rows
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.safe import literal
+from picochat.tui.signals import QuitSignals
 from picochat.tui.screens import CardScreen
 from picochat.tui.themes import bundled_dir, load_themes
 from picochat.tui.welcome import Welcome
@@ -52,7 +53,6 @@ from picochat.tui.status import StatusBar
 
 
 log = logging.getLogger("picochat.tui")
-QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class OneLine(Exception):
@@ -87,11 +87,9 @@ class PicochatApp(App[None]):
                  provider: Provider, config: Config, paths: Paths | None = None,
                  quit_on_signals: bool = False) -> None:
         super().__init__()
-        self.quit_on_signals = quit_on_signals  # SIGTERM, SIGHUP: the CLI's app, not a test's
-        self.signalled: int | None = None
-        if quit_on_signals:  # until the loop takes them over, and after: noted, never fatal
-            for signum in QUIT_SIGNALS:
-                signal.signal(signum, self._note_signal)
+        # SIGTERM, SIGHUP: the CLI's app, not a test's
+        self.signals = QuitSignals(lambda code: self.exit(return_code=code)) \
+            if quit_on_signals else None
         self.store = store
         self.session = session
         self.config = config
@@ -126,12 +124,8 @@ class PicochatApp(App[None]):
         the figures once tiktoken's encoding has loaded in a thread (0.3-0.8 s) after that."""
         for note in self._theme_notes:
             self.notify(literal(note), severity="warning", timeout=10)
-        if self.quit_on_signals:
-            loop = asyncio.get_running_loop()
-            for signum in QUIT_SIGNALS:
-                loop.add_signal_handler(signum, self.quit_on_signal, signum)
-            if self.signalled:  # it came while the screen was being set up
-                self.quit_on_signal(self.signalled)
+        if self.signals is not None:
+            self.signals.on_loop()
         self.worker.on_queue_change(self._queue_changed)
         await self.worker.start()
         for note in self.worker.recovered_notes():
@@ -208,33 +202,20 @@ class PicochatApp(App[None]):
         screen) ends it with the CLI's one line, never Textual's traceback with locals."""
         super()._handle_exception(OneLine(error) if isinstance(error, PicochatError) else error)
 
-    def quit_on_signal(self, signum: int) -> None:
-        """SIGTERM, or SIGHUP when the terminal closes: quit as ctrl+q does (the answer so far
-        saved as interrupted, queued messages saved unsent, the terminal restored), with the
-        exit status a shell expects of that signal (143, 129)."""
-        log.info("quit_on_signal signal=%d", signum)
-        self.signalled = self.signalled or signum
-        self.exit(return_code=128 + signum)
-
-    def _note_signal(self, signum: int, _frame: Any) -> None:
-        """Before the loop runs and while the app shuts down, a signal is only noted: the
-        terminal is restored and the answer saved either way, then the status says it."""
-        self.signalled = self.signalled or signum
+    @property
+    def signalled(self) -> int | None:
+        """The quit signal that came, if one did (the CLI's exit status follows it)."""
+        return self.signals.signalled if self.signals is not None else None
 
     def release_signals(self) -> None:
-        """After `run()`: SIGTERM and SIGHUP do what they do by default again."""
-        if self.quit_on_signals:
-            for signum in QUIT_SIGNALS:
-                signal.signal(signum, signal.SIG_DFL)
+        if self.signals is not None:
+            self.signals.release()
 
     async def on_unmount(self) -> None:
         self._gc.stop()
         await self.worker.close()
-        if self.quit_on_signals:  # the loop would reset them to their fatal default
-            loop = asyncio.get_running_loop()
-            for signum in QUIT_SIGNALS:
-                loop.remove_signal_handler(signum)
-                signal.signal(signum, self._note_signal)
+        if self.signals is not None:
+            self.signals.loop_ends()
 
     # --- what is shown --------------------------------------------------------------------------
 
@@ -456,25 +437,7 @@ class PicochatApp(App[None]):
         return True
 
     def action_help(self) -> None:
-        rows = [(b.key_display or b.key, b.description) for b in self.BINDINGS]
-        rows += [("enter", "send"),
-                 ("ctrl+j", "newline (also shift+enter where the terminal reports it; most "
-                            "report alt+enter as enter, which sends)"),
-                 ("esc or ctrl+c", "stop the running answer (esc also closes the "
-                                   "slash-command list)"),
-                 ("up / down", "earlier prompts; with the slash-command list open, walk it"),
-                 ("up (empty prompt, while queued)", "take the newest queued message back to "
-                                                     "edit it (Enter sends it again; up again "
-                                                     "takes the one before)"),
-                 ("tab / shift+tab", "complete a slash command, then walk the list"),
-                 ("ctrl+z (in the panel)", "undo the summary in use, after asking"),
-                 ("alt+↑ or click", "select a message or code block; then ↑ / ↓ move, "
-                                    "c copies, enter expands or folds a long message of "
-                                    "yours, enter elsewhere or typing goes back to the "
-                                    "prompt"),
-                 ("ctrl+p", "command palette"), ("//text", "send text that starts with /")]
-        rows += [(f"/{c.name} {c.args}".strip(), c.help) for c in slash.COMMANDS]
-        self.push_screen(CardScreen("Keys and commands", rows))
+        self.push_screen(CardScreen("Keys and commands", help_rows(self.BINDINGS)))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
