@@ -267,6 +267,23 @@ def test_a_summary_that_does_not_shrink_the_context_is_not_committed_and_says_wh
     assert why.endswith("they are shorter than a summary of them; they stay as they are")
 
 
+def test_no_gain_over_a_context_cleared_meanwhile_is_a_refusal_not_nothing_to_compact(store):
+    """Found by the state machine: the verdict "shorter than its summary" is about the
+    context the summary read; a /clear during the call makes it stale, and the outcome says
+    so rather than "nothing to compact" over a context that has moved."""
+    s = store.create_session("g")
+    talk(store, s.id, 3, words=10)
+
+    async def clear_then_answer() -> str:
+        store.clear_context(s.id)
+        return well_formed("fact " * 900)
+
+    outcome = compact(store, Recorder(summaries=[clear_then_answer]), s.id, keep=10)
+    assert outcome.status == "failed" and outcome.error.kind == "no_gain"
+    assert store.checkpoints(s.id) == []
+    assert outcome.projection == restore(store, s.id)  # the context as it is now
+
+
 def test_messages_appended_during_a_slow_summary_are_in_the_new_context(store):
     s = store.create_session("slow")
     talk(store, s.id, 10)
