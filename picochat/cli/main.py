@@ -6,6 +6,7 @@ is imported only when a real model is called.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Sequence
 
@@ -16,12 +17,15 @@ __all__ = ["build_parser", "main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     session = getattr(args, "session", None)
     if session is not None and not session.strip():  # else "" would mean the latest session
         parser.error("--session is empty: give a session id or name, or leave it out for the "
                      "most recent session")
     try:
+        from picochat.logs import log_level
+
+        args.log_level = log_level(verbose=getattr(args, "verbose", False))
         from picochat.cli import commands
 
         return commands.run(args)
@@ -41,15 +45,50 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             sys.stderr.write(f"picochat: {clean(exc.user_line())}\n")
             return exc.exit_status
-        import logging
+        sys.stderr.write(f"picochat: internal error ({type(exc).__name__}); "
+                         f"{_log_internal_error(args, exc)}\n")
+        return 1
 
-        import traceback
 
-        logging.getLogger("picochat").error(  # frames only: the message may hold user text
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse `argv`; the words of `ask`'s message may come before and after its flags
+    (`picochat ask explain this -m offline`), as click-based tools allow."""
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    if args.command == "ask":
+        if not any(word.startswith("-") for word in extra):
+            args.text = [*args.text, *extra]
+            return args
+        parser.error(f"unrecognized arguments: {' '.join(extra)}; a message with words that "
+                     "start with - goes after -- (picochat ask -- -v means?)")
+    parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    raise AssertionError  # parser.error exits
+
+
+def _log_internal_error(args: argparse.Namespace, exc: BaseException) -> str:
+    """Log a bug's kind and frames (never its message: it may hold user text) to the log file,
+    set up now if the command had not opened it; say where it went, for the one stderr line."""
+    import logging
+    import traceback
+
+    from picochat.logs import current_log_file, setup_logging
+    from picochat.paths import resolve_paths
+
+    try:  # the command's own log (set up already if it opened the database)
+        paths = resolve_paths(getattr(args, "data_dir", None), getattr(args, "config", None))
+        setup_logging(paths.log_file, getattr(args, "log_level", logging.INFO))
+        logging.getLogger("picochat").error(
             "internal_error kind=%s\n%s", type(exc).__name__,
             "".join(traceback.format_tb(exc.__traceback__)))
-        sys.stderr.write(f"picochat: internal error ({type(exc).__name__}); the log has details\n")
-        return 1
+    except Exception:  # noqa: BLE001 - reporting a bug must not raise another
+        pass
+    written = current_log_file()
+    if written is None:
+        return "the log could not be written"
+    from picochat.textsafe import clean
+
+    return f"details are in {clean(str(written))}"
 
 
 if __name__ == "__main__":
