@@ -117,7 +117,8 @@ ZSH_CAPTURE = r'''
 zmodload zsh/zpty
 zpty z zsh -f -i
 zpty -w z "autoload -U compinit; compinit -u -D; source ${(q)1}"
-zpty -w z "compadd () { builtin compadd -O __hits \"\$@\"; print -rl -- \$__hits >> ${(q)2}; builtin compadd \"\$@\" }"
+zpty -w z "compadd () { builtin compadd -O __hits \"\$@\"; print -rl -- \$__hits >> ${(q)2};"\
+" builtin compadd \"\$@\" }"
 zpty -w z "bindkey '^I' complete-word; : > ${(q)2}.ready"
 for i in {1..300}; do [[ -e $2.ready ]] && break; sleep 0.1; done
 zpty -n -w z "$3"$'\t'

@@ -560,7 +560,8 @@ def cmd_paths(app: App) -> int:
         dump_json({label: str(path) for label, path in where.items()})
     else:
         width = max(map(len, where))
-        out(for_terminal("\n".join(f"{label:<{width}}  {path}" for label, path in where.items())))
+        rows = [f"{label:<{width}}  {path}" for label, path in where.items()]
+        out(for_terminal("\n".join(rows)))
     return 0
 
 
