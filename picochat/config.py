@@ -365,52 +365,11 @@ def _show(value: Any) -> str:
 
 # --- writing -----------------------------------------------------------------------------------
 
-STARTER_HEADER = """\
-# picochat configuration. Every key is optional; delete what you do not need.
-# Reference: the "Configuration" section of picochat's README.
-#
-# default_model picks the model: a key of [models] or a litellm model string.
-# Without it picochat auto-detects: OPENAI_API_KEY, then ANTHROPIC_API_KEY, then a local
-# Ollama, else the built-in "offline" model.
-# default_model = "openai/gpt-4o-mini"
-#
-# A model entry (token_limit is the model's context window; default: litellm's map, else 128000):
-# [models.local]
-# model = "openai/my-model"
-# api_base = "http://127.0.0.1:8000/v1"
-# api_key_env = "MY_API_KEY"
-# token_limit = 32768
-# timeout = 600                     # seconds one whole request may take
-#
-# The agent every session uses (token_limit may only tighten the model's window):
-# [agents.default]
-# system_prompt = "You are a helpful assistant."
-# token_limit = 64000
-"""
-
-
-# Commented out under [context_compaction]: unset, the chat model writes the summaries.
-STARTER_SUMMARY_MODEL = """\
-# The model that writes summaries: a [models] key, a litellm model string, or "offline" (the
-# built-in extractive summarizer). Default: the chat model.
-# summary_model = "offline"
-"""
-
-
 def starter_config_text() -> str:
-    """The text `config init` writes: comments, then the defaults as TOML (by tomli-w)."""
-    import tomli_w
+    """The text `config init` writes (picochat/config_starter.py): every key explained."""
+    from picochat.config_starter import starter_config_text as text
 
-    d = Config()
-    compaction = {"context_compaction": {
-        "enabled": d.context_compaction.enabled,
-        "reserve_tokens": d.context_compaction.reserve_tokens,
-        "keep_recent_tokens": d.context_compaction.keep_recent_tokens,
-        "instructions": d.context_compaction.instructions,
-    }}
-    rest = {"tools": {"enabled": list(d.tools.enabled)}, "ui": {"theme": d.ui.theme}}
-    return (STARTER_HEADER + "\n" + tomli_w.dumps(compaction) + STARTER_SUMMARY_MODEL + "\n"
-            + tomli_w.dumps(rest))
+    return text()
 
 
 def effective_config_text(config: Config) -> str:

@@ -8,18 +8,42 @@ import os
 import warnings
 from pathlib import Path
 
+from picochat.errors import UsageError
 from picochat.fsutil import make_private_dir
 
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _configured: Path | None = None
 
 
+def log_level(verbose: bool = False) -> int:
+    """`--verbose` is DEBUG, else `PICOCHAT_LOG_LEVEL` (any case), else INFO. A value that is
+    no level is a usage error even with --verbose: a typo should not go unnoticed."""
+    raw = os.environ.get("PICOCHAT_LOG_LEVEL", "").strip()
+    if raw and raw.upper() not in LEVELS:
+        raise UsageError(f"PICOCHAT_LOG_LEVEL={raw[:40]!r} is not a log level",
+                         "valid: " + ", ".join(LEVELS))
+    if verbose:
+        return logging.DEBUG
+    return int(getattr(logging, raw.upper())) if raw else logging.INFO
+
+
+def current_log_file() -> Path | None:
+    """The file the log is written to, once it holds a line; None before or if unwritable."""
+    handlers = logging.getLogger("picochat").handlers
+    if _configured is not None and any(isinstance(h, logging.FileHandler) for h in handlers):
+        return _configured if _configured.exists() else None
+    return None
+
+
 def setup_logging(log_file: Path, level: int = logging.INFO) -> None:
-    """Send the `picochat` logger to `log_file` (created on first use); never to the terminal."""
+    """Send the `picochat` logger to `log_file` (created on first use); never to the terminal.
+    Lines below `level` are dropped; litellm's own loggers stay at WARNING whatever the level
+    (their debug lines quote requests)."""
     global _configured
-    if _configured == log_file:
-        return
     root = logging.getLogger("picochat")
     root.setLevel(level)
+    if _configured == log_file:
+        return
     root.propagate = False
     for handler in list(root.handlers):
         root.removeHandler(handler)

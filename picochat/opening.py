@@ -7,6 +7,7 @@ Below both front ends and below the session worker: it imports no textual, rich 
 
 from __future__ import annotations
 
+import logging
 from typing import AsyncIterator
 
 from picochat.config import Config
@@ -14,6 +15,8 @@ from picochat.messages import Session
 from picochat.models import ResolvedModel, choose_model, create_provider, resolve_model, \
     resolve_summary_model
 from picochat.providers.base import ModelInfo, Provider, ProviderRequest, StreamEvent
+
+log = logging.getLogger("picochat.models")
 
 
 def chosen_model(config: Config, session: Session | None, flag: str | None = None,
@@ -25,6 +28,9 @@ def chosen_model(config: Config, session: Session | None, flag: str | None = Non
     name, origin = choose_model(config, flag, session.model if session else None)
     resolved = resolve_model(config, name, said_as if flag else origin)
     resolve_summary_model(config)
+    log.debug("model_chosen model=%s from=%s kind=%s window=%d window_from=%s", resolved.model,
+              said_as if flag else origin.rsplit(": ", 1)[-1],  # a key, never the file's path
+              resolved.provider_kind, resolved.model_window, resolved.window_source)
     return resolved
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from picochat.messages import Session
 from picochat.paths import Paths, resolve_paths
 from picochat.storage.store import Store, open_store
 from picochat.textsafe import StreamCleaner, clean, json_for_terminal
+
+log = logging.getLogger("picochat.cli")
 
 
 @dataclass
@@ -46,7 +49,8 @@ class App:
     @property
     def store(self) -> Store:
         if self._store is None:
-            setup_logging(self.paths.log_file)
+            setup_logging(self.paths.log_file, self.opt("log_level") or logging.INFO)
+            log.debug("command=%s", self.args.command or "app")
             self._store = open_store(self.paths.database)
         return self._store
 
@@ -87,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         finally:
             app.close()
     try:
-        if not (args.command == "config" and args.action in ("init", "path")):
+        if args.command not in NO_CONFIG and not (args.command == "config"
+                                                  and args.action in ("init", "path")):
             app.config  # noqa: B018 - an invalid config is exit 2 for every command
         return HANDLERS[args.command](app)
     finally:
@@ -203,13 +208,7 @@ MAX_MESSAGE_TEXT = "32 MiB"
 
 
 def cmd_ask(app: App) -> int:
-    text = app.args.text
-    if text == "-":
-        text = _read_stdin()
-    elif len(text.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_BYTES:
-        _too_big()
-    if not text.strip():
-        raise UsageError("the message is empty", "pass some text, or - to read stdin")
+    text = _message(app.args.text)
     from picochat.opening import open_model
 
     ref = app.opt("session")
@@ -332,8 +331,36 @@ def _quietly(write: Any, *args: Any) -> None:
         pass
 
 
+def _message(words: list[str]) -> str:
+    """The words given, joined; or stdin, with `-` or with no words when stdin is a pipe or a
+    file. No words and a terminal: a usage error, not a wait for input the user never meant."""
+    if words == ["-"] or (not words and _stdin_is_data()):
+        text = _read_stdin()
+    elif not words:
+        raise UsageError("no message given", 'pass it as words (picochat ask "hello") or pipe '
+                         "it in (echo hello | picochat ask)")
+    else:
+        text = " ".join(words)
+        if len(text.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_BYTES:
+            _too_big()
+    if not text.strip():
+        raise UsageError("the message is empty", "pass some words, or pipe text in")
+    return text
+
+
+def _stdin_is_data() -> bool:
+    """Whether stdin is something to read (a pipe, a file) rather than a terminal or closed."""
+    try:
+        return sys.stdin is not None and not sys.stdin.isatty()
+    except (OSError, ValueError):
+        return False
+
+
 def _read_stdin() -> str:
     """At most one byte over the cap: `ask - </dev/zero` must end, with a line, not MemoryError."""
+    if sys.stdin is None:
+        raise UsageError("stdin is closed; there is no message to read", 'pass it as words: '
+                         'picochat ask "hello"')
     data = sys.stdin.buffer.read(MAX_MESSAGE_BYTES + 1)
     if len(data) > MAX_MESSAGE_BYTES:
         _too_big()
@@ -372,7 +399,10 @@ class _Stdout:
 
 def cmd_sessions(app: App) -> int:
     sessions = app.store.list_sessions() if app.has_database else []  # none: create nothing
-    if app.opt("json"):
+    if app.opt("names"):  # for shell completion: one name a line, those a shell can take
+        write_stdout("".join(f"{s.name}\n" for s in sessions
+                             if s.name.isprintable() and not s.name.startswith("-")))
+    elif app.opt("json"):
         dump_json([render.session_json(s) for s in sessions])
     else:
         out(for_terminal(render.sessions_table(sessions)))
@@ -518,6 +548,34 @@ def cmd_config(app: App) -> int:
     return 0
 
 
+# --- paths, completion ------------------------------------------------------------------------
+
+
+def cmd_paths(app: App) -> int:
+    """Where the files are, as this command line resolves them; nothing is created."""
+    paths = app.paths
+    where = {"config": paths.config_file, "database": paths.database, "log": paths.log_file,
+             "themes": paths.user_themes_dir}
+    if app.opt("json"):
+        dump_json({label: str(path) for label, path in where.items()})
+    else:
+        width = max(map(len, where))
+        rows = [f"{label:<{width}}  {path}" for label, path in where.items()]
+        out(for_terminal("\n".join(rows)))
+    return 0
+
+
+def cmd_completion(app: App) -> int:
+    from picochat.cli.completion import completion_script
+    from picochat.cli.parser import build_parser
+
+    write_stdout(completion_script(build_parser(), app.args.shell))
+    return 0
+
+
+# Commands that read no config: they must work while the config is broken.
+NO_CONFIG = ("paths", "completion")
+
 HANDLERS = {
     "ask": cmd_ask,
     "compact": cmd_compact,
@@ -528,4 +586,6 @@ HANDLERS = {
     "checkpoints": cmd_checkpoints,
     "export": cmd_export,
     "config": cmd_config,
+    "paths": cmd_paths,
+    "completion": cmd_completion,
 }
