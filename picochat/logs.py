@@ -27,6 +27,16 @@ def log_level(verbose: bool = False) -> int:
     return int(getattr(logging, raw.upper())) if raw else logging.INFO
 
 
+def where_details() -> str:
+    """The end of an internal error's line: the log file that holds its frames."""
+    written = current_log_file()
+    if written is None:
+        return "the log could not be written"
+    from picochat.textsafe import clean
+
+    return f"details are in {clean(str(written))}"
+
+
 def current_log_file() -> Path | None:
     """The file the log is written to, once it holds a line; None before or if unwritable."""
     handlers = logging.getLogger("picochat").handlers

@@ -40,6 +40,7 @@ from picochat.agent_loop import (
     this_turn_only,
 )
 from picochat.budget import FixedContextExceedsBudget, RequestDraft, answer_cap
+from picochat.logs import where_details
 from picochat.compaction.compact import CompactMode, CompactOutcome
 from picochat.compaction.trim_failure import TrimImpossible
 from picochat.errors import PicochatError
@@ -105,7 +106,7 @@ def internal_error(exc: BaseException, session_id: str, turn_id: str) -> Picocha
     into the one line the user sees, so the turn still ends in an outcome."""
     log.error("turn_crashed session=%s turn=%s kind=%s\n%s", session_id, turn_id,
               type(exc).__name__, "".join(traceback.format_tb(exc.__traceback__)))
-    return PicochatError(f"internal error ({type(exc).__name__}); see the log")
+    return PicochatError(f"internal error ({type(exc).__name__}); {where_details()}")
 
 
 async def settle(store: Store, fn: Callable[..., T], *args: Any,

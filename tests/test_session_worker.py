@@ -224,3 +224,28 @@ async def test_another_processes_row_inside_a_tool_chain_keeps_the_chain_and_sta
     assert second[2]["tool_calls"][0]["id"] == "call_1" == second[3]["tool_call_id"]
     assert all("another terminal" not in str(m.get("content")) for m in second)
     assert len(provider.turn_requests) == 2
+
+
+async def test_a_bug_inside_a_turn_ends_it_with_a_line_naming_the_log_file(store, tmp_path):
+    """A bug is not the user's to debug from a traceback: the turn ends with one line that
+    says where its frames were written, and the log holds the kind, never the message."""
+    import logging
+
+    from picochat import logs
+
+    log_file = tmp_path / "logs" / "picochat.log"
+    logs.setup_logging(log_file)
+    try:
+        s = store.create_session("w")
+        provider = Scripted(["partial "], error=RuntimeError("secret user text"))
+        async with SessionWorker(store, s.id, OFFLINE, provider, "sys") as worker:
+            outcome = await worker.submit_turn("hello").result()
+        assert isinstance(outcome, TurnFailed)
+        assert outcome.error.user_line().startswith(
+            f"internal error (RuntimeError); details are in {log_file}")
+        written = log_file.read_text()
+        assert "turn_crashed" in written and "secret user text" not in written
+    finally:
+        for handler in list(logging.getLogger("picochat").handlers):
+            logging.getLogger("picochat").removeHandler(handler)
+        logs._configured = None

@@ -72,7 +72,7 @@ def _log_internal_error(args: argparse.Namespace, exc: BaseException) -> str:
     import logging
     import traceback
 
-    from picochat.logs import current_log_file, setup_logging
+    from picochat.logs import setup_logging, where_details
     from picochat.paths import resolve_paths
 
     try:  # the command's own log (set up already if it opened the database)
@@ -83,12 +83,7 @@ def _log_internal_error(args: argparse.Namespace, exc: BaseException) -> str:
             "".join(traceback.format_tb(exc.__traceback__)))
     except Exception:  # noqa: BLE001 - reporting a bug must not raise another
         pass
-    written = current_log_file()
-    if written is None:
-        return "the log could not be written"
-    from picochat.textsafe import clean
-
-    return f"details are in {clean(str(written))}"
+    return where_details()
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from picochat import tokens
 from picochat.config import Config, save_ui_theme
 from picochat.context_usage import context_series
 from picochat.errors import PicochatError
+from picochat.logs import where_details
 from picochat.messages import Session
 from picochat.paths import Paths
 from picochat.models import ResolvedModel
@@ -311,7 +312,7 @@ class PicochatApp(App[None]):
                   type(error).__name__, "".join(traceback.format_tb(error.__traceback__)))
         self.set_activity("")
         self.notify(literal(f"internal error in {event.worker.name} ({type(error).__name__}); "
-                            "the log has details"), severity="error")
+                            f"{where_details()}"), severity="error")
 
     # --- input ----------------------------------------------------------------------------------
 
