@@ -48,7 +48,7 @@ from picochat.tui.prompt import Prompt
 from picochat.tui.safe import literal
 from picochat.tui.signals import QuitSignals
 from picochat.tui.screens import CardScreen
-from picochat.tui.themes import bundled_dir, load_themes
+from picochat.tui.themes import bundled_dir, install_themes
 from picochat.tui.welcome import Welcome
 from picochat.tui.status import StatusBar
 
@@ -165,20 +165,8 @@ class PicochatApp(App[None]):
         self.refresh_status()
 
     def load_themes(self) -> list[str]:
-        """Register the bundled and the user's themes and pick the configured one; before
-        the first frame, so the screen is styled once. Returns the problems to show."""
         folders = [bundled_dir()] + ([self.paths.user_themes_dir] if self.paths else [])
-        themes, problems = load_themes(*folders)
-        notes = [f"theme not loaded: {problem}" for problem in problems]
-        for theme in themes:
-            self.register_theme(theme)
-        wanted = self.config.ui.theme
-        if wanted in self.available_themes:
-            self.theme = wanted
-        else:
-            notes.append(f"unknown theme {wanted!r} in [ui] theme; valid: "
-                         + ", ".join(sorted(self.available_themes)))
-        return notes
+        return install_themes(self, folders, self.config.ui.theme)
 
     def watch_theme(self, name: str) -> None:
         """A theme picked anywhere (the palette's "Change theme" as well as /theme) is

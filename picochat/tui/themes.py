@@ -7,6 +7,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from textual.app import App
 from textual.theme import Theme
 
 import picochat
@@ -86,3 +87,19 @@ def load_themes(*folders: Path) -> tuple[list[Theme], list[ThemeProblem]]:
                 continue
             themes[theme.name] = theme
     return list(themes.values()), problems
+
+
+def install_themes(app: App, folders: list[Path], wanted: str) -> list[str]:
+    """Register the bundled and the user's themes on `app` and pick `wanted` (the config's
+    `[ui] theme`); before the first frame, so the screen is styled once. Returns the problems
+    to show, each a line naming the file or the setting, and the valid choices."""
+    themes, problems = load_themes(*folders)
+    notes = [f"theme not loaded: {problem}" for problem in problems]
+    for theme in themes:
+        app.register_theme(theme)
+    if wanted in app.available_themes:
+        app.theme = wanted
+    else:
+        notes.append(f"unknown theme {wanted!r} in [ui] theme; valid: "
+                     + ", ".join(sorted(app.available_themes)))
+    return notes
