@@ -101,6 +101,13 @@ def note_opened(store: Store, session_id: str) -> None:
         log.warning("opened_not_recorded session=%s kind=%s", session_id, exc.kind)
 
 
+def not_started(handle: TurnHandle) -> TurnFailed:
+    """A turn cancelled before it began ends so: nothing saved, nothing sent."""
+    failed = TurnFailed(handle.turn_id, TurnCancelled("cancelled before it started"), None, None)
+    handle._emit(failed)
+    return failed
+
+
 def summary_model_advice(times: int, chat_offline: bool) -> str:
     """What to do when the chat model's summaries fail the checks: summarize with another."""
     failed = ("the chat model's summary failed the quality check" if times == 1 else
@@ -230,10 +237,7 @@ class SessionWorker:
 
         async def run() -> TurnOutcome:
             if handle._cancel_requested:
-                failed = TurnFailed(handle.turn_id, TurnCancelled("cancelled before it started"),
-                                    None, None)
-                handle._emit(failed)
-                return failed
+                return not_started(handle)
             if self._jobs.closing:
                 return await self._keep_unsent(handle)
             task = asyncio.create_task(TurnRun(self, handle).run())
@@ -255,9 +259,7 @@ class SessionWorker:
         def withdraw() -> None:  # cancelled before it began: it ends now, not when reached
             if self._jobs.withdraw(queued):
                 log.info("turn_withdrawn session=%s turn=%s", self.session_id, handle.turn_id)
-                handle._emit(TurnFailed(handle.turn_id,
-                                        TurnCancelled("cancelled before it started"),
-                                        None, None))
+                not_started(handle)
         handle._withdraw = withdraw
         return handle
 

@@ -77,6 +77,15 @@ def _long_session(store, turns=16):
     return session
 
 
+def short_turns(store, turns: int, user: str = "question {i}", answer: str = "answer {i}"):
+    """A session "t" of `turns` short question-and-answer turns, written as they would be."""
+    session = store.create_session("t")
+    for i in range(turns):
+        store.append_message(session.id, "user", user.format(i=i), turn_id=f"x{i}")
+        store.append_message(session.id, "assistant", answer.format(i=i), turn_id=f"x{i}")
+    return session
+
+
 def texts(app, kind) -> list[str]:
     return [str(w.render()) if not isinstance(w, AssistantMessage) else "".join(w.parts)
             for w in app.query_one(ChatView).query(kind)]
@@ -496,10 +505,7 @@ async def test_the_command_palette_offers_every_slash_command(store):
 
 
 async def test_a_long_session_opens_with_the_newest_and_loads_older_on_scroll_up(store):
-    session = store.create_session("t")
-    for i in range(250):
-        store.append_message(session.id, "user", f"question {i}", turn_id=f"x{i}")
-        store.append_message(session.id, "assistant", f"answer {i}", turn_id=f"x{i}")
+    short_turns(store, 250)
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         from picochat.tui.chat import PAGE
@@ -772,10 +778,7 @@ async def test_a_terminal_grown_taller_than_what_is_shown_loads_older_messages(s
     """Opened small, then made taller than the messages shown: there is nothing to scroll,
     so reaching the top can never ask for more; the view loads older pages itself, in
     order, until it can scroll again."""
-    session = store.create_session("t")
-    for i in range(250):
-        store.append_message(session.id, "user", f"question {i}", turn_id=f"x{i}")
-        store.append_message(session.id, "assistant", f"answer {i}", turn_id=f"x{i}")
+    short_turns(store, 250)
     app = make_app(store)
     async with app.run_test(size=(100, 12)) as pilot:
         chat = app.query_one(ChatView)

@@ -14,13 +14,10 @@ def test_every_listed_command_has_a_handler_and_every_handler_a_listing():
 async def test_undo_speaks_of_messages_and_names_a_summary_only_when_one_was_in_use(store):
     """/undo with no summary in use says nothing of one (it used to name a checkpoint that
     was never there); it speaks of messages, not seqs."""
-    from tests.test_tui import SIZE, make_app, say, settle, texts
+    from tests.test_tui import SIZE, make_app, say, settle, short_turns, texts
     from picochat.tui.chat import Notice
 
-    session = store.create_session("t")
-    for i in range(2):
-        store.append_message(session.id, "user", f"q{i}", turn_id=f"t{i}")
-        store.append_message(session.id, "assistant", f"a{i}", turn_id=f"t{i}")
+    short_turns(store, 2, "q{i}", "a{i}")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)

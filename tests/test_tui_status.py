@@ -47,6 +47,15 @@ def spinning(row: str) -> bool:
     return any(frame in row for frame in SPIN)
 
 
+async def queue_two_and_read_the_bar(pilot, app, typed: str) -> str:
+    """Type two messages behind what runs; once it has run a second, the bar's row."""
+    type_keys(app, typed)
+    await settle(pilot, app, lambda: app.worker.queued == 2)
+    await settle(pilot, app, lambda: running_for_a_second(app))
+    await pilot.pause(0.2)
+    return bar_row(app)
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 async def test_an_answer_and_two_queued_messages_stay_in_the_bar(store, width):
     """The default window (128,000) and a long session name: at 120 columns "queued" was
@@ -58,11 +67,7 @@ async def test_an_answer_and_two_queued_messages_stay_in_the_bar(store, width):
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, "question one")
         await settle(pilot, app, hold.reached.is_set)
-        type_keys(app, "question two\nquestion three\n")
-        await settle(pilot, app, lambda: app.worker.queued == 2)
-        await settle(pilot, app, lambda: running_for_a_second(app))
-        await pilot.pause(0.2)
-        row = bar_row(app)
+        row = await queue_two_and_read_the_bar(pilot, app, "question two\nquestion three\n")
         assert re.search(r"answering…? [1-9]\d*s · 2 queued", row), row
         assert spinning(row), row
         assert fits(app, width), str(app.query_one(StatusBar).render())
@@ -89,11 +94,7 @@ async def test_an_auto_compaction_says_what_esc_does_with_queued_messages(store,
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, "one more question")  # over the threshold: compacts first
         await settle(pilot, app, summarizing.is_set)
-        type_keys(app, "second\nthird\n")
-        await settle(pilot, app, lambda: app.worker.queued == 2)
-        await settle(pilot, app, lambda: running_for_a_second(app))
-        await pilot.pause(0.2)
-        row = bar_row(app)
+        row = await queue_two_and_read_the_bar(pilot, app, "second\nthird\n")
         assert re.search(r"compacting…? [1-9]\d*s · Esc cancels · 2 queued", row), row
         assert spinning(row), row
         assert re.search(r"\b\d+%", row), row  # the gauge, if only its percentage

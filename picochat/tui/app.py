@@ -311,7 +311,7 @@ class PicochatApp(App[None]):
         self.query_one(SlashHints).walk(event.step)
 
     def on_slash_hints_picked(self, event: SlashHints.Picked) -> None:
-        self.query_one(Prompt).show_pick(event.text)
+        self.query_one(Prompt).put(event.text)
 
     async def on_prompt_submitted(self, event: Prompt.Submitted) -> None:
         text = event.text
@@ -440,8 +440,7 @@ def _runner(app: PicochatApp, command: slash.Command):
     async def run() -> None:
         if command.args and not command.args.startswith("["):
             prompt = app.query_one(Prompt)
-            prompt.load_text(f"/{command.name} ")
-            prompt.move_cursor(prompt.document.end)
+            prompt.put(f"/{command.name} ")
             prompt.focus()
             return
         await app.run_command(f"/{command.name}")

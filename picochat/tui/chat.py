@@ -225,6 +225,10 @@ class ChatView(VerticalScroll):
                         color: $text; }
     """
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._older_lock = asyncio.Lock()  # older pages go in one at a time
+
     def on_mount(self) -> None:
         self.anchor()
 
@@ -256,21 +260,17 @@ class ChatView(VerticalScroll):
     def _older_text(self) -> str:
         return f"… {self._first_seq - 1:,} earlier messages: scroll up to load them"
 
-    _older_lock: asyncio.Lock | None = None
-
     async def load_older(self) -> int:
         """Mount the next page of older messages above the ones shown; how many were added.
         One page at a time: a second page mounted while the first is still going in would
         land below it, out of order."""
-        if self._older_lock is None:
-            self._older_lock = asyncio.Lock()
         async with self._older_lock:
             return await self._load_older_page()
 
     def want_older(self) -> None:
         """The reader asks for what is above (reached the top, or scrolls up there): the next
         page, unless one is already on its way (a page is never cut off halfway)."""
-        if self.has_older and not (self._older_lock and self._older_lock.locked()):
+        if self.has_older and not self._older_lock.locked():
             self.run_worker(self._older_then_fill(), group="older")
 
     async def _older_then_fill(self) -> None:
@@ -391,8 +391,8 @@ class ChatView(VerticalScroll):
         index = items.index(focused) + step
         if 0 <= index < len(items):
             items[index].focus()
-        elif index < 0 and self.has_older:
-            self.run_worker(self.load_older(), group="older", exclusive=True)
+        elif index < 0:
+            self.want_older()
 
     async def add(self, widget: Widget) -> Widget:
         """Every transcript write; one that lands out of view (the reader scrolled up) is
@@ -425,7 +425,8 @@ def rows_at_least(m: Message, width: int, cap: int) -> int:
     if not m.content.strip():
         return 0
     folded = fold(m.content) if m.role == "user" else None  # shown folded: its rows
-    text = (folded.plain if folded else m.content)[:cap * width]  # that many characters fill `cap` rows whatever they are
+    # that many characters fill `cap` rows whatever they are
+    text = (folded.plain if folded else m.content)[:cap * width]
     return 1 + sum(-(-len(line) // width) or 1 for line in text.split("\n"))
 
 

@@ -11,8 +11,8 @@ import time
 from textual.widgets import Static
 
 from picochat.tui.safe import literal
+from picochat.tui.status import SPINNER
 
-FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 FRAME_SECONDS = 0.25
 
 
@@ -39,6 +39,6 @@ class Pending(Static):
 
     def _show(self) -> None:
         now = time.monotonic()  # the frame follows the clock, as the top bar's spinner does
-        spin = FRAMES[int(now / FRAME_SECONDS) % len(FRAMES)]
+        spin = SPINNER[int(now / FRAME_SECONDS) % len(SPINNER)]
         tail = f" · {self.stop}" if self.stop else ""
         self.update(literal(f"{spin} {self.doing} · {now - self._since:.0f}s{tail}"))

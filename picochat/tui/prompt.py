@@ -54,10 +54,9 @@ class Prompt(TextArea):
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus",
                          **kwargs)
         self.prompts: list[str] = []
-        for text in prompts or ():
-            if not self.prompts or self.prompts[-1] != text:
-                self.prompts.append(text)
         self._recall: int | None = None   # index into history while recalling
+        for text in prompts or ():
+            self.remember(text)
         self._draft = ""
         self.hints_open = False  # set by the app: the slash-command hints show above
         self.takeable = 0       # queued messages that can still be taken back (the app sets it)
@@ -105,19 +104,24 @@ class Prompt(TextArea):
             return
         await super()._on_key(event)
 
-    def show_pick(self, text: str) -> None:
-        """A command picked in the hints, in place of what was typed, the cursor after it."""
+    def put(self, text: str) -> None:
+        """`text` in place of what was typed (a command picked in the hints, one from the
+        palette), the cursor after it."""
         self.load_text(text)
         self.move_cursor(self.document.end)
+
+    def put_ahead(self, text: str, between: str = "\n") -> None:
+        """`text` ahead of anything typed since (a message that went back), so nothing
+        typed is lost; the cursor at the end."""
+        typed = self.text
+        self.put(f"{text}{between}{typed}" if typed.strip() else text)
 
     def take_back(self, text: str) -> None:
         """A queued message taken back: in the prompt, the cursor at its end. Each further
         up takes back the one queued before it and puts it in front, a blank line between:
         the prompt then reads as the messages were written and would have been sent, and
         Enter sends them as one message; nothing taken back is ever dropped or overwritten."""
-        typed = self.text
-        self.load_text(f"{text}\n\n{typed}" if typed.strip() else text)
-        self.move_cursor(self.document.end)
+        self.put_ahead(text, "\n\n")
         self._recall = None
         self._taking = True
 

@@ -77,9 +77,9 @@ class Queued:
 
 
 def queue_changed(app: "PicochatApp") -> None:
-    """The prompt knows whether up takes a message back; the bar's count follows."""
+    """The prompt knows whether up takes a message back (the bar's count is the worker's
+    to tell: `on_queue_change`)."""
     app.query_one(Prompt).takeable = sum(not q.handle.started for q in app.queued_turns)
-    app.refresh_status()
 
 
 async def take_back(app: "PicochatApp") -> bool:
@@ -238,11 +238,7 @@ async def _unsaved(app: "PicochatApp", chat: ChatView, user: UserMessage, text: 
 def back_to_prompt(app: "PicochatApp", text: str) -> None:
     """A message not sent goes back to the prompt as it was typed, ahead of anything typed
     since, so nothing is lost and Enter sends it again (never as a command)."""
-    prompt = app.query_one(Prompt)
-    typed = prompt.text
-    text = as_typed(text)
-    prompt.load_text(f"{text}\n{typed}" if typed.strip() else text)
-    prompt.move_cursor(prompt.document.end)
+    app.query_one(Prompt).put_ahead(as_typed(text))
 
 
 async def compacted(app: "PicochatApp", outcome: Any, announce: bool) -> None:
