@@ -69,8 +69,8 @@ class Message:
     retracted: bool = False  # removed from the context by undo; still in the raw log
     facts: tuple[tuple[str, str], ...] | None = None  # (kind, value), taken at append; None:
     # not taken (a row from before schema 7, or a value built in memory)
-    reasoning: str | None = None  # the thinking behind an assistant row's tool calls, kept
-    # only for a provider that wants it back (`Provider.keeps_thinking`: DeepSeek)
+    reasoning: str | None = None  # the thinking of an assistant row in a turn that called
+    # tools, kept only for a provider that wants it back (`Provider.keeps_thinking`: DeepSeek)
 
     def provider_dict(self) -> dict[str, Any]:
         """The OpenAI-format message the provider receives: the raw row, unchanged. Kept

@@ -203,7 +203,8 @@ class TurnRun:
                 raise ProviderError("the model returned an empty reply", "try again")
             # a stop pressed while the whole answer is being saved comes too late: it is saved
             assistant, _ = await self._settle(self.store.append_message, self.session_id,
-                                              "assistant", reply, turn_id=self.turn_id)
+                                              "assistant", reply, turn_id=self.turn_id,
+                                              reasoning=self._kept_thinking(step))
         except asyncio.CancelledError:
             await self._fail(TurnCancelled("stopped"))
             return
@@ -358,6 +359,15 @@ class TurnRun:
 
     # --- tools ---------------------------------------------------------------------------------
 
+    def _kept_thinking(self, step: Step, calls: bool = False) -> str | None:
+        """The thinking saved with an assistant row: only for a provider that wants it back
+        (DeepSeek), and only in a turn that called tools. Its docs ask for every assistant
+        message between two user messages once the model called a tool there, the answer
+        that follows the results included; a plain turn's thinking it ignores."""
+        if not self.worker.provider.keeps_thinking or not (calls or self.steps):
+            return None
+        return step.thinking if step.thinking.strip() else None
+
     async def _run_tools(self, step: Step) -> None:
         """Run each call once, then persist the assistant's text and calls (with its thinking
         when the provider wants that back) and every result, in order, in one transaction:
@@ -366,14 +376,13 @@ class TurnRun:
         takes effect once they are saved."""
         assert self.user is not None
         worker, calls = self.worker, step.calls
-        thinking = step.thinking if worker.provider.keeps_thinking else ""
         context = ToolContext(self.store, self.session_id, worker.tool_root,
                               before_seq=self.user.seq)
         names = [t["function"]["name"] for t in worker.tools]
         results = [run_tool(call.name, call.arguments, context, enabled=names) for call in calls]
         rows, stopped = await self._settle(self.store.append_messages, self.session_id, [
             NewMessage("assistant", "".join(self.parts), tuple(c.openai() for c in calls),
-                       turn_id=self.turn_id, reasoning=thinking if thinking.strip() else None),
+                       turn_id=self.turn_id, reasoning=self._kept_thinking(step, calls=True)),
             *(NewMessage("tool", result.content, tool_call_id=call.id, name=call.name,
                          turn_id=self.turn_id, tool_status=result.status)
               for call, result in zip(calls, results))])

@@ -65,6 +65,8 @@ Real servers' ways, each off by default:
     fake.refuse_tools = (code, message)
                                   every request that offers tools gets this error (vLLM without
                                   --enable-auto-tool-choice, llama.cpp without --jinja)
+    fake.thinking_back = True     a request with an assistant message that carries no
+                                  `reasoning_content` gets DeepSeek's thinking-mode 400
 
 A delay ends early when the server stops (the request then gets no answer), so a held
 request never keeps a test's teardown waiting.
@@ -113,6 +115,12 @@ _RECORD = re.compile(r"^### #(\d+) (\w+)", re.M)
 
 
 VOID_CLOSE_DELAY_S = 0.3
+
+
+# DeepSeek's answer to a thinking-mode history with an assistant message missing its thinking.
+THINKING_NOT_BACK = {"error": {"message": "The `reasoning_content` in the thinking mode must be "
+                               "passed back to the API.", "type": "invalid_request_error",
+                               "param": None, "code": "invalid_request_error"}}
 
 
 def overflow_body(window: int, size: int) -> dict[str, Any]:
@@ -432,6 +440,8 @@ class FakeOpenAI(Served):
         self.counts_answer = False      # max_tokens counts into the window (llama.cpp)
         self.stream_overflow = "error"  # "void": a streamed overflow is 200 with an empty body
         self.refuse_tools: tuple[int, str] | None = None
+        self.thinking_back = False      # DeepSeek's thinking mode: every assistant message
+        # in the history must carry `reasoning_content`
         self.disconnected = threading.Event()  # a client left a held stream
         self._lock = threading.Lock()
         self._script: deque[tuple[Any, ...]] = deque()
@@ -536,6 +546,10 @@ class FakeOpenAI(Served):
                 code, message = self.refuse_tools
                 return ("status", code, {"error": {"message": message, "code": code,
                                                    "type": "BadRequestError"}})
+            if self.thinking_back and any(m.get("role") == "assistant"
+                                          and "reasoning_content" not in m
+                                          for m in body.get("messages", [])):
+                return ("status", 400, THINKING_NOT_BACK)
             summary = is_summary_request(body)
             own = self._summary_script if summary else self._turn_script
             default = (("text", summary_text(sum(map(is_summary_request, self._requests))))

@@ -178,9 +178,12 @@ CALL_THOUGHT = "I should search the history for the port before I answer."
 SEARCH = [("call_1", "history_search", json.dumps({"query": "port"}))]
 
 
-def tool_turns(db_store, config_file, model: str) -> list:
-    """Two turns: the first thinks, calls history_search, then thinks again and answers; then
-    the session is reopened (a new process would be) for a second turn."""
+PLAIN_THOUGHT = "A plain question about the host: no tool needed, localhost it is."
+
+
+def tool_turns(db_store, config_file, model: str, later: int = 1) -> list:
+    """The first turn thinks, calls history_search, then thinks again and answers; then the
+    session is reopened (a new process would be) for `later` more turns."""
     s = db_store.create_session("s")
 
     async def run():
@@ -188,11 +191,12 @@ def tool_turns(db_store, config_file, model: str) -> list:
                           tools=schemas(["history_search"])) as w:
             await turn(w, "which port did we pick?")
         async with worker(db_store, s.id, config_file, tools=schemas(["history_search"])) as w:
-            _, outcome = await turn(w, "and the host?")
+            for n in range(later):
+                _, outcome = await turn(w, f"and the host? ({n})")
+                assert isinstance(outcome, TurnFinished), outcome
         return outcome
 
-    outcome = asyncio.run(run())
-    assert isinstance(outcome, TurnFinished), outcome
+    asyncio.run(run())
     return db_store.history(s.id)
 
 
@@ -200,21 +204,53 @@ def assistant_calls(body: dict) -> list[dict]:
     return [m for m in body["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
 
 
-def test_deepseek_gets_the_thinking_behind_its_tool_calls_back_in_every_later_request(
+def assistants(body: dict) -> list[dict]:
+    return [m for m in body["messages"] if m["role"] == "assistant"]
+
+
+def test_deepseek_gets_the_thinking_of_a_tool_turn_back_in_every_later_request(
         fake, db_store, config_file):
+    fake.thinking_back = True  # as DeepSeek: a message without its thinking is a 400
     fake.script(("reasoning", CALL_THOUGHT, SEARCH), ("reasoning", THOUGHT, "Port 8080."),
-                ("text", "localhost."))
-    rows = tool_turns(db_store, config_file, "deepseek/deepseek-reasoner")
-    after_tool, next_turn = fake.requests[1], fake.requests[2]
-    for body in (after_tool, next_turn):  # the same turn, and the next turn of a new worker
+                ("reasoning", PLAIN_THOUGHT, "localhost."), ("text", "Still localhost."))
+    rows = tool_turns(db_store, config_file, "deepseek/deepseek-reasoner", later=2)
+    assert len(fake.requests) == 4  # every request answered: none refused
+    after_tool, next_turn, last = fake.requests[1:]
+    for body in (after_tool, next_turn, last):  # the same turn, and later turns of a new worker
         [call] = assistant_calls(body)
         assert call["reasoning_content"] == CALL_THOUGHT
-    # only the thinking behind the calls: an answer's thinking is neither kept nor sent back
-    assert "arithmetic" not in sent_back(next_turn)
-    assert [m.reasoning for m in rows if m.role == "assistant"] == [CALL_THOUGHT, None, None]
+    # the answer that followed the tool results is part of that turn: its thinking goes too
+    assert [m["reasoning_content"] for m in assistants(next_turn)] == [CALL_THOUGHT, THOUGHT]
+    # a plain turn's thinking is not kept; DeepSeek ignores it, so it gets an empty one
+    assert [m["reasoning_content"] for m in assistants(last)] == [CALL_THOUGHT, THOUGHT, ""]
+    assert "no tool needed" not in sent_back(last)
+    assert [m.reasoning for m in rows if m.role == "assistant"] == [
+        CALL_THOUGHT, THOUGHT, None, None]
     call_row = next(m for m in rows if m.tool_calls)
     # what is sent is counted: the row's tokens include its thinking
     assert call_row.tokens >= tokens.count_text(CALL_THOUGHT)
+
+
+def test_a_session_switched_to_deepseek_is_not_refused_for_thinking_it_never_had(
+        fake, db_store, config_file):
+    """Tool calls made under another model have no thinking to send back: DeepSeek gets an
+    empty one on each, not a history it refuses on every turn."""
+    fake.script(("tool_calls", SEARCH), ("text", "Port 8080."), ("text", "localhost."))
+    s = db_store.create_session("s")
+    tools = schemas(["history_search"])
+
+    async def run():
+        async with worker(db_store, s.id, config_file, tools=tools) as w:
+            await turn(w, "which port did we pick?")
+        fake.thinking_back = True
+        async with worker(db_store, s.id, config_file, "deepseek/deepseek-chat",
+                          tools=tools) as w:
+            return (await turn(w, "and the host?"))[1]
+
+    outcome = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished), outcome
+    assert outcome.reply == "localhost."
+    assert [m["reasoning_content"] for m in assistants(fake.requests[-1])] == ["", ""]
 
 
 def test_no_other_provider_gets_thinking_back_nor_has_it_saved(fake, db_store, config_file):

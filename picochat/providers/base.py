@@ -9,10 +9,10 @@ own event: it is shown while it streams and never becomes the answer. For plain 
 provider wants it back: OpenAI-compatible servers (vLLM, llama.cpp, Ollama) ignore or drop
 earlier thinking, and Anthropic's signed thinking blocks are needed only with extended thinking
 switched on, which picochat never asks for. One provider does: DeepSeek in thinking mode
-requires the thinking of an assistant message that made tool calls to come back in later
-requests. A provider with `keeps_thinking` set gets it: the session stores that thinking with
-the tool-call row and the row's message carries it as `reasoning_content`; every other
-provider's request leaves the field out.
+requires the thinking of every assistant message of a turn that called tools (the calls and the
+answer after their results) to come back in later requests. A provider with `keeps_thinking` set
+gets it: the session stores that thinking with those rows and their messages carry it as
+`reasoning_content`; every other provider's request leaves the field out.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class ModelInfo:
 
 class Provider(ABC):
     info: ModelInfo
-    keeps_thinking: bool = False  # it wants the thinking behind tool calls back (docstring)
+    keeps_thinking: bool = False  # it wants the thinking of tool turns back (docstring)
 
     @abstractmethod
     def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:

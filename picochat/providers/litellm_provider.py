@@ -109,10 +109,16 @@ class LiteLLMProvider(Provider):
         return asked
 
     def _message(self, message: Mapping[str, Any]) -> dict[str, Any]:
-        """A message as this provider gets it: kept thinking only where it is wanted."""
+        """A message as this provider gets it: kept thinking only where it is wanted. DeepSeek
+        in thinking mode refuses a history with an assistant message that has no
+        `reasoning_content` at all ("must be passed back to the API"), so one whose thinking
+        was not kept (a plain turn, a partial answer, a row written under another model)
+        carries an empty one, which it accepts and, where it does not need it, ignores."""
         out = dict(message)
         if not self.keeps_thinking:
             out.pop("reasoning_content", None)
+        elif out.get("role") == "assistant":
+            out.setdefault("reasoning_content", "")
         return out
 
     def _kwargs(self, request: ProviderRequest) -> dict[str, Any]:
