@@ -155,7 +155,9 @@ def test_a_model_the_server_does_not_have_is_one_line(run_cli, fake_ollama):
     result = run_cli("ask", "--model", "ollama/mistral", "hello", env=env)
     assert result.status == 1, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
-    assert "mistral" in result.stderr
+    # named as the user named it, with the remedy Ollama users know
+    assert "'mistral'" in result.stderr and "ollama_chat" not in result.stderr
+    assert "ollama pull mistral" in result.stderr
     for word in NOISE:
         assert word not in result.stderr
 

@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Mapping
 
 from picochat import tokens
 from picochat.providers import errors as pe
-from picochat.providers import keys, model_map, redact
+from picochat.providers import keys, model_map, ollama, redact
 from picochat.providers.base import (
     Finish,
     ModelInfo,
@@ -313,6 +313,10 @@ class LiteLLMProvider(Provider):
             return pe.Overloaded(f"{where} is overloaded{said}", after,
                                  f"retry in {after:g} s" if after else "retry later")
         if isinstance(exc, litellm.NotFoundError):
+            if ollama.is_ollama(self.info.model):  # named as the user knows it, not litellm's
+                name = ollama.model_name(self.info.model)
+                return pe.ModelNotFound(f"{where} does not have the model {name!r}",
+                                        f"pull it (ollama pull {name}) or check the name")
             return pe.ModelNotFound(f"{where} does not know the model {self.info.model!r}",
                                     "check the model name")
         if isinstance(exc, litellm.Timeout):
