@@ -689,7 +689,8 @@ class Store:
                             "model_traits WHERE model = ?", (model,)).fetchone()
         if row is None:
             return ModelTraits(model)
-        return ModelTraits(model, row[0], row[1], bool(row[2]))
+        learned, configured, refused = row
+        return ModelTraits(model, learned, configured, bool(refused))
 
     def learn_window(self, model: str, window: int | None, configured: int | None) -> None:
         """Remember the window a server stated (None forgets it)."""
