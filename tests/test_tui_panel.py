@@ -179,6 +179,36 @@ async def test_the_panel_follows_the_terminal_width(store):
     assert widths[120] > widths[80]
 
 
+async def test_a_narrow_terminal_gives_the_panel_the_whole_width_and_a_message_closes_it(
+        store):
+    """Beside the chat, the panel's 34 columns would leave a 60-column terminal a chat of 26
+    (and a 50-column one 16): there it takes the whole width while open, and sending a
+    message from the prompt brings the chat back to show the answer."""
+    app = make_app(store, turns=60)  # more messages than a page: paging must stay put
+    async with app.run_test(size=(60, 24)) as pilot:
+        chat = app.query_one(ChatView)
+        await settle(pilot, app, lambda: app.ready)
+        first_shown = chat._first_seq
+        panel = await open_panel(pilot, app)
+        assert panel.outer_size.width == 60 and not chat.display
+        assert any("No summary in use" in line for line in panel_lines(app))
+        await pilot.resize_terminal(60, 40)  # taller: a hidden chat has nothing to fill
+        await pilot.pause(0.3)
+        assert chat._first_seq == first_shown
+        await pilot.press("f2")
+        await settle(pilot, app, lambda: chat.display and not panel.is_open)
+        assert chat.outer_size.width == 60
+
+        await open_panel(pilot, app)
+        await say(pilot, "a question while the panel is open")
+        await settle(pilot, app, lambda: not panel.is_open and chat.display)
+        assert app.focused is app.query_one(Prompt)
+
+        await pilot.resize_terminal(120, 40)  # wide again: side by side, as before
+        await open_panel(pilot, app)
+        assert chat.display and 34 <= panel.outer_size.width <= 60
+
+
 async def test_the_panel_speaks_of_summaries_and_messages_not_ids(store):
     app = make_app(store)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -81,7 +81,7 @@ def test_chat_view(snap_compare, fixed_store):
     assert snap(snap_compare, app_with_history(fixed_store))
 
 
-@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+@pytest.mark.parametrize("size", [(120, 40), (80, 24), (60, 24)])
 def test_checkpoint_panel_after_compact(snap_compare, fixed_store, size):
     async def before(pilot) -> None:
         await compact(pilot)

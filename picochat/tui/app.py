@@ -68,12 +68,20 @@ class OneLine(Exception):
         return literal(f"picochat: {self.error.user_line()}")
 
 
+PANEL_BESIDE_CHAT_FROM = 76  # columns
+
+
 class PicochatApp(App[None]):
     TITLE = "picochat"
     AUTO_FOCUS = "#prompt"  # straight to the prompt: focusing the chat first restyled it all
     CSS = """
     #body { height: 1fr; }
+    Screen.-narrow #body.-panel-open ChatView { display: none; }
+    Screen.-narrow CheckpointPanel { width: 1fr; min-width: 0; max-width: 100%; border-left: none; }
     """
+    # Below this width the panel does not fit beside a usable chat (34 + 40 columns): it takes
+    # the whole width while open, and a message sent from the prompt brings the chat back.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (PANEL_BESIDE_CHAT_FROM, "-wide")]
     BINDINGS = [
         Binding("escape", "stop", "Stop", key_display="esc", show=True),
         # priority: acted on before the keys typed after them are handed to the focused widget
@@ -135,6 +143,9 @@ class PicochatApp(App[None]):
         prompt = self.query_one(Prompt)
         self.watch(self.query_one(SlashHints), "is_open",
                    lambda is_open: setattr(prompt, "hints_open", is_open))
+        body = self.query_one("#body")
+        self.watch(self.query_one(CheckpointPanel), "is_open",
+                   lambda is_open: body.set_class(is_open, "-panel-open"))
         self.refresh_status()
         self.call_after_refresh(self.open_transcript)
         self.set_interval(0.5, self._tick)
@@ -321,6 +332,8 @@ class PicochatApp(App[None]):
             return
         if text.startswith("//"):
             text = text[1:]
+        if self.screen.has_class("-narrow") and self.query_one(CheckpointPanel).is_open:
+            self.action_checkpoints()  # the panel hides the chat here: show the answer
         self.run_turn(text)
 
     @work(group="commands", exit_on_error=False)
