@@ -11,6 +11,7 @@ import re
 import pytest
 from rich.cells import cell_len
 from textual.app import App, ComposeResult
+from textual.color import Color
 
 from picochat.config import CompactionConfig, Config, ModelConfig, UiConfig
 from picochat.models import resolve_model
@@ -193,3 +194,19 @@ async def test_the_gauge_is_legible_in_every_bundled_theme(store, theme):
                 bg = segment.style.bgcolor.get_truecolor(app.ansi_theme)
                 ratio = contrast(tuple(fg), tuple(bg))
                 assert ratio >= 4.5, f"{theme} {name}: {segment.style} is {ratio:.2f}:1"
+
+
+TEXT_COLOURS = ("warning", "error", "success", "primary", "secondary")  # written as text
+GROUNDS = ("background", "surface", "panel")                           # what it is written on
+
+
+@pytest.mark.parametrize("theme", load_themes(bundled_dir())[0], ids=lambda t: t.name)
+def test_every_text_colour_of_a_bundled_theme_is_legible_on_every_ground(theme):
+    """A warning line (an answer cut at the output limit), an error, the panel's titles: each
+    at least 4.5:1 (WCAG AA) on the transcript, the panel and the cards alike."""
+    for name in TEXT_COLOURS:
+        fg = Color.parse(getattr(theme, name)).rgb
+        for ground in GROUNDS:
+            bg = Color.parse(getattr(theme, ground)).rgb
+            ratio = contrast(fg, bg)
+            assert ratio >= 4.5, f"{theme.name}: {name} on {ground} is {ratio:.2f}:1"
