@@ -242,3 +242,24 @@ async def test_an_earlier_summary_says_why_the_model_no_longer_reads_it(store):
         shown = " ".join(line.strip() for line in panel_lines(app))
         assert "Summary 1 · manual" in shown
         assert "Not in use: Summary 2, in use, includes it" in shown
+
+
+def footer_line(app) -> str:
+    strips = app.screen._compositor.render_strips()
+    return "".join(segment.text for segment in strips[-1])
+
+
+async def test_every_key_of_the_footer_fits_at_80_columns_with_a_summary_to_undo(store):
+    """With ^z shown beside the panel, the footer's last key used to be cut ("alt▏"): under
+    100 columns it is compact and leaves the palette to ctrl+p and F1."""
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await compact(pilot, app, store)
+        await open_panel(pilot, app)
+        line = footer_line(app)
+        for key in ("^z Undo summary", "ctrl+q Quit", "F1 Help", "F2 Checkpoints", "F3 Info",
+                    "alt+↑ Select"):
+            assert key in line, line
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause(0.2)
+        assert "^p palette" in footer_line(app) and "alt+↑ Select" in footer_line(app)

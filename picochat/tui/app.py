@@ -18,7 +18,7 @@ import traceback
 from typing import Any, Iterable
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -69,6 +69,7 @@ class OneLine(Exception):
 
 
 PANEL_BESIDE_CHAT_FROM = 76  # columns
+FULL_FOOTER_FROM = 100       # columns
 
 
 class PicochatApp(App[None]):
@@ -127,6 +128,14 @@ class PicochatApp(App[None]):
         yield SlashHints(id="hints")
         yield Prompt(prompts=self.store.user_prompts(), id="prompt")
         yield Footer()
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Under FULL_FOOTER_FROM columns the footer drops its spacing and the palette item
+        (ctrl+p still opens it, F1 lists it), so every key fits instead of the last being cut."""
+        footer, narrow = self.query_one(Footer), event.size.width < FULL_FOOTER_FROM
+        if footer.compact != narrow:
+            footer.compact, footer.show_command_palette = narrow, not narrow
+            footer.refresh(recompose=True)  # the palette item is composed, not reactive
 
     async def on_mount(self) -> None:
         """The first frame shows the prompt at once; the transcript mounts right after it, and
