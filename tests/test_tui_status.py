@@ -120,6 +120,22 @@ async def test_the_full_line_names_the_gauges_three_numbers(store):
         assert bar_row(app).lstrip().startswith("picochat · chat-1 · tiny  offline ")
 
 
+async def test_past_the_auto_compact_point_the_line_says_so_rather_than_a_percentage_full(
+        store):
+    """A context over the threshold (a window learned smaller, a long paste) once read
+    "context 189% full · 1,932 of 1,024 tokens before auto-compact": now what it is."""
+    app = PicochatApp(store, filled(store, "over", 2_600), resolve_model(TINY, "tiny"),
+                      OfflineProvider(0), TINY)
+    async with app.run_test(size=(120, 24)) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        b = app.worker.info().budget
+        assert b.used_tokens > b.limits.threshold  # the case it means
+        row = bar_row(app)
+        assert (f"context {b.used_tokens:,} tokens, over the {b.limits.threshold:,} "
+                f"auto-compact point · window {b.limits.window:,}") in row, row
+        assert "% full" not in row
+
+
 class BarOnly(App):
     def compose(self) -> ComposeResult:
         yield StatusBar()
@@ -187,7 +203,7 @@ async def test_the_gauge_is_legible_in_every_bundled_theme(store, theme):
             await pilot.pause(0.1)
             b = app.worker.info().budget
             assert low <= b.used_tokens / b.limits.threshold < high  # the case it means
-            gauge = [s for s in app.query_one(StatusBar).render_line(0) if "%" in s.text]
+            gauge = [s for s in app.query_one(StatusBar).render_line(0) if "tokens" in s.text]
             assert gauge
             for segment in gauge:
                 fg = segment.style.color.get_truecolor(app.ansi_theme)

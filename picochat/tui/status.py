@@ -96,6 +96,9 @@ def gauge_text(figures: Figures | None, level: int = 0) -> str:
         return ("counting the context…", "counting…", "counting…", "…", "")[level]
     f, pct = figures, f"{100 * figures.ratio:.0f}%"
     if level == 0:
+        if f.auto_compact and f.ratio > 1:  # "189% full" read as broken; the next turn compacts
+            return (f"context {f.used:,} tokens, over the {f.threshold:,} auto-compact point · "
+                    f"window {f.window:,}")
         until = "before auto-compact" if f.auto_compact else "(auto-compact off)"
         return (f"context {pct} full · {f.used:,} of {f.threshold:,} tokens {until} · "
                 f"window {f.window:,}")
