@@ -138,23 +138,23 @@ def _check_echo(lines: list[str], fenced: list[bool], transcript: str) -> None:
     outside = _INLINE_CODE.sub("", "\n".join(l for l, f in zip(lines, fenced) if not f))
     for marker in _DELIMITERS:
         if marker in outside:
-            raise SummaryJunk(f"the summary copies the transcript instead of summarizing it "
-                              f"(it contains the transcript's marker {marker!r})", check="echo")
+            raise SummaryJunk(f"the summary copies the transcript instead of summarizing it: "
+                              f"it contains the transcript's marker {marker!r}", check="echo")
     for line, f in zip(lines, fenced):
         if not f and (m := _RECORD_HEADER.match(line)):
             header = " ".join(g for g in m.groups() if g)  # ids and a role: never its text
-            raise SummaryJunk(f"the summary copies the transcript instead of summarizing it "
-                              f"(it contains the record header {header!r})", check="echo")
+            raise SummaryJunk(f"the summary copies the transcript instead of summarizing it: "
+                              f"it contains the record header {header!r}", check="echo")
     run = _longest_copied_run([l for l, f in zip(lines, fenced) if not f], transcript)
     if run >= ECHO_RUN:
-        raise SummaryJunk(f"the summary copies the transcript instead of summarizing it "
-                          f"({run} lines in a row are the conversation's own)", check="echo")
+        raise SummaryJunk(f"the summary copies the transcript instead of summarizing it: "
+                          f"{run} lines in a row are the conversation's own", check="echo")
 
 
 def _check_continuation(text: str, lines: list[str], fenced: list[bool],
                         first: int | None) -> None:
     def junk(why: str) -> SummaryJunk:
-        return SummaryJunk(f"the model went on with the chat instead of summarizing it ({why})",
+        return SummaryJunk(f"the model went on with the chat instead of summarizing it: {why}",
                            check="continuation")
 
     speakers = [(i, m[1].lower()) for i, (line, f) in enumerate(zip(lines, fenced))
