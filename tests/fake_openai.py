@@ -65,8 +65,9 @@ Real servers' ways, each off by default:
     fake.refuse_tools = (code, message)
                                   every request that offers tools gets this error (vLLM without
                                   --enable-auto-tool-choice, llama.cpp without --jinja)
-    fake.thinking_back = True     a request with an assistant message that carries no
-                                  `reasoning_content` gets DeepSeek's thinking-mode 400
+    fake.thinking_back = True     a request with an assistant message whose
+                                  `reasoning_content` is missing or empty gets DeepSeek's
+                                  thinking-mode 400
 
 A delay ends early when the server stops (the request then gets no answer), so a held
 request never keeps a test's teardown waiting.
@@ -547,7 +548,7 @@ class FakeOpenAI(Served):
                 return ("status", code, {"error": {"message": message, "code": code,
                                                    "type": "BadRequestError"}})
             if self.thinking_back and any(m.get("role") == "assistant"
-                                          and "reasoning_content" not in m
+                                          and not m.get("reasoning_content")
                                           for m in body.get("messages", [])):
                 return ("status", 400, THINKING_NOT_BACK)
             summary = is_summary_request(body)

@@ -221,8 +221,8 @@ def test_deepseek_gets_the_thinking_of_a_tool_turn_back_in_every_later_request(
         assert call["reasoning_content"] == CALL_THOUGHT
     # the answer that followed the tool results is part of that turn: its thinking goes too
     assert [m["reasoning_content"] for m in assistants(next_turn)] == [CALL_THOUGHT, THOUGHT]
-    # a plain turn's thinking is not kept; DeepSeek ignores it, so it gets an empty one
-    assert [m["reasoning_content"] for m in assistants(last)] == [CALL_THOUGHT, THOUGHT, ""]
+    # a plain turn's thinking is not kept; DeepSeek ignores it, so it gets a bare placeholder
+    assert [m["reasoning_content"] for m in assistants(last)] == [CALL_THOUGHT, THOUGHT, " "]
     assert "no tool needed" not in sent_back(last)
     assert [m.reasoning for m in rows if m.role == "assistant"] == [
         CALL_THOUGHT, THOUGHT, None, None]
@@ -250,7 +250,44 @@ def test_a_session_switched_to_deepseek_is_not_refused_for_thinking_it_never_had
     outcome = asyncio.run(run())
     assert isinstance(outcome, TurnFinished), outcome
     assert outcome.reply == "localhost."
-    assert [m["reasoning_content"] for m in assistants(fake.requests[-1])] == ["", ""]
+    assert [m["reasoning_content"] for m in assistants(fake.requests[-1])] == [" ", " "]
+
+
+def test_a_tool_round_deepseek_did_not_think_in_still_gets_thinking_back(
+        fake, db_store, config_file):
+    """DeepSeek may call a tool without thinking first: that row has none to keep, and an
+    empty `reasoning_content` it refuses as missing."""
+    fake.thinking_back = True
+    fake.script(("tool_calls", SEARCH), ("reasoning", THOUGHT, "Port 8080."), ("text", "ok"))
+    rows = tool_turns(db_store, config_file, "deepseek/deepseek-reasoner")
+    assert len(fake.requests) == 3  # none refused
+    assert [m["reasoning_content"] for m in assistants(fake.requests[-1])] == [" ", THOUGHT]
+    assert [m.reasoning for m in rows if m.role == "assistant"] == [None, THOUGHT, None]
+
+
+def test_switching_away_from_deepseek_sends_no_thinking_to_the_next_model(
+        fake, db_store, config_file):
+    fake.script(("reasoning", CALL_THOUGHT, SEARCH), ("reasoning", THOUGHT, "Port 8080."),
+                ("text", "localhost."))
+    s = db_store.create_session("s")
+    tools = schemas(["history_search"])
+
+    async def run():
+        async with worker(db_store, s.id, config_file, "deepseek/deepseek-reasoner",
+                          tools=tools) as w:
+            await turn(w, "which port did we pick?")
+        text = config_file.read_text(encoding="utf-8")
+        config_file.write_text(text.replace("deepseek/deepseek-reasoner", "openai/fake-model"),
+                               encoding="utf-8")
+        async with worker(db_store, s.id, config_file, tools=tools) as w:
+            assert not w.provider.keeps_thinking  # the switch happened
+            return (await turn(w, "and the host?"))[1]
+
+    assert isinstance(asyncio.run(run()), TurnFinished)
+    last = fake.requests[-1]
+    assert assistant_calls(last), "the tool call itself is sent back"
+    assert "reasoning_content" not in json.dumps(last["messages"])
+    assert "search the history" not in sent_back(last) and "arithmetic" not in sent_back(last)
 
 
 def test_no_other_provider_gets_thinking_back_nor_has_it_saved(fake, db_store, config_file):

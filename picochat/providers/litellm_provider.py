@@ -50,6 +50,9 @@ ANTHROPIC_DEFAULT_MAX_TOKENS = 8192
 # Providers that require an assistant's thinking behind its tool calls in later requests: their
 # litellm prefix, or a word of their address when reached as an OpenAI-compatible server.
 THINKING_SENT_BACK = ("deepseek",)
+# What such a provider gets for an assistant message with no thinking kept: DeepSeek refuses an
+# empty string as missing; one space is the least it takes (litellm's DeepSeek transform agrees).
+NO_THINKING = " "
 
 
 def wants_thinking_back(provider_kind: str, api_base: str | None) -> bool:
@@ -110,15 +113,16 @@ class LiteLLMProvider(Provider):
 
     def _message(self, message: Mapping[str, Any]) -> dict[str, Any]:
         """A message as this provider gets it: kept thinking only where it is wanted. DeepSeek
-        in thinking mode refuses a history with an assistant message that has no
-        `reasoning_content` at all ("must be passed back to the API"), so one whose thinking
-        was not kept (a plain turn, a partial answer, a row written under another model)
-        carries an empty one, which it accepts and, where it does not need it, ignores."""
+        in thinking mode refuses a history with an assistant message whose `reasoning_content`
+        is missing or empty ("must be passed back to the API"), so one whose thinking was not
+        kept (a plain turn, a tool round it did not think in, a partial answer, a row written
+        under another model) carries a single space, which it accepts and, where it does not
+        need it, ignores."""
         out = dict(message)
         if not self.keeps_thinking:
             out.pop("reasoning_content", None)
-        elif out.get("role") == "assistant":
-            out.setdefault("reasoning_content", "")
+        elif out.get("role") == "assistant" and not out.get("reasoning_content"):
+            out["reasoning_content"] = NO_THINKING
         return out
 
     def _kwargs(self, request: ProviderRequest) -> dict[str, Any]:
@@ -316,7 +320,8 @@ class LiteLLMProvider(Provider):
             if ollama.is_ollama(self.info.model):  # named as the user knows it, not litellm's
                 name = ollama.model_name(self.info.model)
                 return pe.ModelNotFound(f"{where} does not have the model {name!r}",
-                                        f"pull it (ollama pull {name}) or check the name")
+                                        f"pull it there (ollama pull {name}), or check the "
+                                        "name and the address")
             return pe.ModelNotFound(f"{where} does not know the model {self.info.model!r}",
                                     "check the model name")
         if isinstance(exc, litellm.Timeout):
