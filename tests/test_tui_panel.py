@@ -209,6 +209,37 @@ async def test_a_narrow_terminal_gives_the_panel_the_whole_width_and_a_message_c
         assert chat.display and 34 <= panel.outer_size.width <= 60
 
 
+async def test_in_a_narrow_terminal_nothing_happens_in_the_chat_the_panel_hides(store):
+    """A command's outcome, a selection and a focused message all belong to the chat: below
+    76 columns each brings it back (or, on a resize, hands the focus to the prompt) rather
+    than acting unseen behind the panel."""
+    app = make_app(store)
+    async with app.run_test(size=(60, 24)) as pilot:
+        chat, prompt = app.query_one(ChatView), app.query_one(Prompt)
+        await settle(pilot, app, lambda: app.ready)
+        panel = await open_panel(pilot, app)
+        await say(pilot, "/nosuchcommand")  # its "unknown command" line is in the chat
+        await settle(pilot, app, lambda: not panel.is_open and chat.display)
+
+        await open_panel(pilot, app)
+        await say(pilot, "/checkpoints")  # the one command that is about the panel: a toggle
+        await settle(pilot, app, lambda: not panel.is_open)
+
+        await open_panel(pilot, app)
+        await pilot.press("alt+up")  # select messages: in view, not behind the panel
+        await settle(pilot, app, lambda: not panel.is_open and chat.display)
+        assert app.focused is not None and chat in app.focused.ancestors
+
+        await pilot.resize_terminal(120, 40)
+        await open_panel(pilot, app)
+        await pilot.press("alt+up")  # wide: beside the panel, the selection stays in the chat
+        await pilot.pause(0.1)
+        assert panel.is_open and chat in app.focused.ancestors
+        await pilot.resize_terminal(60, 24)  # narrow now: the selected message is hidden
+        await settle(pilot, app, lambda: app.focused is prompt)
+        assert panel.is_open and not chat.display
+
+
 async def test_the_panel_speaks_of_summaries_and_messages_not_ids(store):
     app = make_app(store)
     async with app.run_test(size=(120, 40)) as pilot:

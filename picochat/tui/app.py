@@ -136,6 +136,10 @@ class PicochatApp(App[None]):
         if footer.compact != narrow:
             footer.compact, footer.show_command_palette = narrow, not narrow
             footer.refresh(recompose=True)  # the palette item is composed, not reactive
+        chat = self.query_one(ChatView)
+        if (event.size.width < PANEL_BESIDE_CHAT_FROM and self.query_one(CheckpointPanel).is_open
+                and self.focused is not None and chat in self.focused.ancestors_with_self):
+            self.query_one(Prompt).focus()  # the chat is about to be hidden under the panel
 
     async def on_mount(self) -> None:
         """The first frame shows the prompt at once; the transcript mounts right after it, and
@@ -336,14 +340,19 @@ class PicochatApp(App[None]):
     async def on_prompt_submitted(self, event: Prompt.Submitted) -> None:
         text = event.text
         self.query_one(SlashHints).close()
+        if text.split(maxsplit=1)[0].lower() != "/checkpoints":  # that one toggles the panel
+            self._show_chat()  # where the answer, or the command's outcome, will be
         if slash.is_command(text):
             self.command(text)
             return
         if text.startswith("//"):
             text = text[1:]
-        if self.screen.has_class("-narrow") and self.query_one(CheckpointPanel).is_open:
-            self.action_checkpoints()  # the panel hides the chat here: show the answer
         self.run_turn(text)
+
+    def _show_chat(self) -> None:
+        """Where the panel hides the chat (a narrow terminal), close it."""
+        if self.screen.has_class("-narrow") and self.query_one(CheckpointPanel).is_open:
+            self.action_checkpoints()
 
     @work(group="commands", exit_on_error=False)
     async def command(self, text: str) -> None:
@@ -415,6 +424,7 @@ class PicochatApp(App[None]):
 
     def action_select_messages(self) -> None:
         """From the prompt to the newest message: up/down move, c copies, enter comes back."""
+        self._show_chat()  # a selection in a hidden chat would move and copy unseen
         if not self.query_one(ChatView).select_last():
             self.notify(literal("Nothing to select yet"))
 
