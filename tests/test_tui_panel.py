@@ -17,6 +17,7 @@ from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import ConfirmScreen
 from tests.test_tui import SMALL_KEEP, chat_once, say, settle
+from tests.test_tui_races import type_keys
 
 BARS = " ▁▂▃▄▅▆▇█"
 
@@ -131,6 +132,22 @@ async def test_a_letter_typed_right_after_f2_starts_the_message(store):
         assert prompt.text == "use" and app.focused is prompt
         assert not isinstance(app.screen, ConfirmScreen)
         assert active_id(store, app) == cp.id and app.query(CheckpointDivider)
+
+
+async def test_a_question_typed_fast_into_the_open_panel_is_sent_whole(store):
+    """F2, then a fast typist's "which port?" and Enter, as a terminal delivers them (all at
+    once): the text went to the prompt, but Enter reached the panel's list before the focus
+    did, opened a summary and the message was never sent."""
+    app = make_app(store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        panel = await open_panel(pilot, app)
+        count = len(store.history(app.session.id))
+        type_keys(app, "which port?\n")
+        await settle(pilot, app, lambda: len(store.history(app.session.id)) == count + 2
+                     and not app.worker.busy)
+        assert store.history(app.session.id)[count].content == "which port?"
+        assert app.query_one(Prompt).text == "" and panel.reading is None
 
 
 async def test_the_chart_shows_tokens_from_zero_and_marks_the_compaction(store):

@@ -167,5 +167,7 @@ def forward_typing(node, event: events.Key) -> None:
     if (event.is_printable and event.character and screen.focused is not None
             and event.key not in screen.active_bindings):
         event.stop()
-        prompt.focus()
+        # now, not after the next refresh as `focus()` would: the keys typed next (Enter)
+        # must find the prompt focused, not the panel's list, whose Enter opens a summary
+        screen.set_focus(prompt)
         prompt.insert(event.character)
