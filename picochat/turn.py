@@ -359,12 +359,13 @@ class TurnRun:
 
     # --- tools ---------------------------------------------------------------------------------
 
-    def _kept_thinking(self, step: Step, calls: bool = False) -> str | None:
+    def _kept_thinking(self, step: Step) -> str | None:
         """The thinking saved with an assistant row: only for a provider that wants it back
-        (DeepSeek), and only in a turn that called tools. Its docs ask for every assistant
-        message between two user messages once the model called a tool there, the answer
-        that follows the results included; a plain turn's thinking it ignores."""
-        if not self.worker.provider.keeps_thinking or not (calls or self.steps):
+        (DeepSeek), and only in a turn that called tools (`steps` counts a round before its
+        row is written). Its docs ask for every assistant message between two user messages
+        once the model called a tool there, the answer that follows the results included; a
+        plain turn's thinking it ignores."""
+        if not self.worker.provider.keeps_thinking or not self.steps:
             return None
         return step.thinking if step.thinking.strip() else None
 
@@ -382,7 +383,7 @@ class TurnRun:
         results = [run_tool(call.name, call.arguments, context, enabled=names) for call in calls]
         rows, stopped = await self._settle(self.store.append_messages, self.session_id, [
             NewMessage("assistant", "".join(self.parts), tuple(c.openai() for c in calls),
-                       turn_id=self.turn_id, reasoning=self._kept_thinking(step, calls=True)),
+                       turn_id=self.turn_id, reasoning=self._kept_thinking(step)),
             *(NewMessage("tool", result.content, tool_call_id=call.id, name=call.name,
                          turn_id=self.turn_id, tool_status=result.status)
               for call, result in zip(calls, results))])

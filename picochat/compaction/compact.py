@@ -174,17 +174,17 @@ async def compact_context(store: Store, provider: Provider,
     if candidate is None:
         if summary_error is None:  # plan is None here: nothing older to fold
             return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
-        if isinstance(summary_error, NoGain):  # what is older is shorter than its summary
-            now = restore(store, sid)
-            # ...unless the context moved during the summary call: then the verdict is about
-            # a context that no longer is, and the outcome is the refusal below
-            if now.context_generation == projection.context_generation:
-                log.info("compaction_no_gain session=%s reason=%s", sid, reason)
-                return CompactOutcome(NOTHING_TO_COMPACT, reason, now, tokens_before=before,
-                                      summary_error=summary_error, transcript=transcript,
-                                      summary_called=summary_called)
         # re-read: another process may have changed the context during the summary call
-        return _failed(sid, reason, restore(store, sid), summary_error, transcript=transcript,
+        now = restore(store, sid)
+        # what is older is shorter than its summary: nothing to compact, unless the context
+        # moved meanwhile (the verdict is then about a context that no longer is: refused)
+        if (isinstance(summary_error, NoGain)
+                and now.context_generation == projection.context_generation):
+            log.info("compaction_no_gain session=%s reason=%s", sid, reason)
+            return CompactOutcome(NOTHING_TO_COMPACT, reason, now, tokens_before=before,
+                                  summary_error=summary_error, transcript=transcript,
+                                  summary_called=summary_called)
+        return _failed(sid, reason, now, summary_error, transcript=transcript,
                        tokens_before=before, summary_called=summary_called)
 
     crashpoints.reached("before_commit")
