@@ -53,7 +53,8 @@ def config_file(home: Path) -> Path:
 def run_cli(home: Path):
     """Run `python -m picochat ARGS` as a user would, in the test's environment."""
 
-    def run(*args: str, input: str | None = None, timeout: float = 60,
+    # a failure bound, not a guess: a command that imports litellm took ~50 s on a busy machine
+    def run(*args: str, input: str | None = None, timeout: float = 180,
             env: dict[str, str] | None = None) -> CliResult:
         full_env = dict(os.environ)
         full_env.update(env or {})
