@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliResult
+from tests.waiting import read_until
 
 TIMEOUT = 60.0  # seconds: each run takes about a second; this only catches a hang
 FULL = Path("/dev/full")
@@ -82,10 +83,12 @@ def test_ask_on_a_full_disk_saves_the_whole_turn_and_says_so(run_cli, as_json):
 
 
 def test_ask_into_a_closed_pipe_still_saves_the_whole_answer(run_cli):
-    env = dict(os.environ, PICOCHAT_OFFLINE_DELAY_MS="20")
+    # 150 ms before each of the answer's 42 pieces: once the first is read, the rest takes
+    # over 6 s, so the reader surely leaves mid-answer
+    env = dict(os.environ, PICOCHAT_OFFLINE_DELAY_MS="150")
     proc = subprocess.Popen([sys.executable, "-m", "picochat", "ask", "--session", "s", "a story"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    proc.stdout.read(5)
+    read_until(proc.stdout, "I'm ")  # the answer has begun
     proc.stdout.close()  # the reader leaves, as `| head -c 5` does
     _, err = proc.communicate(timeout=TIMEOUT)
     assert proc.returncode == 0 and err == b"", err
@@ -228,7 +231,7 @@ def test_read_only_commands_on_a_fresh_machine_create_nothing(run_cli, home, arg
 
 
 def test_the_app_without_a_terminal_exits_at_once_pointing_to_ask(home):
-    result = run_with(timeout=30)  # stdin /dev/null, stdout a pipe: cron, CI
+    result = run_with()  # stdin /dev/null, stdout a pipe: cron, CI
     one_line(result, 2, "needs a terminal", "picochat ask")
     assert result.stdout == ""
     assert not (home / "data").exists()
@@ -237,7 +240,7 @@ def test_the_app_without_a_terminal_exits_at_once_pointing_to_ask(home):
 def test_the_app_with_only_stdin_on_a_terminal_exits_too(home):
     master, slave = pty.openpty()
     try:
-        result = run_with(stdin=slave, timeout=30)  # `picochat > file`
+        result = run_with(stdin=slave)  # `picochat > file`
     finally:
         os.close(slave)
         os.close(master)

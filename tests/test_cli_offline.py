@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from picochat.storage import open_store
+from tests.waiting import WAIT_S, read_until
 
 
 def test_version_does_not_import_litellm_or_textual(home):
@@ -139,13 +140,20 @@ def test_ctrl_c_mid_stream_keeps_message_and_partial_answer(home, run_cli):
     import os
     import signal
 
-    env = dict(os.environ, PICOCHAT_OFFLINE_DELAY_MS="200")
+    # The offline model waits this long before each of its 44 pieces: once the first piece is
+    # shown the rest needs over 80 s, far beyond any delay between reading it and the signal
+    # arriving, so the answer cannot end first (a short delay let it end on a busy machine).
+    env = dict(os.environ, PICOCHAT_OFFLINE_DELAY_MS="2000")
     proc = subprocess.Popen([sys.executable, "-m", "picochat", "ask", "a long story please"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    first = proc.stdout.read(10)  # the stream has begun
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130
+    try:
+        first = read_until(proc.stdout, "I'm ").encode()  # the stream has begun
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
     assert b"stopped; your message and the partial answer are saved" in err
     assert b"Traceback" not in err
     messages = json.loads(run_cli("history", "--json").stdout)["messages"]

@@ -24,6 +24,7 @@ from picochat.storage import open_store
 from picochat.textsafe import StreamCleaner, clean, json_for_terminal
 from tests.fake_openai import FakeOpenAI, _words, fake_openai  # noqa: F401  (fixture)
 from tests.test_cli_litellm import write_config
+from tests.waiting import WAIT_S
 
 ENV = {"FAKE_API_KEY": "test-key"}
 
@@ -139,7 +140,7 @@ def run_on_tty(*args: str, env: dict[str, str] | None = None,
         else:
             proc.kill()
             pytest.fail(f"picochat {' '.join(args)} did not finish in {timeout}s")
-        return proc.wait(timeout=30), bytes(received)
+        return proc.wait(timeout=WAIT_S), bytes(received)
     finally:
         os.close(master)
         if proc.poll() is None:

@@ -143,7 +143,8 @@ async def test_compact_all_in_the_app_folds_what_plain_compact_keeps(store):
     from picochat.config import Config
     from picochat.tui.chat import Notice
     from tests.test_compaction_engine import talk
-    from tests.test_tui import SIZE, make_app, say, settle, texts
+    from tests.test_tui import SIZE, make_app, say, texts
+    from tests.waiting import settle
 
     s = store.create_session("t")
     talk(store, s.id, 6)

@@ -12,6 +12,7 @@ import pytest
 
 from picochat.storage import open_store
 from tests.test_tui import SIZE, make_app, say, texts
+from tests.waiting import WAIT_S, settle
 from picochat.tui.chat import Notice
 
 
@@ -24,7 +25,10 @@ def chatted(run_cli, home: Path) -> Path:
 
 
 def export(run_cli, target: Path | str):
-    return run_cli("export", "--session", "w", "--format", "md", "-o", str(target), timeout=20)
+    # the deadline only fails a hang (a FIFO opened for writing): a Python start on a busy
+    # machine takes seconds, so it is the suite's failure bound, not a guess at the run time
+    return run_cli("export", "--session", "w", "--format", "md", "-o", str(target),
+                   timeout=WAIT_S)
 
 
 def assert_database_intact(database: Path) -> None:
@@ -185,13 +189,20 @@ async def test_app_export_refuses_what_the_cli_refuses_and_creates_no_folder(sto
     (tmp_path / "link.md").symlink_to(real)
     db_before = store.path.read_bytes()
     async with app.run_test(size=SIZE) as pilot:
-        for target in (tmp_path / "missing" / "dir" / "x.md", store.path,
-                       store.path.with_name("picochat.db-wal"), tmp_path / "link.md"):
+        def failed() -> list[str]:
+            return [t for t in texts(app, Notice) if "export failed" in t]
+
+        for i, target in enumerate((tmp_path / "missing" / "dir" / "x.md", store.path,
+                                    store.path.with_name("picochat.db-wal"),
+                                    tmp_path / "link.md")):
             await say(pilot, f"/export md {target}")
-            await pilot.pause(0.2)
-        notices = [t for t in texts(app, Notice) if "export failed" in t]
+            # each refusal answers with its own line before the next command is typed
+            await settle(pilot, app, lambda: len(failed()) > i,
+                         what=f"no answer to /export {target}")
+        notices = failed()
         await say(pilot, f"/export md {tmp_path / 'ok.md'}")
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: any("Exported" in t for t in texts(app, Notice)),
+                     what="the last export never said it was done")
     assert len(notices) == 4, notices
     assert "no such folder" in notices[0] and "picochat's own file" in notices[1]
     assert "picochat's own file" in notices[2] and "symbolic link" in notices[3]

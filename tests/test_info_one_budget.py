@@ -15,6 +15,7 @@ from picochat.storage.store import open_store
 from picochat.tui.app import PicochatApp
 from picochat.tui.screens import CardScreen
 from tests.test_tui import SIZE, say
+from tests.waiting import settle
 
 CONFIG = """\
 default_model = "small"
@@ -57,8 +58,8 @@ async def test_cli_info_and_the_apps_info_agree_to_the_token(home, config_file, 
         app = PicochatApp(store, session, model, create_provider(model), config)
         async with app.run_test(size=SIZE) as pilot:
             await say(pilot, "/info")
-            await pilot.pause(0.2)
-            assert isinstance(app.screen, CardScreen)
+            await settle(pilot, app, lambda: isinstance(app.screen, CardScreen),
+                         what="/info never opened its card")
             card = dict(app.screen.rows)
             shown = app.usage().as_dict()
     finally:

@@ -19,7 +19,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,8 @@ from picochat.session import SessionWorker
 from picochat.storage import open_store
 from picochat.tui.chat import ChatView, Notice, UserMessage
 from picochat.tui.prompt import Prompt
-from tests.test_tui import SIZE, Slow, make_app, say, settle
+from tests.test_tui import SIZE, Slow, make_app, say
+from tests.waiting import WAIT_S, read_until, settle, wait_until, wait_until_async
 
 
 # the offline model reflects the question: a long one streams for several seconds
@@ -58,21 +59,27 @@ def draft_rows(db: Path) -> list[tuple]:
 
 async def test_the_answer_being_streamed_is_saved_as_a_draft_and_gone_once_it_ends(store):
     session = store.create_session("d")
-    pieces = [f"word{i} " for i in range(40)]
+    pieces = [f"word{i} " for i in range(30)]
+    more = asyncio.Event()  # the stream stays open after its 30th piece until this is set
+    # the gap paces the pieces so that drafts are taken along the way (one a second at most)
     worker = SessionWorker(store, session.id, resolve_model(Config(), "offline"),
-                           Slow(pieces, gap=0.05), "sys")
+                           Slow(pieces, gap=0.05, hold=more), "sys")
     async with worker:
         handle = worker.submit_turn("tell me")
         seen: list[str] = []
         async for event in handle:
             if hasattr(event, "text"):
                 seen.append(event.text)
-            if len(seen) == 30:
-                rows = draft_rows(store.path)
+            if len(seen) == 30 and not more.is_set():
+                # the answer is still being streamed (held open); its draft is saved off the
+                # loop, so it is waited for rather than expected by a given moment
+                rows = await wait_until_async(lambda: draft_rows(store.path),
+                                              what="no draft was saved while streaming")
                 assert len(rows) == 1 and rows[0][0] == handle.turn_id
                 assert rows[0][2] == os.getpid()
                 # at most about a second behind what was shown, and never ahead of it
                 assert "".join(seen).startswith(rows[0][1]) and rows[0][1]
+                more.set()
         outcome = await handle.result()
     assert outcome.reply == "".join(pieces)
     assert draft_rows(store.path) == []
@@ -123,11 +130,18 @@ def test_a_draft_recovered_by_two_processes_is_appended_once(tmp_path):
 
 @pytest.fixture
 def lock_store(tmp_path, monkeypatch):
-    """A store whose writes wait 4 s for a lock (10 s in real use) before giving up."""
+    """A store whose writes wait 4 s for a lock (10 s in real use) before giving up: the
+    tests act while a write waits, which the keys' witnesses prove, not a clock."""
     monkeypatch.setenv("PICOCHAT_BUSY_TIMEOUT_MS", "4000")
     store = open_store(tmp_path / "picochat.db")
     yield store
     store.close()
+
+
+def locked_notices(app) -> list[str]:
+    """The chat's notices that say the database was locked."""
+    return [str(n.render()) for n in app.query_one(ChatView).query(Notice)
+            if "locked" in str(n.render())]
 
 
 @contextlib.contextmanager
@@ -150,13 +164,13 @@ async def test_a_locked_database_never_freezes_the_app_and_an_unsaved_message_co
         with write_lock_held(store.path):
             await say(pilot, "keep the port 8443 in mind")
             await settle(pilot, app, lambda: app.worker.busy)
-            started = time.monotonic()
             await pilot.press("a", "b", "c")
-            # the keys got through while the write still waits for the lock
-            assert time.monotonic() - started < 2.0
+            # the keys got through while the write still waits for the lock: typed and shown
+            # before the write gave up (a write on the loop would have held them until then)
             assert app.worker.busy and app.query_one(Prompt).text == "abc"
-            await settle(pilot, app, lambda: not app.worker.busy, timeout=15)
-        await pilot.pause(0.1)
+            assert not locked_notices(app)
+            await settle(pilot, app, lambda: not app.worker.busy and locked_notices(app),
+                         what="the message's write never gave up on the lock")
         notices = [str(n.render()) for n in app.query_one(ChatView).query(Notice)]
         assert any("locked" in n and "not saved: it is back in the prompt" in n
                    for n in notices), notices
@@ -171,19 +185,28 @@ async def test_a_locked_database_never_freezes_the_app_and_an_unsaved_message_co
 
 
 async def test_commands_that_write_wait_off_the_loop_and_say_the_database_was_locked(
-        lock_store):
+        lock_store, monkeypatch):
     app = make_app(lock_store)
+    rename, renaming = lock_store.rename_session, threading.Event()
+
+    def watched_rename(*args, **kwargs):
+        renaming.set()  # the command's write has begun: it now waits for the lock
+        return rename(*args, **kwargs)
+    monkeypatch.setattr(lock_store, "rename_session", watched_rename)
+
+    def stayed_locked() -> bool:
+        return any("stayed locked" in str(n.render())
+                   for n in app.query_one(ChatView).query(Notice))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)
         with write_lock_held(lock_store.path):
-            started = time.monotonic()
             await say(pilot, "/rename ports")
-            await pilot.pause(0.3)
+            await settle(pilot, app, renaming.is_set, what="/rename never began its write")
             await pilot.press("x")
-            assert time.monotonic() - started < 1.5  # keys get through meanwhile
-            await settle(pilot, app, lambda: any(
-                "stayed locked" in str(n.render())
-                for n in app.query_one(ChatView).query(Notice)), timeout=15)
+            # keys get through meanwhile: shown while the write still waits for the lock
+            assert app.query_one(Prompt).text == "x" and not stayed_locked()
+            await settle(pilot, app, stayed_locked,
+                         what="/rename never said the database stayed locked")
         assert app.is_running and app.session.name == "t"
         await say(pilot, "/rename ports")
         await settle(pilot, app, lambda: app.session.name == "ports")
@@ -194,14 +217,19 @@ async def test_commands_that_write_wait_off_the_loop_and_say_the_database_was_lo
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_ask_stopped_by_a_signal_saves_what_was_shown(home, signum):
-    env = dict(os.environ, PICOCHAT_OFFLINE_DELAY_MS="40")
+    # a second before each of the answer's 74 pieces: once two are shown the rest needs over
+    # 70 s, so the answer cannot end before the signal arrives, however busy the machine
+    env = dict(os.environ, PICOCHAT_OFFLINE_DELAY_MS="1000")
     proc = subprocess.Popen([sys.executable, "-m", "picochat", "ask", LONG_QUESTION],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
-    shown = os.read(proc.stdout.fileno(), 200).decode()  # the answer has begun
-    time.sleep(0.3)
-    proc.send_signal(signum)
-    rest, err = proc.communicate(timeout=30)
+    try:
+        shown = read_until(proc.stdout, "I'm picochat's")  # the answer has begun
+        proc.send_signal(signum)
+        rest, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     shown += rest.decode()
     assert shown.endswith("\n")  # the stderr line does not stick to the answer on a terminal
     assert proc.returncode == 128 + signum
@@ -218,15 +246,25 @@ def test_ask_stopped_by_a_signal_saves_what_was_shown(home, signum):
 
 
 def test_ask_killed_mid_answer_loses_at_most_the_last_moments(home, run_cli):
-    delay_ms = 80
-    env = dict(os.environ, PICOCHAT_OFFLINE_DELAY_MS=str(delay_ms))
+    # 250 ms before each of the answer's 74 pieces: the whole answer takes over 18 s, and the
+    # kill comes about 4 s in, once drafts have been saved along the way (one a second)
+    env = dict(os.environ, PICOCHAT_OFFLINE_DELAY_MS="250")
     proc = subprocess.Popen([sys.executable, "-m", "picochat", "ask", LONG_QUESTION],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
-    shown = os.read(proc.stdout.fileno(), 200).decode()
-    time.sleep(2.0)
-    proc.kill()
-    rest, _ = proc.communicate(timeout=30)
+    db = home / "data" / "picochat.db"
+
+    def long_draft() -> bool:
+        assert proc.poll() is None, "the answer ended before the kill"
+        return any(len(content) >= 120 for _, content, _ in draft_rows(db))
+    try:
+        shown = read_until(proc.stdout, "I'm ")  # the answer has begun (and its database is)
+        wait_until(long_draft, what="no draft of 120 characters was saved mid-answer")
+        proc.kill()
+        rest, _ = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     shown += rest.decode()
     nxt = run_cli("ask", "next question")  # the next start recovers the draft, and says so
     assert nxt.status == 0
@@ -267,9 +305,9 @@ async def test_a_stop_just_after_a_write_committed_keeps_that_row_once(store, wh
     await worker.start()
     handle = worker.submit_turn("hi")
     try:
-        outcome = await asyncio.wait_for(handle.result(), 10)
+        outcome = await asyncio.wait_for(handle.result(), WAIT_S)
     finally:
-        await asyncio.wait_for(worker.close(), 10)
+        await asyncio.wait_for(worker.close(), WAIT_S)
     rows = [(m.role, m.status, m.content) for m in store.history(session.id)]
     if which == "user":
         assert rows == [("user", "complete", "hi")] and outcome.user_seq == 1
@@ -282,13 +320,27 @@ async def test_two_stops_while_a_draft_waits_for_a_lock_still_end_the_turn(store
     process's lock: the turn ends, its partial saved once, and the worker closes."""
     session = store.create_session("x")
     save = store.save_draft
+    saving, unlocked = threading.Event(), threading.Event()
 
     def slow_save(*args):
-        time.sleep(1.0)  # as if another picochat held the write lock
+        saving.set()
+        unlocked.wait(WAIT_S)  # as if another picochat held the write lock until both stops
         save(*args)
     monkeypatch.setattr(store, "save_draft", slow_save)
-    worker = SessionWorker(store, session.id, resolve_model(Config(), "offline"),
-                           Slow([f"w{i} " for i in range(50)], gap=0.02), "sys")
+
+    class Stoppable(Slow):
+        stopped = False
+
+        async def stream(self, request):
+            try:
+                async for event in super().stream(request):
+                    yield event
+            except asyncio.CancelledError:
+                self.stopped = True  # the first stop reached the running turn
+                raise
+    provider = Stoppable([f"w{i} " for i in range(50)], gap=0.02)  # the gap only paces
+    worker = SessionWorker(store, session.id, resolve_model(Config(), "offline"), provider,
+                           "sys")
     await worker.start()
     handle = worker.submit_turn("go")
 
@@ -297,13 +349,20 @@ async def test_two_stops_while_a_draft_waits_for_a_lock_still_end_the_turn(store
         async for event in handle:
             seen += hasattr(event, "text")
             if seen == 5:
+                await wait_until_async(saving.is_set, what="no draft save began")
                 handle.cancel()
-                await asyncio.sleep(0.1)
-                handle.cancel()
+                await wait_until_async(lambda: provider.stopped,
+                                       what="the first stop never reached the stream")
+                handle.cancel()  # the second stop, while the draft's save still waits
+                await asyncio.sleep(0)  # the second stop is delivered before the save ends
+                unlocked.set()
                 return
-    await asyncio.wait_for(stop_twice(), 10)
-    outcome = await asyncio.wait_for(handle.result(), 10)
-    await asyncio.wait_for(worker.close(), 10)
+    try:
+        await asyncio.wait_for(stop_twice(), WAIT_S)
+        outcome = await asyncio.wait_for(handle.result(), WAIT_S)
+    finally:
+        unlocked.set()
+        await asyncio.wait_for(worker.close(), WAIT_S)
     assert outcome.cancelled
     rows = store.history(session.id)
     assert [(m.role, m.status) for m in rows] == [("user", "complete"),
@@ -320,11 +379,9 @@ def test_a_reused_pid_or_a_zombie_does_not_keep_a_draft_from_recovery(tmp_path):
     assert not process_alive(me, (process_start(me) or 0) + 1)  # same pid, a later process
     assert not process_alive(dead_pid(), None)
     zombie = subprocess.Popen(["true"])
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{zombie.pid}/stat").read_text().split(") ")[1][0] != "Z":
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
     try:
+        wait_until(lambda: Path(f"/proc/{zombie.pid}/stat").read_text().split(") ")[1][0]
+                   == "Z", what="`true` never ended")
         assert not process_alive(zombie.pid, None)  # ended, not yet reaped
     finally:
         zombie.wait()
@@ -341,7 +398,11 @@ async def test_the_app_opens_with_a_killed_answer_recovered_and_says_so(store):
     app = make_app(store)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await settle(pilot, app, lambda: app.ready)
-        await pilot.pause(0.2)
+
+        def told() -> bool:
+            return any("cut off when picochat was killed" in str(n.message)
+                       for n in app._notifications)
+        await settle(pilot, app, told, what="the recovered answer was never told")
         notes = [str(n.message) for n in app._notifications]
         assert any("cut off when picochat was killed is saved as interrupted (message #2)" in n
                    for n in notes), notes

@@ -18,7 +18,8 @@ from tests.test_compaction_e2e import (  # noqa: F401  (fixtures)
     seed,
 )
 from tests.test_summary_model import configure, fake  # noqa: F401  (fixture)
-from tests.test_tui import SIZE, make_app, say, settle, texts
+from tests.test_tui import SIZE, make_app, say, texts
+from tests.waiting import WAIT_S, settle
 
 
 # `picochat ARGS` with a disk that is full by the time the export is written
@@ -56,7 +57,7 @@ async def test_a_failed_export_write_is_one_line_in_both(cli_store, tmp_path, mo
 
     proc = subprocess.run([sys.executable, "-c", _FULL_DISK, "export", "--session", "s",
                            "--format", "md", "-o", str(target)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=WAIT_S)
     [said] = proc.stderr.splitlines()
 
     line = f"{target}: cannot write the export: No space left on device"
@@ -76,7 +77,7 @@ async def test_a_failed_compaction_is_one_line_in_both(run_cli, fake, cli_store,
                       config)
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "/compact")
-        await settle(pilot, app, lambda: _error_notices(app), timeout=30)
+        await settle(pilot, app, lambda: _error_notices(app))
         [shown] = _error_notices(app)
         assert not any("Nothing to compact" in t for t in texts(app, Notice))
 

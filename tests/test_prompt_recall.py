@@ -4,7 +4,8 @@ press gives the most recent one, the next presses older ones (issue 22.1)."""
 from __future__ import annotations
 
 from picochat.tui.prompt import Prompt
-from tests.test_tui import SIZE, chat_once, make_app, settle
+from tests.test_tui import SIZE, chat_once, make_app
+from tests.waiting import settle
 
 
 async def test_up_after_a_restart_recalls_the_newest_prompt_first(store):

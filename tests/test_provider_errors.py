@@ -12,6 +12,7 @@ import pytest
 
 from tests.fake_openai import FakeOpenAI, fake_openai, overflow_body  # noqa: F401  (fixture)
 from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, history, write_config
+from tests.waiting import WAIT_S
 
 LITELLM_WORDS = ("litellm", "OpenAIException", "APIConnectionError", "MidStreamFallback",
                  "Expecting value", "Original exception", "Connection error")
@@ -19,12 +20,15 @@ LITELLM_WORDS = ("litellm", "OpenAIException", "APIConnectionError", "MidStreamF
 
 @pytest.fixture
 def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
-    write_config(config_file, fake_openai.base_url, "timeout = 5\n")
+    # a bound on a hang, generous under load: no test here waits for it to pass
+    write_config(config_file, fake_openai.base_url, f"timeout = {WAIT_S:g}\n")
     return fake_openai
 
 
 def ask(run_cli, text: str, env: dict[str, str] | None = None):
-    return run_cli("ask", text, env=env or ENV)
+    # through litellm: its import alone took ~50 s on a busy machine (run_cli's 60 s default
+    # was hit under load)
+    return run_cli("ask", text, env=env or ENV, timeout=3 * WAIT_S)
 
 
 def assert_no_internals(result) -> None:
@@ -226,8 +230,9 @@ def test_litellm_log_records_are_masked(home):
     import subprocess
     import sys
 
+    # it imports litellm: on a busy machine that alone took ~50 s
     proc = subprocess.run([sys.executable, "-c", _LOG_PROBE], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=3 * WAIT_S)
     assert proc.returncode == 0, proc.stderr
     assert "provider said bad key [key]" in proc.stdout
     assert "ValueError: server echoed [key]" in proc.stdout

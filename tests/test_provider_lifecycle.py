@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import pytest
 
@@ -25,6 +24,8 @@ from tests.test_compaction_e2e import (  # noqa: F401  (fixtures)
     fake_openai,
     make_worker,
 )
+from tests import fake_openai as fake_openai_module
+from tests.waiting import WAIT_S, read_until
 
 BEFORE = "The first half of an answer"
 
@@ -52,7 +53,7 @@ def test_cancel_mid_stream_drops_the_connection_and_keeps_what_arrived(fake, cli
             outcome = await handle.result()
             # the server sees the client go away while the worker (and its connection pool)
             # is still open: the cancel itself closed the stream
-            closed = await asyncio.to_thread(fake.disconnected.wait, 10)
+            closed = await asyncio.to_thread(fake.disconnected.wait, WAIT_S)
             return outcome, closed
 
     try:
@@ -67,36 +68,22 @@ def test_cancel_mid_stream_drops_the_connection_and_keeps_what_arrived(fake, cli
                     ("assistant", BEFORE, INTERRUPTED)]
 
 
-def read_until(stream, text: str, timeout: float = 60.0) -> str:
-    """What a pipe delivered until `text` appeared (raw reads: the CLI streams unbuffered)."""
-    got = b""
-    deadline = time.monotonic() + timeout
-    os.set_blocking(stream.fileno(), False)
-    while text.encode() not in got:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never saw {text!r}; got {got!r}")
-        try:
-            chunk = os.read(stream.fileno(), 4096)
-        except BlockingIOError:
-            time.sleep(0.02)
-            continue
-        if not chunk:
-            raise AssertionError(f"the stream ended before {text!r}; got {got!r}")
-        got += chunk
-    return got.decode()
-
-
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT semantics")
-def test_ctrl_c_during_ask_saves_the_partial_answer_and_exits_130(run_cli, fake, home):
+def test_ctrl_c_during_ask_saves_the_partial_answer_and_exits_130(run_cli, fake, home,
+                                                                   monkeypatch):
+    # the fake gives up a held stream after HOLD_LIMIT_S (then the client's leaving is never
+    # seen); the CLI's answer to Ctrl-C must not race that limit on a busy machine
+    monkeypatch.setattr(fake_openai_module, "HOLD_LIMIT_S", 3 * WAIT_S)
     release = held(fake)
     env = {**os.environ, **ENV}
     proc = subprocess.Popen([sys.executable, "-m", "picochat", "ask", "tell me everything"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
-        shown = read_until(proc.stdout, BEFORE)
+        # the CLI imports litellm before it asks: on a busy machine that alone took ~50 s
+        shown = read_until(proc.stdout, BEFORE, timeout=3 * WAIT_S)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-        assert fake.disconnected.wait(10)
+        out, err = proc.communicate(timeout=WAIT_S)
+        assert fake.disconnected.wait(WAIT_S), "the held stream was never closed"
     finally:
         release.set()
         if proc.poll() is None:
@@ -140,7 +127,7 @@ def test_warm_up_imports_litellm_and_touches_no_network(tmp_path, home):
            "PYTHONPATH": os.pathsep.join(filter(None, [str(site),
                                                        os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, "-c", WARM_UP], capture_output=True, text=True,
-                          timeout=120, env=env)
+                          timeout=3 * WAIT_S, env=env)  # a litellm import: ~50 s under load
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "warm"
     assert proc.stderr == ""
@@ -150,7 +137,8 @@ def test_warm_up_imports_litellm_and_touches_no_network(tmp_path, home):
 
 def test_ask_through_litellm_shuts_down_without_unclosed_connections(run_cli, fake, home):
     env = {**ENV, "PYTHONWARNINGS": "always", "PYTHONTRACEMALLOC": "0"}
-    result = run_cli("ask", "hello", env=env)
+    # through litellm: its import alone took ~50 s on a busy machine
+    result = run_cli("ask", "hello", env=env, timeout=3 * WAIT_S)
     assert result.status == 0, result.stderr
     assert result.stderr == ""
     logs = list((home / "data").rglob("*.log"))

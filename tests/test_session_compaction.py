@@ -17,6 +17,7 @@ from picochat.providers.errors import ContextOverflow, ProviderUnavailable
 from picochat.session import Compacted, CompactionStarted, SessionWorker, TurnFailed, TurnFinished
 from tests.scripted import Recorder, waiter
 from tests.test_compaction_engine import talk
+from tests.waiting import wait_until_async
 
 
 def model(window):
@@ -206,8 +207,11 @@ def test_compact_during_a_turn_waits_for_it(store):
         async with worker(store, s.id, provider, window=32_000) as w:
             handle = w.submit_turn("a slow question")
             compaction = w.compact()
-            await asyncio.sleep(0.05)
-            assert handle.started and not compaction.done()  # queued, not racing
+            await wait_until_async(lambda: provider.turn_requests,
+                                   what="the turn never reached the provider")
+            # the turn is held in the provider: the compaction is queued, not racing it (no
+            # event marks a job that did not start; a racing one would be sending its summary)
+            assert handle.started and not compaction.done() and not provider.summary_requests
             release.set()
             first = await handle.result()
             outcome = await compaction

@@ -13,23 +13,33 @@ from picochat.providers.base import Finish, Provider, ProviderRequest, TextDelta
 from picochat.providers.errors import RateLimited
 from picochat.providers.offline import OfflineProvider
 from picochat.session import SessionWorker, TurnFailed, TurnFinished, TurnStarted
+from tests.waiting import WAIT_S, wait_until_async
 
 OFFLINE = resolve_model(Config(), "offline")
 
 
 class Scripted(Provider):
-    """Streams the given pieces, waiting `gap` s between them, then optionally raises."""
+    """Streams the given pieces, waiting `gap` s between them, then, given `hold`, keeps the
+    stream open until the test sets it (`holding` is set once it waits there: every piece
+    has been taken), then optionally raises.
 
-    def __init__(self, pieces, gap=0.0, error=None):
+    The gap only paces the output: a test that needs the turn still running when it acts
+    holds it instead."""
+
+    def __init__(self, pieces, gap=0.0, error=None, hold: asyncio.Event | None = None):
         self.info = ModelInfo("test", "scripted")
-        self.pieces, self.gap, self.error = pieces, gap, error
+        self.pieces, self.gap, self.error, self.hold = pieces, gap, error, hold
+        self.holding = asyncio.Event()
         self.requests: list[ProviderRequest] = []
 
     async def stream(self, request):
         self.requests.append(request)
         for piece in self.pieces:
-            await asyncio.sleep(self.gap)
+            await asyncio.sleep(self.gap)  # pacing, not a wait: see the docstring
             yield TextDelta(piece)
+        if self.hold is not None:
+            self.holding.set()
+            await self.hold.wait()
         if self.error:
             raise self.error
         yield Usage(10, 2)
@@ -50,7 +60,7 @@ async def test_turn_streams_events_and_persists_both_messages(store):
 
 async def test_jobs_run_one_at_a_time_in_submission_order(store):
     s = store.create_session("w")
-    provider = Scripted(["a", "b", "c"], gap=0.02)
+    provider = Scripted(["a", "b", "c"], gap=0.02)  # paced: the jobs queue up behind it
     order: list[str] = []
     async with SessionWorker(store, s.id, OFFLINE, provider, "sys") as worker:
         first = worker.submit_turn("one")
@@ -79,7 +89,9 @@ async def test_a_failed_turn_keeps_the_user_message_and_the_partial_answer(store
 
 async def test_cancel_stops_the_stream_at_once_and_keeps_what_arrived(store):
     s = store.create_session("w")
-    provider = Scripted(["first ", "second ", "third"] + ["x"] * 100, gap=0.05)
+    # the stream stays open after two pieces: what arrives later can only come from a turn
+    # that the cancel did not stop
+    provider = Scripted(["first ", "second "], gap=0.05, hold=asyncio.Event())
     async with SessionWorker(store, s.id, OFFLINE, provider, "sys") as worker:
         handle = worker.submit_turn("go")
         seen = []
@@ -96,7 +108,7 @@ async def test_cancel_stops_the_stream_at_once_and_keeps_what_arrived(store):
 
 async def test_a_turn_cancelled_while_queued_never_reaches_the_provider(store):
     s = store.create_session("w")
-    provider = Scripted(["slow"], gap=0.1)
+    provider = Scripted(["slow"], gap=0.1)  # pacing only: the cancel comes before it runs
     async with SessionWorker(store, s.id, OFFLINE, provider, "sys") as worker:
         running = worker.submit_turn("one")
         queued = worker.submit_turn("two")
@@ -129,11 +141,11 @@ async def test_a_queued_turn_taken_back_ends_at_once_and_leaves_the_queue(store)
         running = worker.submit_turn("one")
         middle = worker.submit_turn("two")
         last = worker.submit_turn("three")
-        while not worker.busy:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: worker.busy, what="turn one never began")
         assert worker.queued == 2
         middle.cancel()
-        outcome = await asyncio.wait_for(middle.result(), 1)  # while "one" is still held
+        # it ends while "one" is still held: "one" ends only once released, below
+        outcome = await asyncio.wait_for(middle.result(), WAIT_S)
         assert isinstance(outcome, TurnFailed) and outcome.cancelled
         assert outcome.user_seq is None and not middle.started
         assert worker.queued == 1 and not running._result.done()
@@ -148,7 +160,7 @@ async def test_a_queued_turn_taken_back_ends_at_once_and_leaves_the_queue(store)
 
 async def test_total_timeout_fails_the_turn_clearly(store):
     s = store.create_session("w")
-    provider = Scripted(["never"], gap=5)
+    provider = Scripted([], hold=asyncio.Event())  # a provider that never answers
     async with SessionWorker(store, s.id, OFFLINE, provider, "sys", total_timeout=0.1) as worker:
         outcome = await worker.submit_turn("hi").result()
     assert isinstance(outcome, TurnFailed) and outcome.error.kind == "timeout"
@@ -179,12 +191,12 @@ async def test_system_prompt_first_and_alone(store, system):
 
 async def test_closing_runs_nothing_that_was_still_queued_but_keeps_its_messages(store):
     s = store.create_session("w")
-    provider = Scripted(["slow ", "reply"], gap=0.05)
+    provider = Scripted(["slow "], hold=asyncio.Event())  # "slow " shown, then still running
     worker = await SessionWorker(store, s.id, OFFLINE, provider, "sys").start()
     running = worker.submit_turn("one")
     queued = worker.submit_turn("two")
     command = worker.call(lambda: store.clear_context(s.id))
-    await asyncio.sleep(0.07)
+    await asyncio.wait_for(provider.holding.wait(), WAIT_S)
     await worker.close()
     assert (await running.result()).cancelled
     unsent = await queued.result()

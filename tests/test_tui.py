@@ -18,22 +18,29 @@ from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen
 from picochat.tui.status import StatusBar
 from tests.scripted import Recorder
+from tests.waiting import settle
 
 SIZE = (110, 36)
 SMALL_KEEP = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
 
 
 class Slow(Provider):
-    """Streams `pieces` one every `gap` seconds: a turn that is still running."""
+    """Streams `pieces` one every `gap` seconds, then, given `hold`, keeps the stream open
+    until the test sets it: a turn that is still running when the test acts.
 
-    def __init__(self, pieces, gap=0.05):
+    The gap only paces the output (no test may count on its length to find the turn still
+    running: that is what `hold` is for); `gap=0` still yields to the event loop."""
+
+    def __init__(self, pieces, gap=0.05, hold: asyncio.Event | None = None):
         self.info = ModelInfo("test", "slow")
-        self.pieces, self.gap = pieces, gap
+        self.pieces, self.gap, self.hold = pieces, gap, hold
 
     async def stream(self, request):
         for piece in self.pieces:
-            await asyncio.sleep(self.gap)
+            await asyncio.sleep(self.gap)  # pacing, not a wait: see the docstring
             yield TextDelta(piece)
+        if self.hold is not None:
+            await self.hold.wait()
         yield Usage(10, 2)
         yield Finish()
 
@@ -51,21 +58,23 @@ async def say(pilot, text: str) -> None:
     await pilot.press("enter")
 
 
-async def settle(pilot, app, until, timeout: float = 10.0) -> None:
-    """Let the app run until `until()` holds (the worker and the UI are asynchronous)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not until():
-        assert asyncio.get_running_loop().time() < deadline, "the app never got there"
-        await pilot.pause(0.05)
+def answered(app, store) -> bool:
+    """The newest answer is on screen in full: its widget carries the saved row's seq (given
+    when the turn's end is shown) and the bar no longer says anything runs."""
+    rows = store.history(app.session.id)
+    answers = app.query_one(ChatView).query(AssistantMessage)
+    return (bool(rows) and bool(answers) and answers.last().seq == rows[-1].seq
+            and app.query_one(StatusBar).state == "")
 
 
 async def chat_once(pilot, app, store, text: str) -> None:
-    """Send `text` and wait for the answer to be saved."""
+    """Send `text` and wait for the answer to be saved and shown in full."""
     count = len(store.history(app.session.id))
     await say(pilot, text)
     await settle(pilot, app, lambda: len(store.history(app.session.id)) == count + 2
-                 and not app.worker.busy)
-    await pilot.pause(0.1)
+                 and not app.worker.busy and answered(app, store),
+                 what="the answer was never saved and shown")
+    await pilot.pause()  # the answer's last blocks, mounted as it finished, are composed
 
 
 def _long_session(store, turns=16):
@@ -112,6 +121,7 @@ async def test_status_bar_shows_the_same_numbers_as_picochat_info(store, run_cli
         app = make_app(shared, config=Config())
         async with app.run_test(size=SIZE) as pilot:
             await chat_once(pilot, app, shared, "hello there")
+            await settle(pilot, app, lambda: app.ready)  # the figures are counted
             status = str(app.query_one(StatusBar).render())
             calibrated = app.worker.info().as_dict()
         result = run_cli("info", "--json", "--session", "t")
@@ -140,8 +150,10 @@ async def test_compact_draws_the_divider_and_fills_the_panel(store):
         before = app.worker.info().budget.used_tokens
         await say(pilot, "/compact keep the ports")
         await settle(pilot, app, lambda: bool(store.checkpoints(app.session.id))
-                     and app.query(CheckpointDivider))
-        await pilot.pause(0.2)
+                     and app.query(CheckpointDivider)
+                     and any("Context compacted" in t for t in texts(app, Notice))
+                     and app.query_one(StatusBar).state == "")  # the command has ended
+        await pilot.pause()
         [cp] = store.checkpoints(app.session.id)
         [divider] = app.query(CheckpointDivider)
         said = str(divider.render())
@@ -158,6 +170,10 @@ async def test_compact_draws_the_divider_and_fills_the_panel(store):
         await pilot.press("f2")
         panel = app.query_one(CheckpointPanel)
         assert panel.has_class("open")
+        # filled when it says it opened: the focus moves to its list then
+        from textual.widgets import OptionList
+
+        await settle(pilot, app, lambda: isinstance(app.focused, OptionList))
         meta = str(panel.query_one("#cp-meta").render())
         assert "Summary 1" in meta and f"{cp.tokens_before:,} → {cp.tokens_after:,}" in meta
         await say(pilot, "/uncompact")
@@ -172,13 +188,16 @@ async def test_compact_during_a_turn_is_queued_and_runs_after_it(store):
                              turn_id=f"x{i}")
         store.append_message(store.find_session("t").id, "assistant", f"a{i} " + "words " * 40,
                              turn_id=f"x{i}")
-    app = make_app(store, provider=_SlowThenOffline())
+    provider = _SlowThenOffline()
+    app = make_app(store, provider=provider)
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "a slow question")
         await settle(pilot, app, lambda: app.worker.busy)
         await say(pilot, "/compact")
         await settle(pilot, app, lambda: any("queued" in t for t in texts(app, Notice)))
         assert not store.checkpoints(app.session.id)      # not while the turn runs
+        assert app.worker.busy                            # (it is held open until now)
+        provider.release.set()
         await settle(pilot, app, lambda: any("Context compacted" in t
                                              for t in texts(app, Notice)))
         [cp] = store.checkpoints(app.session.id)
@@ -188,23 +207,26 @@ async def test_compact_during_a_turn_is_queued_and_runs_after_it(store):
 
 
 class _SlowThenOffline(Provider):
-    """A slow turn; summaries from the offline model."""
+    """A turn held open until `release` is set; summaries from the offline model."""
 
     def __init__(self):
         self.info = ModelInfo("offline", "offline")
         self.offline = OfflineProvider(0)
+        self.release = asyncio.Event()
 
     async def stream(self, request):
         if request.purpose == "summary":
             async for event in self.offline.stream(request):
                 yield event
             return
-        async for event in Slow(["slow ", "but ", "sure"], gap=0.2).stream(request):
+        async for event in Slow(["slow ", "but ", "sure"], gap=0,
+                                hold=self.release).stream(request):
             yield event
 
 
 async def test_escape_stops_the_answer_and_keeps_what_arrived(store):
-    app = make_app(store, provider=Slow(["one ", "two ", "three "] + ["more "] * 200, gap=0.02))
+    never = asyncio.Event()  # the answer stays open until Esc stops it
+    app = make_app(store, provider=Slow(["one ", "two ", "three "], gap=0, hold=never))
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "go on")
         await settle(pilot, app, lambda: any(len(a.parts) >= 3 for a in
@@ -222,8 +244,7 @@ async def test_model_output_cannot_inject_markup_or_escapes(store):
     app = make_app(store, provider=Slow(hostile, gap=0))
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "[bold]me[/bold] \x1b[31m")
-        await settle(pilot, app, lambda: not app.worker.busy and app.query(AssistantMessage))
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: not app.worker.busy and answered(app, store))
         [answer] = app.query(AssistantMessage)
         shown = "".join(answer.parts)
         assert "[red]x[/red]" in shown and "[@click=app.quit]" in shown
@@ -240,7 +261,7 @@ async def test_unknown_command_suggests_the_nearest(store):
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "/compcat")
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: any("unknown command" in t for t in texts(app, Notice)))
         assert any("unknown command /compcat; did you mean /compact?" in t
                    for t in texts(app, Notice))
         assert store.history(app.session.id) == []        # nothing was sent
@@ -250,7 +271,7 @@ async def test_slash_completion_lists_commands_with_help(store):
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("/", "c")
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: "/compact" in str(app.query_one("#hints").render()))
         hints = str(app.query_one("#hints").render())
         assert "/compact" in hints and "/clear" in hints and "/info" not in hints
         assert "summarize older turns" in hints
@@ -260,12 +281,12 @@ async def test_info_and_help_open_cards_with_the_engines_rows(store):
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "/info")
-        await pilot.pause(0.2)
-        assert isinstance(app.screen, CardScreen)
+        await settle(pilot, app, lambda: isinstance(app.screen, CardScreen))
         assert app.screen.rows == app.worker.info().rows()
         await pilot.press("escape")
         await pilot.press("f1")
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: isinstance(app.screen, CardScreen)
+                     and app.screen.title_text == "Keys and commands")
         labels = [label for label, _ in app.screen.rows]
         assert "/compact [focus|all]" in labels and "F2" in labels and "ctrl+j" in labels
 
@@ -287,7 +308,7 @@ async def test_up_recalls_the_previous_prompt_and_ctrl_j_adds_a_newline(store):
         for key, char in [("x", "x"), ("ctrl+j", "\n"), ("y", "y"), ("ctrl+j", "\n"),
                           ("z", "z")]:
             app.post_message(events.Key(key, char))
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: len(app.query_one(Prompt).text) == 5)  # all arrived
         assert app.query_one(Prompt).text == "x\ny\nz"
 
 
@@ -312,17 +333,16 @@ async def test_sessions_new_rename_switch_and_delete(store):
         await settle(pilot, app, lambda: store.session(app.session.id).name == "renamed")
         assert "renamed" in str(app.query_one(StatusBar).render())
         await say(pilot, "/sessions")
-        await pilot.pause(0.2)
-        from picochat.tui.screens import PickScreen
+        from picochat.tui.screens import ConfirmScreen, PickScreen
 
-        assert isinstance(app.screen, PickScreen)
+        await settle(pilot, app, lambda: isinstance(app.screen, PickScreen))
         first = store.find_session("first")
         await pilot.press("down", "enter")    # the list is newest first: the second row
         await settle(pilot, app, lambda: texts(app, UserMessage) == [
             "a message in the first session"])
         assert app.session.id == first.id
         await say(pilot, "/delete")
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
         await settle(pilot, app, lambda: app.session.id != first.id)
         assert store.find_session("first") is None             # hidden from every list
@@ -352,8 +372,10 @@ async def test_search_lists_matches_and_jumps_to_one_even_in_an_unloaded_page(st
         await settle(pilot, app, lambda: bool(app.query(".found")))
         [found] = app.query(".found")
         assert found.seq == 1 and isinstance(found, UserMessage)
-        await pilot.pause(0.2)
         chat = app.query_one(ChatView)
+        # the jump scrolls after the next refresh: wait for it to land on the message
+        await settle(pilot, app, lambda: chat.scroll_y <= found.virtual_region.y
+                     <= chat.scroll_y + chat.size.height)
         assert chat.scroll_y <= found.virtual_region.y <= chat.scroll_y + chat.size.height
         await say(pilot, "/search answer 149")  # a second search moves the mark
         await settle(pilot, app, lambda: isinstance(app.screen, PickScreen))
@@ -374,7 +396,8 @@ async def test_theme_switches_live_is_saved_and_a_bad_theme_file_is_only_a_notic
     model = resolve_model(SMALL_KEEP, "offline")
     app = PicochatApp(store, session, model, OfflineProvider(0), SMALL_KEEP, paths)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: any("broken.toml" in str(n.message)
+                                             for n in app._notifications))  # said at mount
         assert app.theme == "picochat-dark"
         assert {"picochat-light", "picochat-high-contrast", "mine", "nord"} <= set(
             app.available_themes)
@@ -382,10 +405,11 @@ async def test_theme_switches_live_is_saved_and_a_bad_theme_file_is_only_a_notic
         assert any("broken.toml" in str(n.message) and "primary" in str(n.message)
                    for n in app._notifications)
         await say(pilot, "/theme picochat-light")
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: any(t.startswith("Theme: picochat-light")
+                                             for t in texts(app, Notice)))
         assert app.theme == "picochat-light"
         await say(pilot, "/theme picochat-lite")
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: any("unknown theme" in t for t in texts(app, Notice)))
         assert any("did you mean picochat-light" in t for t in texts(app, Notice))
     assert load_config(paths.config_file).ui.theme == "picochat-light"
 
@@ -404,7 +428,7 @@ async def test_model_switch_follows_the_new_window(store, tmp_path):
         assert "8,192" in str(app.query_one(StatusBar).render())
         assert store.session(session.id).model == "tiny"
         await say(pilot, "/model nonsense")
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: any("unknown model" in t for t in texts(app, Notice)))
         assert any("unknown model 'nonsense'" in t for t in texts(app, Notice))
         assert app.worker.limits.window == 8192
 
@@ -420,7 +444,8 @@ async def test_retry_asks_the_last_question_again_and_copy_takes_the_answer(stor
         assert [m.retracted for m in rows] == [True, True, False, False]
         assert rows[2].content == "what is two plus two?"
         await say(pilot, "/copy")
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: any("Copied the last answer" in str(n.message)
+                                             for n in app._notifications))
         assert app.clipboard == rows[3].content
 
 
@@ -429,11 +454,13 @@ async def test_export_writes_the_whole_session(store, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await chat_once(pilot, app, store, "the canary host is cn-west-12")
         await say(pilot, f"/export json {tmp_path / 'out.json'}")
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: any("Exported" in t and "out.json" in t
+                                             for t in texts(app, Notice)))
         await say(pilot, f"/export md {tmp_path / 'out.md'}")
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: any("Exported" in t and "out.md" in t
+                                             for t in texts(app, Notice)))
         await say(pilot, f"/export md {tmp_path}")          # a folder: refused, said so
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: any("export failed" in t for t in texts(app, Notice)))
         assert any("export failed" in t and "folder" in t for t in texts(app, Notice))
     data = json.loads((tmp_path / "out.json").read_text())
     assert [m["content"] for m in data["messages"]][0] == "the canary host is cn-west-12"
@@ -467,8 +494,13 @@ async def test_a_message_typed_during_an_answer_is_queued_visibly(store):
         await settle(pilot, app, lambda: len(app.query(UserMessage)) == 2)
         second = app.query(UserMessage)[1]
         assert second.has_class("queued") and second.border_subtitle.startswith("queued")
-        await pilot.pause(0.1)
-        shot = app.export_screenshot().replace("&#160;", " ")
+
+        def screenshot() -> str:
+            return app.export_screenshot().replace("&#160;", " ")
+
+        # drawn once the screen is laid out again with the subtitle
+        await settle(pilot, app, lambda: "queued · ↑ edits" in screenshot())
+        shot = screenshot()
         assert "queued · ↑ edits · sends after this answer" in shot  # on screen, under the message
         assert "1 queued" in str(app.query_one(StatusBar).render())
         provider.release.set()
@@ -479,6 +511,29 @@ async def test_a_message_typed_during_an_answer_is_queued_visibly(store):
             "first", "second"]
 
 
+def palette_open(app) -> bool:
+    """The command palette is up, its input taking the keys."""
+    from textual.command import CommandInput, CommandPalette
+
+    return isinstance(app.screen, CommandPalette) and isinstance(app.focused, CommandInput)
+
+
+def palette_found(app, title: str) -> bool:
+    """The palette's search for what was typed has ended, `title` first in its list and
+    highlighted (what Enter runs)."""
+    from textual.command import CommandList, CommandPalette
+
+    screen = app.screen
+    if not isinstance(screen, CommandPalette) or screen.query_one(
+            "CommandInput").value != title:
+        return False
+    if any(w.node is screen and not w.is_finished for w in app.workers):  # still searching
+        return False
+    hits = screen.query_one(CommandList)
+    return (hits.option_count > 0 and hits.highlighted == 0
+            and str(hits.get_option_at_index(0).prompt).startswith(title))
+
+
 async def test_the_command_palette_offers_every_slash_command(store):
     from picochat.tui import slash
 
@@ -487,18 +542,18 @@ async def test_the_command_palette_offers_every_slash_command(store):
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert all(f"/{c.name}" in titles for c in slash.COMMANDS)
         await pilot.press("ctrl+p")
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: palette_open(app))
         for ch in "/info":
             await pilot.press(ch)
-        await pilot.pause(0.3)
+        await settle(pilot, app, lambda: palette_found(app, "/info"))
         await pilot.press("enter")
         await settle(pilot, app, lambda: isinstance(app.screen, CardScreen))
         await pilot.press("escape")
         await pilot.press("ctrl+p")  # a command that needs a NAME waits in the prompt for it
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: palette_open(app))
         for ch in "/rename":
             await pilot.press(ch)
-        await pilot.pause(0.3)
+        await settle(pilot, app, lambda: palette_found(app, "/rename"))
         await pilot.press("enter")
         await settle(pilot, app, lambda: app.query_one(Prompt).text == "/rename ")
         assert isinstance(app.focused, Prompt)
@@ -525,12 +580,15 @@ async def test_a_long_session_opens_with_the_newest_and_loads_older_on_scroll_up
         for expected in [*range(opened + PAGE, 500, PAGE), 500]:
             top = chat.query(UserMessage).first()
             chat.scroll_home(animate=False, immediate=True)
-            await settle(pilot, app, lambda: len(shown()) == expected)
-            await pilot.pause(0.1)
-            # the page went in above: what was at the top is still where the reader looks
+            # the page went in above, and the view scrolled back (after a refresh) so that
+            # what was at the top is still where the reader looks; its load has ended
+            await settle(pilot, app, lambda: len(shown()) == expected
+                         and abs(top.virtual_region.y - chat.scroll_y) <= 2
+                         and not chat._older_lock.locked())
             assert abs(top.virtual_region.y - chat.scroll_y) <= 2
             chat.scroll_end(animate=False, immediate=True)
-            await pilot.pause(0.1)
+            # back at the bottom, so that the next scroll home is a move to the top again
+            await settle(pilot, app, lambda: 0 < chat.max_scroll_y <= chat.scroll_y)
         assert texts(app, UserMessage)[0] == "question 0"
         assert not chat.query(".older")
         assert shown() == sorted(shown()) == list(range(1, 501))
@@ -564,7 +622,8 @@ async def test_auto_compaction_announces_itself_and_moves_the_divider(store):
     async with app.run_test(size=SIZE) as pilot:
         assert app.worker.info().budget.should_compact(True)
         await chat_once(pilot, app, store, "one more question")
-        await settle(pilot, app, lambda: bool(app.query(CheckpointDivider)))
+        await settle(pilot, app, lambda: bool(app.query(CheckpointDivider)) and any(
+            "auto compaction" in str(n.message) for n in app._notifications))
         [cp] = store.checkpoints(app.session.id)
         assert cp.trigger_reason == "auto"
         messages = [str(n.message) for n in app._notifications]
@@ -637,8 +696,8 @@ async def test_tool_calls_show_as_collapsible_blocks_with_their_result(store, tm
         await say(pilot, "what is in notes.txt?")
         await settle(pilot, app, lambda: not app.worker.busy and
                      any(m.role == "tool" for m in store.history(app.session.id))
-                     and len(provider.turn_requests) == 2)
-        await pilot.pause(0.2)
+                     and len(provider.turn_requests) == 2 and answered(app, store))
+        await pilot.pause()  # the block and the answer's last blocks are composed
         block = app.query_one(ToolBlock)
         assert "read_file" in str(block.title) and block.collapsed
         assert "cn-west-12" in block.result
@@ -665,7 +724,8 @@ async def test_an_overflow_compaction_announces_itself_and_the_answer_follows(st
                       SMALL_KEEP)
     async with app.run_test(size=SIZE) as pilot:
         await chat_once(pilot, app, store, "one more question")
-        await settle(pilot, app, lambda: bool(app.query(CheckpointDivider)))
+        await settle(pilot, app, lambda: bool(app.query(CheckpointDivider)) and any(
+            "overflow compaction" in str(n.message) for n in app._notifications))
         [cp] = store.checkpoints(app.session.id)
         assert cp.trigger_reason == "overflow"
         messages = [str(n.message) for n in app._notifications]
@@ -706,12 +766,14 @@ async def test_a_long_answer_streams_into_a_few_widgets_and_copies_as_one(store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, app.transcript_ready.is_set)
         chat = app.query_one(ChatView)
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: chat.max_scroll_y > 0)  # laid out: there is a page
         chat.scroll_home(animate=False, immediate=True)  # the reader is up the page
         chat.release_anchor()  # (as a scroll by hand does); sending brings them back
         await chat_once(pilot, app, store, "tell me everything")
         await pilot.pause()
-        assert chat.scroll_y == chat.max_scroll_y  # following the bottom
+        # following the bottom, once laid out with the whole answer
+        await settle(pilot, app, lambda: chat.scroll_y == chat.max_scroll_y)
+        assert chat.scroll_y == chat.max_scroll_y
         message = chat.query(AssistantMessage).last()
         assert message.text == answer and message.rendered
         prose = list(message.query(ProseBlock))
@@ -740,8 +802,7 @@ async def test_the_panel_takes_focus_undoes_after_asking_and_tells_a_clear_apart
         await say(pilot, "/compact")
         await settle(pilot, app, lambda: bool(app.query(CheckpointDivider)))
         await pilot.press("f2")
-        await pilot.pause(0.2)
-        assert isinstance(app.focused, OptionList)
+        await settle(pilot, app, lambda: isinstance(app.focused, OptionList))
         meta = app.query_one("#cp-meta")
         assert "In use" in str(meta.render())
         await pilot.press("ctrl+z", "y")  # /uncompact from the panel, once confirmed
@@ -760,7 +821,7 @@ async def test_tab_completes_hints_show_arguments_and_undo_says_what_it_did(stor
     async with app.run_test(size=SIZE) as pilot:
         prompt = app.query_one(Prompt)
         await pilot.press("/", "c", "o", "m")
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: "/compact" in str(app.query_one("#hints").render()))
         assert "/compact [focus|all]" in str(app.query_one("#hints").render())  # not eaten as markup
         await pilot.press("tab")
         assert prompt.text == "/compact "  # takes an argument: a space follows

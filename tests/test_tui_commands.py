@@ -14,8 +14,9 @@ def test_every_listed_command_has_a_handler_and_every_handler_a_listing():
 async def test_undo_speaks_of_messages_and_names_a_summary_only_when_one_was_in_use(store):
     """/undo with no summary in use says nothing of one (it used to name a checkpoint that
     was never there); it speaks of messages, not seqs."""
-    from tests.test_tui import SIZE, make_app, say, settle, short_turns, texts
     from picochat.tui.chat import Notice
+    from tests.test_tui import SIZE, make_app, say, short_turns, texts
+    from tests.waiting import settle
 
     short_turns(store, 2, "q{i}", "a{i}")
     app = make_app(store)
@@ -35,7 +36,8 @@ async def test_model_without_a_name_lists_the_configured_models(store):
     from picochat.providers.offline import OfflineProvider
     from picochat.tui.app import PicochatApp
     from picochat.tui.chat import Notice
-    from tests.test_tui import SIZE, say, settle, texts
+    from tests.test_tui import SIZE, say, texts
+    from tests.waiting import settle
 
     config = Config(default_model="small", models={
         "small": ModelConfig("small", "offline", token_limit=2000),
@@ -55,7 +57,8 @@ async def test_a_theme_picked_in_the_palette_is_remembered_in_the_config_file(st
     """The palette's "Change theme" sets the app's theme; the next start must find it."""
     from picochat.config import load_config
     from picochat.paths import Paths
-    from tests.test_tui import SIZE, make_app, settle
+    from tests.test_tui import SIZE, make_app
+    from tests.waiting import settle
 
     paths = Paths(data_dir=tmp_path / "data", config_file=tmp_path / "config.toml",
                   log_file=tmp_path / "log")
@@ -65,24 +68,30 @@ async def test_a_theme_picked_in_the_palette_is_remembered_in_the_config_file(st
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)
         app.theme = "picochat-light"  # what the palette's theme picker does
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: load_config(paths.config_file).ui.theme
+                     == "picochat-light")  # written when the theme changed
     assert load_config(paths.config_file).ui.theme == "picochat-light"
 
 
 async def test_a_line_that_lands_below_a_reader_who_scrolled_up_is_announced(store):
     """Feedback out of view gets a "new below" marker; going down to it removes it."""
     from picochat.tui.chat import ChatView, NewBelow
-    from tests.test_tui import SIZE, _long_session, make_app, say, settle
+    from tests.test_tui import SIZE, _long_session, make_app, say
+    from tests.waiting import settle
 
     _long_session(store)
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)
         chat = app.query_one(ChatView)
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: chat.max_scroll_y > 0)  # laid out: there is a page
         chat.scroll_home(animate=False, immediate=True)
         chat.release_anchor()
-        await pilot.pause(0.1)
+        # the reader is up the page, the older messages that reaching the top asked for are
+        # in (their marker gone) and the view is back where the reader was
+        await settle(pilot, app, lambda: not chat.query(".older")
+                     and chat.scroll_y < chat.max_scroll_y - 1 and not chat._older_lock.locked())
+        await pilot.pause()
         await say(pilot, "/model")
         await settle(pilot, app, lambda: bool(app.query(NewBelow)))
         assert "new below" in str(app.query_one(NewBelow).render())
@@ -92,7 +101,8 @@ async def test_a_line_that_lands_below_a_reader_who_scrolled_up_is_announced(sto
 
 async def test_the_apps_compact_card_speaks_of_messages_not_seqs(store):
     from picochat.tui.chat import Notice
-    from tests.test_tui import SIZE, _long_session, make_app, say, settle, texts
+    from tests.test_tui import SIZE, _long_session, make_app, say, texts
+    from tests.waiting import settle
 
     _long_session(store)
     app = make_app(store)
@@ -100,7 +110,7 @@ async def test_the_apps_compact_card_speaks_of_messages_not_seqs(store):
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, "/compact")
         await settle(pilot, app, lambda: any("Context compacted" in t
-                                             for t in texts(app, Notice)), timeout=20)
+                                             for t in texts(app, Notice)))
         [card] = [t for t in texts(app, Notice) if "Context compacted" in t]
         [cp] = store.checkpoints(app.session.id)
         assert f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens" in card

@@ -10,7 +10,8 @@ from picochat.tui.answer import AssistantMessage
 from picochat.tui.chat import ChatView, UserMessage
 from picochat.tui.preview import FOLD_CHARS, FOLD_LINES, HEAD_CHARS, TAIL_CHARS, fold, preview
 from picochat.tui.prompt import Prompt
-from tests.test_tui import SIZE, make_app, settle
+from tests.test_tui import SIZE, make_app
+from tests.waiting import settle
 
 PASTE = "".join(f"line {i:06d} of the pasted log, with some words after it\n"
                 for i in range(180_000))                               # about 10 MB
@@ -105,6 +106,8 @@ async def test_a_240_kb_paste_is_sent_whole_and_shown_folded_until_expanded(stor
         await pilot.pause()
         assert store.history(app.session.id)[0].content == LOG  # every character sent, stored
         message = app.query_one(UserMessage)
+        # laid out (a height of 0 would pass the checks below without meaning them)
+        await settle(pilot, app, lambda: message.outer_size.height > 0)
         chat = app.query_one(ChatView)
         assert message.outer_size.height <= 10                  # not some 250 rows
         assert chat.virtual_size.height < 40                    # the chat fits one screen
@@ -121,7 +124,7 @@ async def test_a_240_kb_paste_is_sent_whole_and_shown_folded_until_expanded(stor
         assert app.focused is message
 
         await app.reload()                                      # reopened: folded too
-        await pilot.pause()
+        await settle(pilot, app, lambda: app.query_one(UserMessage).outer_size.height > 0)
         assert app.query_one(UserMessage).outer_size.height <= 10
         await pilot.press("alt+up", "up", "c")
         assert app.clipboard == LOG

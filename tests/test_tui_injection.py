@@ -29,7 +29,9 @@ from picochat.tui.screens import CardScreen, ConfirmScreen, PickScreen
 from picochat.tui.status import StatusBar
 from tests.fake_openai import FakeOpenAI, fake_openai, summary_text  # noqa: F401  (fixture)
 from tests.scripted import Recorder
-from tests.test_tui import SMALL_KEEP, _long_session, make_app, say, settle, texts
+from tests.test_tui import SMALL_KEEP, _long_session, make_app, say, texts
+from tests.test_tui_races import idle
+from tests.waiting import settle
 
 WIDE = (160, 40)  # wide enough that no hostile line wraps on screen
 
@@ -60,13 +62,26 @@ def screen_actions(app) -> list[str]:
 
 
 async def click_on(pilot, app, needle: str) -> None:
-    """Click where `needle` is shown: on a link, had the text been read as markup."""
+    """Click where `needle` is shown (in a notice): on a link, had the text been read as
+    markup. Returns once the click is answered: the clicked notice has closed (after any
+    action the click ran, which the caller looks for)."""
+    toasts = len(app.screen.query(Toast))
     for y, row in enumerate(screen_text(app).split("\n")):
         if needle in row:
             await pilot.click(offset=(row.index(needle) + 1, y))
-            await pilot.pause(0.3)
+            await settle(pilot, app, lambda: not app.is_running
+                         or len(app.screen.query(Toast)) < toasts,
+                         what=f"the notice showing {needle!r} did not close when clicked")
             return
     raise AssertionError(f"{needle!r} is not on screen")
+
+
+async def shows(pilot, app, *needles: str) -> str:
+    """Wait until every one of `needles` is on screen (drawn, not only in a widget), and
+    return what the screen shows."""
+    await settle(pilot, app, lambda: all(n in screen_text(app) for n in needles),
+                 what=f"never on screen: {needles!r}")
+    return screen_text(app)
 
 
 def toast_text(app) -> str:
@@ -111,14 +126,15 @@ async def test_a_provider_error_in_an_auto_compaction_notice_is_shown_not_obeyed
         await settle(pilot, app, lambda: app.ready, timeout=90)
         assert app.worker.info().budget.should_compact(True)
         await say(pilot, "one more question")
-        await settle(pilot, app, lambda: "compaction failed" in toast_text(app), timeout=60)
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: "compaction failed" in toast_text(app))
+        await shows(pilot, app, "Click here")  # the notice drawn
         # the provider's message, as sent (the toast wraps it on screen)
         assert_literal(toast_text(app), "[@click=app.slash('system PWNED')]Click here[/] "
                                         f"{CLICK} [/]")
         assert_on_screen(app, "[@click=app.slash('system PWNED')]Click here[/]")
         await click_on(pilot, app, "Click here")  # only closes the notice
-        await settle(pilot, app, lambda: not app.worker.busy, timeout=30)
+        # the turn and any command the click could have queued (/system) have ended
+        await settle(pilot, app, lambda: not app.is_running or idle(app))
         assert app.is_running
         assert store.session(session.id).system_prompt is None
         assert "PWNED" not in (app.worker.system_prompt or "")
@@ -135,7 +151,10 @@ async def test_theme_file_names_and_values_in_notices_are_literal(store, tmp_pat
     app = PicochatApp(store, session, resolve_model(config, "offline"), OfflineProvider(0),
                       config, paths)
     async with app.run_test(size=WIDE, notifications=True) as pilot:
-        await pilot.pause(0.3)
+        # both notes of the start are shown, as notices drawn on the screen
+        await settle(pilot, app, lambda: "unknown key" in toast_text(app)
+                     and "unknown theme" in toast_text(app))
+        await shows(pilot, app, "unknown key", "unknown theme")
         text = toast_text(app)
         assert_literal(text, "x[@click=app.quit]q[bold].toml: [/] [@click=app.quit]k: "
                              "unknown key")
@@ -157,22 +176,23 @@ async def test_a_session_name_in_the_list_status_bar_info_card_and_delete_questi
 
         await say(pilot, "/sessions")
         await settle(pilot, app, lambda: isinstance(app.screen, PickScreen))
-        await pilot.pause(0.1)
+        await shows(pilot, app, app.session.id)  # the list drawn: its row for this session
         assert_on_screen(app, f"esc{SHOWN}")
         await pilot.press("escape")
 
         await say(pilot, "/info")
         await settle(pilot, app, lambda: isinstance(app.screen, CardScreen))
-        await pilot.pause(0.1)
+        await shows(pilot, app, "Context (/info)")  # the card drawn: its title
         assert_on_screen(app, f"esc{SHOWN}")
         await pilot.press("escape")
 
         await say(pilot, "/delete")
         await settle(pilot, app, lambda: isinstance(app.screen, ConfirmScreen))
-        await pilot.pause(0.1)
+        await shows(pilot, app, "Delete session")  # the question drawn
         assert_on_screen(app, "esc[@click=app.quit]quit[/] [bold]b [/]", quoted=True)
         await pilot.press("n")
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: not isinstance(app.screen, ConfirmScreen))
+        await pilot.pause()  # the answer's callback and what it caused handled (no time)
         assert app.is_running and store.find_session(f"esc{HOSTILE}")
 
 
@@ -182,7 +202,9 @@ async def test_rename_shows_the_new_name_literally_in_the_notice_and_the_status_
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, f"/rename {HOSTILE}")
         await settle(pilot, app, lambda: any("renamed" in t for t in texts(app, Notice)))
-        await pilot.pause(0.1)
+        # the notice and the status bar both drawn with the new name
+        await settle(pilot, app, lambda: SHOWN in str(app.query_one(StatusBar).render())
+                     and screen_text(app).count(SHOWN) >= 2)
         assert_literal(str(app.query_one(StatusBar).render()))
         assert_literal("\n".join(texts(app, Notice)), f"Session renamed to {SHOWN}")
         assert_on_screen(app)
@@ -197,14 +219,14 @@ async def test_search_query_and_snippets_are_literal_in_the_list(store):
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, "/search findme [@click=app.quit]quit[/] [bold]")
         await settle(pilot, app, lambda: isinstance(app.screen, PickScreen))
-        await pilot.pause(0.1)
-        text = screen_text(app)
+        text = await shows(pilot, app, "best matches for", "message 1 · you:")  # drawn
         assert "best matches for 'findme [@click=app.quit]quit[/] [bold]'" in text  # title
         # the snippet, its matches marked «»
         assert_on_screen(app, "message 1 · you: «findme» [@«click»=«app».«quit»]"
                               "«quit»[/] [«bold»]b [/]  end")
         await pilot.press("escape")
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: not app.is_running
+                     or not isinstance(app.screen, PickScreen))
         assert app.is_running
 
 
@@ -219,12 +241,12 @@ async def test_the_checkpoint_panel_shows_a_hostile_summary_literally(store):
         await settle(pilot, app, lambda: bool(store.checkpoints(session.id))
                      and not app.worker.busy)
         await pilot.press("f2")
-        await settle(pilot, app, lambda: app.query_one(CheckpointPanel).has_class("open"))
-        await pilot.pause(0.3)
         panel = app.query_one(CheckpointPanel)
+        # open and drawn: the summary's own title line is on screen
+        await settle(pilot, app, lambda: panel.has_class("open"))
+        await shows(pilot, app, "Summary 1: what the model reads")
         panel.scroll_end(animate=False)
-        await pilot.pause(0.2)
-        shown = screen_text(app)
+        shown = await shows(pilot, app, "[@click=app.quit]quit[/]")  # the end of the summary
         assert "[@click=app.quit]quit[/]" in shown and "\x1b" not in shown
         assert "\x07" not in shown and "0;T" not in shown
         assert not [a for a in screen_actions(app) if "quit" in a]
@@ -241,13 +263,15 @@ async def test_model_names_in_notices_and_the_status_bar_are_literal(store):
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, "/model [@click=app.quit]quit[bold] \x1b]0;T\x07")
         await settle(pilot, app, lambda: bool(app.query("Notice.error")))
-        await pilot.pause(0.1)
+        await shows(pilot, app, "unknown model '")
         error = texts(app, Notice)[-1]
         assert "unknown model '[@click=app.quit]quit[bold] \\x1b]0;T\\x07'" in error
         assert_on_screen(app, "unknown model '[@click=app.quit]quit[bold]", quoted=True)
         await say(pilot, f"/model {hostile_key}")
         await settle(pilot, app, lambda: any(t.startswith("Model: ") for t in texts(app, Notice)))
-        await pilot.pause(0.1)
+        # the notice and the status bar both drawn with the new model's name
+        await settle(pilot, app, lambda: f"· m{SHOWN}" in str(app.query_one(StatusBar).render())
+                     and screen_text(app).count(f"m{SHOWN}") >= 2)
         assert_literal(texts(app, Notice)[-1], f"Model: m{SHOWN}")
         assert_literal(str(app.query_one(StatusBar).render()), f"· m{SHOWN}")
         assert_on_screen(app, f"m{SHOWN}")
@@ -261,7 +285,7 @@ async def test_export_to_a_path_with_markup_and_escapes_names_it_literally(store
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, f"/export md {tmp_path / name}")
         await settle(pilot, app, lambda: any("Exported" in t for t in texts(app, Notice)))
-        await pilot.pause(0.1)
+        await shows(pilot, app, "Exported")
         assert_on_screen(app, "x[@click=app.quit]q[/] [bold].md")
 
 
@@ -276,8 +300,8 @@ async def test_tool_names_and_model_answers_in_the_transcript_are_literal(store,
         await say(pilot, "go")
         await settle(pilot, app, lambda: not app.worker.busy and len(provider.turn_requests) == 2
                      and bool(app.query(ToolBlock)))
-        await pilot.pause(0.3)
-        shown = screen_text(app)
+        shown = await shows(pilot, app, f"t{SHOWN}",  # both turns drawn
+                            "answer [@click=app.quit]quit[/] [bold]b [/]")
         assert f"t{SHOWN}" in shown            # the tool's title
         assert "answer [@click=app.quit]quit[/] [bold]b [/]" in shown
         assert_on_screen(app, f"t{SHOWN}")
@@ -292,9 +316,10 @@ async def test_an_earlier_prompt_recalled_with_up_carries_no_escape(store):
         await settle(pilot, app, lambda: app.ready)
         app.query_one(Prompt).focus()
         await pilot.press("up")
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: app.query_one(Prompt).text == f"old {SHOWN}",
+                     what="up did not recall the earlier prompt")
         assert app.query_one(Prompt).text == f"old {SHOWN}"
-        text = screen_text(app)
+        text = await shows(pilot, app, f"old {SHOWN}")  # in the prompt, on screen
         assert "\x1b" not in text and "\x07" not in text
 
 
@@ -311,7 +336,8 @@ async def test_any_text_through_literal_in_a_notice_is_shown_as_is(store, text):
     async with app.run_test(size=WIDE, notifications=True) as pilot:
         await settle(pilot, app, lambda: app.ready)
         app.notify(literal(text), severity="warning")
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: toast_text(app) == clean(text))
+        await shows(pilot, app, clean(text))  # the notice drawn
         assert toast_text(app) == clean(text)
         assert_on_screen(app, clean(text))
         await click_on(pilot, app, clean(text))

@@ -4,6 +4,7 @@ one turn through the real litellm provider to the fake OpenAI server on 127.0.0.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 
@@ -13,6 +14,7 @@ from textual import events
 from picochat.config import Config, ModelConfig
 from picochat.messages import INTERRUPTED
 from picochat.models import create_provider, resolve_model
+from picochat.providers.base import Finish, ModelInfo, Provider, TextDelta, Usage
 from picochat.tui import slash
 from picochat.tui.app import PicochatApp
 from picochat.tui.chat import AssistantMessage, Notice
@@ -21,9 +23,31 @@ from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen
 from picochat.tui.status import StatusBar
 from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
-from tests.test_tui import SIZE, Slow, chat_once, make_app, say, settle, texts
+from tests.test_tui import SIZE, chat_once, make_app, say, texts
+from tests.waiting import settle
 
 MANY = ["one ", "two ", "three "] + ["more "] * 1000  # far more than a test waits for
+
+
+class Unfinished(Provider):
+    """Streams every piece but the last, then holds the answer open until `release` is set:
+    however slow the machine, the answer cannot end before the test stops it. The gap only
+    paces the pieces (the screen keeps changing while the test acts); no assertion depends
+    on its length."""
+
+    def __init__(self, pieces, gap=0.02):
+        self.info = ModelInfo("test", "slow")
+        self.pieces, self.gap = pieces, gap
+        self.release = asyncio.Event()
+
+    async def stream(self, request):
+        for piece in self.pieces[:-1]:
+            await asyncio.sleep(self.gap)  # pacing only (see above), not a wait
+            yield TextDelta(piece)
+        await self.release.wait()
+        yield TextDelta(self.pieces[-1])
+        yield Usage(10, 2)
+        yield Finish()
 
 
 def shown(app) -> str:
@@ -38,7 +62,7 @@ def streaming(app, pieces: int = 3):
 
 
 async def test_slash_stop_ends_the_answer_keeps_the_partial_and_says_so(store):
-    app = make_app(store, provider=Slow(MANY, gap=0.02))
+    app = make_app(store, provider=Unfinished(MANY))
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "tell me a long story")
         await settle(pilot, app, streaming(app))
@@ -63,13 +87,16 @@ async def test_checkpoints_command_and_f2_open_and_close_the_panel(store):
         assert not panel.has_class("open") and not panel.display
         await say(pilot, "/checkpoints")
         await settle(pilot, app, lambda: panel.has_class("open"))
-        await pilot.pause(0.1)
+        # drawn: laid out beside the chat and filled
+        await settle(pilot, app, lambda: panel.region.width > 0 and "Context per turn"
+                     in shown(app), what="the panel never showed")
         assert panel.display and panel.region.width > 0      # on screen, beside the chat
         assert "No summary in use" in str(panel.query_one("#cp-meta").render())
         assert "Context per turn" in shown(app)
         await say(pilot, "/checkpoints")
         await settle(pilot, app, lambda: not panel.has_class("open"))
-        await pilot.pause(0.1)
+        # the screen laid out again without it (its region gone), then what it shows
+        await settle(pilot, app, lambda: panel.region.width == 0, what="the panel stayed")
         assert "Context per turn" not in shown(app)
         assert isinstance(app.focused, Prompt)                # back to typing
         await pilot.press("f2")
@@ -86,8 +113,8 @@ async def test_f3_opens_the_info_card_and_escape_closes_it(store):
         await settle(pilot, app, lambda: isinstance(app.screen, CardScreen))
         assert app.screen.title_text == "Context (/info)"
         assert app.screen.rows == app.worker.info().rows()
-        await pilot.pause(0.1)
-        assert "Context (/info)" in shown(app)
+        await settle(pilot, app, lambda: "Context (/info)" in shown(app),
+                     what="the card was never drawn")
         await pilot.press("escape")
         await settle(pilot, app, lambda: not isinstance(app.screen, CardScreen))
         assert app.is_running                                 # Escape closed only the card
@@ -112,8 +139,8 @@ async def test_f1_and_help_open_a_card_listing_every_command_and_ctrl_j(store, o
         assert {"ctrl+j", "F1", "F2", "F3", "ctrl+q"} <= set(labels)
         assert any("queued" in label and "take the newest queued message back" in text
                    for label, text in app.screen.rows)  # up takes a queued message back
-        await pilot.pause(0.1)
-        assert "Keys and commands" in shown(app)
+        await settle(pilot, app, lambda: "Keys and commands" in shown(app),
+                     what="the card was never drawn")
         await pilot.press("escape")
         await settle(pilot, app, lambda: not isinstance(app.screen, CardScreen))
         assert app.query_one(Prompt).text == ""               # "/help" was not left behind
@@ -135,7 +162,7 @@ async def test_quit_command_and_ctrl_q_end_the_app(store, how):
 
 
 async def test_ctrl_q_during_an_answer_quits_and_keeps_the_partial_answer(store):
-    app = make_app(store, provider=Slow(MANY, gap=0.02))
+    app = make_app(store, provider=Unfinished(MANY))
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "a question left running")
         await settle(pilot, app, streaming(app))
@@ -148,7 +175,7 @@ async def test_ctrl_q_during_an_answer_quits_and_keeps_the_partial_answer(store)
 
 
 async def test_typing_while_an_answer_streams_edits_the_prompt_at_once(store):
-    app = make_app(store, provider=Slow(MANY, gap=0.02))
+    app = make_app(store, provider=Unfinished(MANY))
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "go on")
         await settle(pilot, app, streaming(app))
@@ -159,7 +186,10 @@ async def test_typing_while_an_answer_streams_edits_the_prompt_at_once(store):
             # never lets go idle
             app.post_message(events.Key(key, char))
             typed += char
-            await settle(pilot, app, lambda: prompt.text == typed, timeout=0.5)
+            # the answer is held open until stopped: a key that waited for its end would never
+            # show, and this wait would fail (its bound is for a failure, not a latency)
+            await settle(pilot, app, lambda: prompt.text == typed,
+                         what=f"{typed!r} never showed while the answer streamed")
             assert app.worker.busy, f"{typed!r} showed only once the answer had ended"
         [answer] = app.query(AssistantMessage)
         assert len("".join(answer.parts)) < len("".join(MANY))
@@ -206,7 +236,6 @@ async def test_a_turn_through_litellm_to_the_fake_server(store, monkeypatch,
 
 async def slash_c_typed(pilot, app) -> Prompt:
     """The app ready, and "/c" typed in its prompt (the start of four commands)."""
-    from tests.test_tui import settle
     await settle(pilot, app, lambda: app.ready)
     prompt = app.query_one(Prompt)
     prompt.focus()
@@ -233,7 +262,7 @@ async def test_tab_walks_the_commands_a_bare_slash_or_a_shared_start_could_be(st
 async def test_the_arrows_walk_the_hints_and_the_pick_is_marked_in_the_list(store):
     """With the hints open, down/up (and shift+Tab) walk them, the list stays whole and the
     pick is shown reversed; with them closed, up recalls earlier prompts as before."""
-    from tests.test_tui import SIZE, make_app, say, settle
+    from tests.test_tui import SIZE, make_app, say
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         prompt = await slash_c_typed(pilot, app)
@@ -261,7 +290,7 @@ async def test_the_arrows_walk_the_hints_and_the_pick_is_marked_in_the_list(stor
 
 async def test_esc_closes_the_hints_and_a_shared_start_lists_what_it_could_be(store):
     from picochat.tui.chat import Notice
-    from tests.test_tui import SIZE, make_app, say, settle, texts
+    from tests.test_tui import SIZE, make_app, say, texts
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         prompt = await slash_c_typed(pilot, app)
@@ -276,14 +305,13 @@ async def test_esc_closes_the_hints_and_a_shared_start_lists_what_it_could_be(st
 
 
 async def test_ctrl_c_stops_a_running_answer(store):
-    import asyncio
-    from tests.test_tui import SIZE, Slow, make_app, say, settle
-    app = make_app(store, provider=Slow(["word "] * 200, gap=0.05))
+    from tests.test_tui import SIZE, make_app, say
+    app = make_app(store, provider=Unfinished(["word "] * 200, gap=0.05))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, "talk for a while")
         await settle(pilot, app, lambda: app._turn is not None)
-        await asyncio.sleep(0.3)
+        await settle(pilot, app, streaming(app))  # words of it on screen, more coming
         await pilot.press("ctrl+c")
         await settle(pilot, app, lambda: not app.worker.busy)
         [answer] = [m for m in store.history(app.session.id) if m.role == "assistant"]

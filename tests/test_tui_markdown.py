@@ -3,7 +3,6 @@ chunking to the same text, themed, and the garbage collector kept out of the str
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import random
 import weakref
@@ -138,6 +137,7 @@ def test_full_collections_wait_for_an_idle_moment(monkeypatch):
 async def test_a_streamed_answer_ends_as_the_same_text_in_any_chunking(store):
     from picochat.tui.answer import AssistantMessage, CodeFence, ProseBlock
     from tests.test_tui import SIZE, make_app
+    from tests.waiting import settle
 
     rng = random.Random(7)
     text = ANSWER * 4
@@ -153,8 +153,8 @@ async def test_a_streamed_answer_ends_as_the_same_text_in_any_chunking(store):
                 step = rng.randint(1, 40)
                 message.add_text(text[i:i + step])
                 i += step
-                if rng.random() < 0.3:
-                    await asyncio.sleep(0.06)  # let the screen catch up now and then
+                if rng.random() < 0.3:  # let the screen catch up now and then
+                    await settle(pilot, app, lambda: message.rendered)
             await message.finish(seq=None)
             await pilot.pause()
             parts = list(message.children)
@@ -167,8 +167,9 @@ async def test_a_streamed_answer_ends_as_the_same_text_in_any_chunking(store):
 
 
 async def test_a_live_block_that_turns_into_a_fence_is_replaced_not_kept(store):
-    from picochat.tui.answer import FLUSH_S, AssistantMessage, CodeFence, ProseBlock
+    from picochat.tui.answer import AssistantMessage, CodeFence, ProseBlock
     from tests.test_tui import SIZE, make_app
+    from tests.waiting import settle
 
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
@@ -178,7 +179,8 @@ async def test_a_live_block_that_turns_into_a_fence_is_replaced_not_kept(store):
         # the tail after the first fence starts as prose ("`", "``") and becomes a fence
         for piece in ("```py\nprint(1)\n```\n\n`", "`", "`sh\nls\n", "```\n\nAfter.\n"):
             message.add_text(piece)
-            await asyncio.sleep(FLUSH_S * 3)  # each piece reaches the screen on its own
+            # each piece reaches the screen on its own: its redraw done, its widgets mounted
+            await settle(pilot, app, lambda: message.rendered)
             await pilot.pause()
         await message.finish(seq=None)
         await pilot.pause()

@@ -16,8 +16,9 @@ from picochat.tui.chat import CheckpointDivider, ChatView
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import ConfirmScreen
-from tests.test_tui import SMALL_KEEP, chat_once, say, settle
-from tests.test_tui_races import type_keys
+from tests.test_tui import SMALL_KEEP, chat_once, say
+from tests.test_tui_races import idle, type_keys
+from tests.waiting import settle
 
 BARS = " ▁▂▃▄▅▆▇█"
 
@@ -45,9 +46,20 @@ async def compact(pilot, app, store, then: int = 0) -> None:
 async def open_panel(pilot, app) -> CheckpointPanel:
     await pilot.press("f2")
     panel = app.query_one(CheckpointPanel)
-    await settle(pilot, app, lambda: panel.has_class("open"))
-    await pilot.pause(0.3)
+    await settle(pilot, app, lambda: panel_drawn(app, panel),
+                 what="the panel never opened filled, focused and drawn")
     return panel
+
+
+def panel_drawn(app, panel: CheckpointPanel) -> bool:
+    """The panel is open, filled and on screen: its list has the focus, and the line its
+    filling writes last (what the summary in use covers, or "No summary in use") is drawn."""
+    if not panel.has_class("open") or not panel.query("#cp-meta"):
+        return False
+    if not (isinstance(app.focused, OptionList) and panel in app.focused.ancestors):
+        return False
+    first = " ".join(str(panel.query_one("#cp-meta").render()).split()[:4])
+    return bool(first) and first in " ".join(line.strip() for line in panel_lines(app))
 
 
 def panel_lines(app) -> list[str]:
@@ -86,21 +98,23 @@ async def test_undo_asks_first_and_only_y_undoes(store):
         [cp] = store.checkpoints(app.session.id)
         await open_panel(pilot, app)
         await pilot.press("ctrl+z")
-        await pilot.pause(0.1)
-        assert isinstance(app.screen, ConfirmScreen)
+        await settle(pilot, app, lambda: isinstance(app.screen, ConfirmScreen))
         question = str(app.screen.query_one("Static").render())
         assert "Undo Summary 1" in question
         assert f"messages 1–{cp.first_retained_seq - 1}" in question
         assert "whole conversation" in question               # what the model reads after
         await pilot.press("n")
-        await pilot.pause(0.1)
-        assert not isinstance(app.screen, ConfirmScreen) and active_id(store, app) == cp.id
+        # the dialog answered and closed, and no command runs or waits: an undo would
+        # have started by now
+        await settle(pilot, app, lambda: not isinstance(app.screen, ConfirmScreen)
+                     and idle(app))
+        assert active_id(store, app) == cp.id
         await pilot.press("ctrl+z")
-        await pilot.pause(0.1)
-        assert isinstance(app.screen, ConfirmScreen)
+        await settle(pilot, app, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("escape")
-        await pilot.pause(0.1)
-        assert not isinstance(app.screen, ConfirmScreen) and active_id(store, app) == cp.id
+        await settle(pilot, app, lambda: not isinstance(app.screen, ConfirmScreen)
+                     and idle(app))
+        assert active_id(store, app) == cp.id
         assert app.query(CheckpointDivider)
         assert footer_offers_undo(app)
         await pilot.press("ctrl+z", "y")
@@ -110,7 +124,9 @@ async def test_undo_asks_first_and_only_y_undoes(store):
                                              for line in panel_lines(app)))
         await settle(pilot, app, lambda: not footer_offers_undo(app))  # nothing left to undo
         await pilot.press("ctrl+z")
-        await pilot.pause(0.1)
+        # the key handled and every message it caused too (no time: the queues drained); a
+        # dialog it opened would be on the screen by now
+        await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
 
 
@@ -128,7 +144,8 @@ async def test_a_letter_typed_right_after_f2_starts_the_message(store):
         prompt = app.query_one(Prompt)
         prompt.focus()
         await pilot.press("f2", "u", "s", "e")
-        await pilot.pause(0.3)
+        await settle(pilot, app, lambda: prompt.text == "use" and app.focused is prompt,
+                     what="the letters did not reach the prompt")
         assert prompt.text == "use" and app.focused is prompt
         assert not isinstance(app.screen, ConfirmScreen)
         assert active_id(store, app) == cp.id and app.query(CheckpointDivider)
@@ -209,8 +226,14 @@ async def test_a_narrow_terminal_gives_the_panel_the_whole_width_and_a_message_c
         panel = await open_panel(pilot, app)
         assert panel.outer_size.width == 60 and not chat.display
         assert any("No summary in use" in line for line in panel_lines(app))
+        height = panel.region.height
         await pilot.resize_terminal(60, 40)  # taller: a hidden chat has nothing to fill
-        await pilot.pause(0.3)
+        # the new size laid out (the panel grew), the callbacks after that refresh run, and
+        # no page of older messages is on its way: a fill would have begun by now
+        await settle(pilot, app, lambda: panel.region.height > height)
+        await pilot.pause()
+        await settle(pilot, app, lambda: not any(w.group == "older" and not w.is_finished
+                                                 for w in app.workers))
         assert chat._first_seq == first_shown
         await pilot.press("f2")
         await settle(pilot, app, lambda: chat.display and not panel.is_open)
@@ -250,7 +273,8 @@ async def test_in_a_narrow_terminal_nothing_happens_in_the_chat_the_panel_hides(
         await pilot.resize_terminal(120, 40)
         await open_panel(pilot, app)
         await pilot.press("alt+up")  # wide: beside the panel, the selection stays in the chat
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: app.focused is not None
+                     and chat in app.focused.ancestors, what="no message was selected")
         assert panel.is_open and chat in app.focused.ancestors
         await pilot.resize_terminal(60, 24)  # narrow now: the selected message is hidden
         await settle(pilot, app, lambda: app.focused is prompt)
@@ -273,8 +297,8 @@ async def test_the_panel_speaks_of_summaries_and_messages_not_ids(store):
             assert word not in shown, word
         details = panel.query_one(Collapsible)
         details.collapsed = False                              # the user opens the details
-        await pilot.pause(0.2)
-        assert cp.id in " ".join(panel_lines(app))
+        await settle(pilot, app, lambda: cp.id in " ".join(panel_lines(app)),
+                     what="the details never showed the checkpoint's id")
 
 
 async def test_an_earlier_summary_says_why_the_model_no_longer_reads_it(store):
@@ -286,8 +310,12 @@ async def test_an_earlier_summary_says_why_the_model_no_longer_reads_it(store):
                      and not app.worker.busy)
         await open_panel(pilot, app)
         await pilot.press("down", "enter")                   # the earlier one, from the list
-        await pilot.pause(0.2)
-        shown = " ".join(line.strip() for line in panel_lines(app))
+
+        def shown() -> str:
+            return " ".join(line.strip() for line in panel_lines(app))
+        await settle(pilot, app, lambda: "Summary 1 · manual" in shown(),
+                     what="the earlier summary was never shown")
+        shown = shown()
         assert "Summary 1 · manual" in shown
         assert "Not in use: Summary 2, in use, includes it" in shown
 
@@ -309,5 +337,6 @@ async def test_every_key_of_the_footer_fits_at_80_columns_with_a_summary_to_undo
                     "alt+↑ Select"):
             assert key in line, line
         await pilot.resize_terminal(120, 40)
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: "^p palette" in footer_line(app),
+                     what="the wide footer never showed")
         assert "^p palette" in footer_line(app) and "alt+↑ Select" in footer_line(app)

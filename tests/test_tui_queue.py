@@ -10,8 +10,9 @@ from picochat.messages import COMPLETE
 from picochat.tui.chat import QUEUED, Notice, UserMessage
 from picochat.tui.prompt import Prompt
 from tests.scripted import Hold, Streaming
-from tests.test_tui import SIZE, make_app, say, settle, texts
+from tests.test_tui import SIZE, make_app, say, texts
 from tests.test_tui_races import conversation, idle, rows_of, status
+from tests.waiting import settle
 
 
 async def _two_queued(pilot, app, first: Hold) -> None:
@@ -37,9 +38,13 @@ async def test_up_takes_back_the_newest_queued_message_to_edit_and_resend(store)
         sid = app.session.id
         await _two_queued(pilot, app, first)
         assert app.query(UserMessage)[2].border_subtitle == QUEUED
-        await pilot.pause(0.1)
-        shot = app.export_screenshot().replace("&#160;", " ")
-        assert "queued · ↑ edits" in shot  # on screen, under the message: it says how
+
+        def shot() -> str:
+            return app.export_screenshot().replace("&#160;", " ")
+        # on screen, under the message: it says how (drawn on the next refresh)
+        await settle(pilot, app, lambda: "queued · ↑ edits" in shot(),
+                     what="the queued hint never showed")
+        assert "queued · ↑ edits" in shot()
 
         prompt = app.query_one(Prompt)
         await pilot.press("up")
@@ -90,12 +95,15 @@ async def test_up_again_takes_back_the_one_before_and_a_cleared_take_back_is_nev
                      and "queued" not in status(app))
 
         prompt.clear()
-        await pilot.pause(0.05)
+        await pilot.pause()  # the prompt's change events handled: the take-back is dropped
         first.release.set()
+        # the first answer saved and shown, and nothing left running or queued: a taken-back
+        # turn that would still be sent would be queued here
         await settle(pilot, app, lambda: idle(app) and len(store.history(sid)) == 2)
-        await pilot.pause(0.2)
         assert len(provider.turn_requests) == 1
         assert not any("Stopped" in t for t in texts(app, Notice))
+    # the app has closed its worker: whatever it still had to send is gone by now
+    assert len(provider.turn_requests) == 1
     # nor saved when the app quits (a message still queued then would be)
     assert [m.content for m in store.history(sid) if m.role == "user"] == ["question one"]
 

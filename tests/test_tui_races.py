@@ -36,7 +36,8 @@ from picochat.tui.chat import (
 from picochat.tui.status import StatusBar
 from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
 from tests.scripted import Hold, Recorder, Streaming, waiter
-from tests.test_tui import SIZE, make_app, say, settle, texts
+from tests.test_tui import SIZE, make_app, say, texts
+from tests.waiting import WAIT_S, settle
 
 QUEUED_COMPACT = "/compact is queued: it runs when the current answer ends"
 
@@ -226,7 +227,9 @@ async def test_clear_during_a_compaction_waits_for_it_then_clears(store):
         # the worker runs one job at a time: the clear waits behind the compaction, visibly
         await settle(pilot, app, lambda: "compacting…" in status(app)
                      and "1 queued" in status(app))
-        await pilot.pause(0.2)
+        # "1 queued" is the clear waiting in the worker's queue behind the compaction, which
+        # is held on `release`: from here nothing can run it before release, so the state
+        # below is the one it waits in (no fixed pause needed to give it a chance to go wrong)
         assert not any("Context cleared" in t for t in texts(app, Notice))
         assert store.session(sid).context_floor_seq == 0      # not cleared yet
         assert store.session(sid).context_generation == generation
@@ -274,8 +277,8 @@ async def test_quitting_mid_stream_keeps_the_partial_answer_marked_interrupted(s
             await pilot.press("ctrl+q")
         else:
             await say(pilot, how)
-        # the held answer would never end on its own: the app must not wait for it
-        await settle(pilot, app, lambda: not app.is_running, timeout=20)
+        # the held answer would never end on its own: an app that waited for it never exits
+        await settle(pilot, app, lambda: not app.is_running, what="the app did not quit")
     assert app.return_code == 0
     assert not turn.release.is_set()
     await _assert_partial_kept(store, sid, "a question left running",
@@ -302,12 +305,14 @@ async def test_quitting_while_the_fake_server_holds_the_stream(
                 w.group == "warm-up" and not w.is_finished for w in app.workers), timeout=90)
             await say(pilot, "a question left running")
             await settle(pilot, app, lambda: "epsilon-5" in "".join(
-                "".join(a.parts) for a in app.query(AssistantMessage)), timeout=30)
+                "".join(a.parts) for a in app.query(AssistantMessage)))
             await say(pilot, "/quit")
-            # HOLD_LIMIT_S is 60: an app that waited for the stream would take that long
-            await settle(pilot, app, lambda: not app.is_running, timeout=20)
+            await settle(pilot, app, lambda: not app.is_running, what="the app did not quit")
         assert app.return_code == 0
-        assert await asyncio.to_thread(fake_openai.disconnected.wait, 10)  # the client left
+        # the client left the held stream: `disconnected` is set only when the client goes
+        # away while the server still holds it. An app that waited for the stream would have
+        # seen the server end it at HOLD_LIMIT_S instead, and this would never be set.
+        assert await asyncio.to_thread(fake_openai.disconnected.wait, WAIT_S)
     finally:
         held.set()
     await _assert_partial_kept(store, session.id, "a question left running",
@@ -359,10 +364,10 @@ async def test_escape_then_an_immediate_send_saves_the_partial_and_runs_the_new_
         sid = app.session.id
         await say(pilot, "question one")
         if burst:
-            deadline = asyncio.get_running_loop().time() + 10
+            deadline = asyncio.get_running_loop().time() + WAIT_S
             while not turn.reached.is_set():  # no pause: act before the screen catches up
                 assert asyncio.get_running_loop().time() < deadline, "never streamed"
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # a bare yield to the loop, not a wait for a time
         else:
             await settle(pilot, app, lambda: turn.reached.is_set()
                          and app.query(AssistantMessage))
@@ -372,7 +377,8 @@ async def test_escape_then_an_immediate_send_saves_the_partial_and_runs_the_new_
             AssistantMessage)) == 2)
         # the new answer is the one running now: the bar says so, and the footer offers Esc
         await settle(pilot, app, lambda: len(app.query(Notice)) == 1)
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: status(app).startswith("answering…"),
+                     what="the bar never said the new answer runs")
         assert status(app).startswith("answering…")
         assert app.check_action("stop", ()) is True
         assert not app.query(".queued")

@@ -9,8 +9,9 @@ from textual.widgets import OptionList
 from picochat.tui.answer import AssistantMessage
 from picochat.tui.chat import ChatView, ToolBlock
 from picochat.tui.screens import PickScreen
-from tests.test_tui import SIZE, chat_once, make_app, say, settle
+from tests.test_tui import SIZE, chat_once, make_app, say
 from tests.test_tui_status import contrast
+from tests.waiting import settle
 
 WORD = "zebrafish"  # only answer 5 (message 10) holds it
 
@@ -33,8 +34,16 @@ async def _jump(pilot, app, query: str) -> list[str]:
     lines = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
     await pilot.press("enter")
     await settle(pilot, app, lambda: bool(app.query(".found")))
-    await pilot.pause(0.2)  # the scroll lands after a refresh
+    # the scroll lands after a refresh: wait until the found message's first row is on screen
+    await settle(pilot, app, lambda: _top_in_view(app, app.query(".found").first()),
+                 what="the jump never scrolled to the message")
     return lines
+
+
+def _top_in_view(app, widget) -> bool:
+    """The widget's first row is in the chat's visible area (where a jump puts it)."""
+    region = widget.region
+    return region.height > 0 and app.query_one(ChatView).region.contains(region.x, region.y)
 
 
 def _in_view(app, widget) -> bool:
@@ -92,9 +101,14 @@ async def test_the_mark_shows_in_every_theme(store):
         [found] = app.query(".found")
         themes = sorted(t for t in app.available_themes if not t.startswith("ansi"))
         assert {"picochat-dark", "picochat-light", "picochat-high-contrast"} <= set(themes)
+        applied: list[str] = []  # Textual says a theme is applied once its CSS is refreshed
+        app.theme_changed_signal.subscribe(app, lambda t: applied.append(t.name))
         for theme in themes:
-            app.theme = theme
-            await pilot.pause(0.05)
+            if app.theme != theme:  # (the one in use is applied already: no change to wait for)
+                app.theme = theme
+                await settle(pilot, app, lambda: applied and applied[-1] == theme,
+                             what=f"{theme} was never applied")
+            await pilot.pause()  # and the screen repainted with it
             row = list(app.screen._compositor.render_strips()[found.region.y])
             x, cells = 0, []
             for segment in row:  # (x, segment) for each run of cells

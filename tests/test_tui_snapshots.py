@@ -4,6 +4,7 @@ changes only when what the user sees changes. Update with `pytest --snapshot-upd
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from pathlib import Path
 
@@ -11,11 +12,18 @@ import pytest
 
 from picochat.config import CompactionConfig, Config, UiConfig
 from picochat.models import resolve_model
+from picochat.providers.base import ModelInfo, Provider
 from picochat.providers.offline import OfflineProvider
 from picochat.storage import store as store_module
 from picochat.storage.store import open_store
 from picochat.tui.app import PicochatApp
+from picochat.tui.chat import ChatView, CheckpointDivider, UserMessage
+from picochat.tui.panel import CheckpointPanel
+from picochat.tui.pending import Pending
 from picochat.tui.prompt import Prompt
+from picochat.tui.screens import CardScreen, PickScreen
+from picochat.tui.status import StatusBar
+from tests.waiting import WAIT_S, settle
 
 SIZE = (110, 34)
 CONFIG = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
@@ -52,29 +60,66 @@ def app_with_history(store, turns: int = 3, config: Config = CONFIG,
                        config)
 
 
+def at_the_end(app: PicochatApp) -> bool:
+    """The transcript is laid out and shows its newest line (it opens scrolled to the end)."""
+    chat = app.query_one(ChatView)
+    shown = [w for w in chat.children if w.display]
+    if not shown or chat.region.height == 0:
+        return False
+    last, view = shown[-1].region, chat.region
+    return last.height > 0 and view.y < last.bottom <= view.bottom
+
+
+async def steady(pilot) -> None:
+    """The picture has stopped changing: two looks at the screen, with the app's queues
+    drained between them, show the same frame (a refresh scheduled after a layout, a footer
+    recomposed for a narrow screen, a page of older messages: each would show as a change)."""
+    app = pilot.app
+    shot = None
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while True:
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+        now = app.export_screenshot()
+        if now == shot:
+            return
+        assert asyncio.get_running_loop().time() < deadline, "the screen never held still"
+        shot = now
+
+
 async def compact(pilot) -> None:
     app = pilot.app
     future = app.worker.compact(None)
     await future
     await app.checkpoint_moved()
-    await pilot.pause(0.3)
-    await pilot.wait_for_scheduled_animations()
+    # the divider drawn where the kept messages begin, and the view back at the end
+    await settle(pilot, app, lambda: any(d.region.height for d in app.query(CheckpointDivider))
+                 and at_the_end(app), what="no divider, or the view left the end")
 
 
-def snap(snap_compare, app: PicochatApp, before=None, press=(), size=SIZE) -> bool:
-    """Compare a picture taken after `before` and `press`, with the prompt's cursor steady
-    (a blinking cursor would make the picture depend on the moment it is taken)."""
+def snap(snap_compare, app: PicochatApp, before=None, press=(), size=SIZE,
+         shown=lambda app: True) -> bool:
+    """Compare a picture taken after `before` and `press`, once `shown(app)` holds and the
+    screen has stopped changing, with the prompt's cursor steady (a blinking cursor would make
+    the picture depend on the moment it is taken)."""
     async def run_before(pilot) -> None:
-        pilot.app.query_one(Prompt).cursor_blink = False
-        while not pilot.app.ready:
-            await pilot.pause(0.05)
+        app = pilot.app
+        app.query_one(Prompt).cursor_blink = False
+        # the transcript mounted and the figures counted (tiktoken loads in a thread)
+        await settle(pilot, app, lambda: app.ready and bar_counted(app), what="never ready")
+        await settle(pilot, app, lambda: at_the_end(app), what="the transcript never settled")
         if before is not None:
             await before(pilot)
         await pilot.press(*press)
-        await pilot.pause(0.2)
-        await pilot.wait_for_scheduled_animations()
+        await settle(pilot, app, lambda: shown(app), what="the picture never showed")
+        await steady(pilot)
 
     return snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def bar_counted(app: PicochatApp) -> bool:
+    """The top bar shows the context's figures (not "counting…")."""
+    return "counting" not in str(app.query_one(StatusBar).render())
 
 
 def test_chat_view(snap_compare, fixed_store):
@@ -86,15 +131,22 @@ def test_checkpoint_panel_after_compact(snap_compare, fixed_store, size):
     async def before(pilot) -> None:
         await compact(pilot)
         await pilot.press("f2")
-        await pilot.pause(0.3)
+
+    def shown(app) -> bool:  # open, filled, its list focused
+        panel = app.query_one(CheckpointPanel)
+        return (panel.is_open and panel.region.width > 0 and bool(panel.children)
+                and "Summary 1" in str(panel.query_one("#cp-meta").render())
+                and app.focused is panel.query_one("#cp-list"))
 
     # enough context that a summary (with its ledger of ports and ids) is smaller than it
     assert snap(snap_compare, app_with_history(fixed_store, turns=6, context=60), before,
-                size=size)
+                size=size, shown=shown)
 
 
 def test_info_card(snap_compare, fixed_store):
-    assert snap(snap_compare, app_with_history(fixed_store), press=["f3"])
+    assert snap(snap_compare, app_with_history(fixed_store), press=["f3"],
+                shown=lambda app: isinstance(app.screen, CardScreen)
+                and app.screen.title_text == "Context (/info)")
 
 
 def test_sessions_list(snap_compare, fixed_store):
@@ -103,7 +155,8 @@ def test_sessions_list(snap_compare, fixed_store):
     async def before(pilot) -> None:
         await pilot.app.run_command("/sessions")
 
-    assert snap(snap_compare, app_with_history(fixed_store), before)
+    assert snap(snap_compare, app_with_history(fixed_store), before,
+                shown=lambda app: isinstance(app.screen, PickScreen))
 
 
 def test_light_theme(snap_compare, fixed_store):
@@ -137,19 +190,33 @@ def test_top_bar_while_answering(snap_compare, fixed_store, monkeypatch, size):
     elapsed time, what Esc does, the queue) and a short gauge share the top bar at every
     width from 50 columns, and the transcript shows the live line and the queued messages."""
     from picochat.tui import pending, status
-    from tests.test_tui import Slow
     monkeypatch.setattr(status, "time", _StillClock)
     monkeypatch.setattr(pending, "time", _StillClock)
     app = app_with_history(fixed_store, turns=1)
-    app.worker.provider = Slow(["never"], gap=3600)   # the answer never comes
+    app.worker.provider = Unanswered()
 
     async def before(pilot) -> None:
-        for text in ("first question", "second question", "third question"):
+        for n, text in enumerate(("first question", "second question", "third question")):
             prompt = pilot.app.query_one(Prompt)
             prompt.load_text(text)
             await pilot.press("enter")
-            await pilot.pause(0.1)
-        while pilot.app.worker.queued < 2:
-            await pilot.pause(0.05)
+            # sent, and shown under the one before it (the first answers nothing, so the two
+            # after it wait in the queue, in order)
+            await settle(pilot, pilot.app, lambda: len(pilot.app.query(UserMessage)) == n + 2)
 
-    assert snap(snap_compare, app, before, size=size)
+    def shown(app) -> bool:  # the live line under the first, the other two marked queued
+        users = app.query(UserMessage)
+        return (app.worker.queued == 2 and bool(app.query(Pending))
+                and all(u.has_class("queued") for u in users[-2:])
+                and "2 queued" in str(app.query_one(StatusBar).render()))
+
+    assert snap(snap_compare, app, before, size=size, shown=shown)
+
+
+class Unanswered(Provider):
+    """A model that never answers: the question waits until the app ends (no time runs)."""
+    info = ModelInfo("test", "unanswered")
+
+    async def stream(self, request):
+        await asyncio.get_running_loop().create_future()  # never done; cancelled at exit
+        yield  # an async generator, like every provider's stream

@@ -10,8 +10,10 @@ import json
 import subprocess
 import sys
 
+from tests.waiting import WAIT_S
+
 DRIVER = r"""
-import asyncio, json, sys, threading
+import asyncio, json, sys, threading, time
 
 from picochat.providers import litellm_provider
 from picochat.tui import app as tui_app
@@ -20,7 +22,7 @@ gate = threading.Event()
 real_import = litellm_provider.import_litellm
 
 def held_import():  # litellm's import, held until the first frame has been checked
-    gate.wait(60)
+    gate.wait(WAIT_S)  # an event; the bound only keeps a broken test from hanging
     return real_import()
 
 litellm_provider.import_litellm = held_import
@@ -35,7 +37,10 @@ async def drive(app):
         await pilot.press(*"typed at once")
         figures["prompt"] = app.focused.text
         gate.set()
-        for _ in range(600):
+        # litellm's import (seconds, many more on a busy machine) ends: looked at between
+        # pauses, since the app offers no event for it; the deadline is a failure bound
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
             if "litellm" in sys.modules and not any(
                     w.group == "warm-up" and not w.is_finished for w in app.workers):
                 break
@@ -56,8 +61,10 @@ sys.exit(main(["--model", "gpt-4o-mini"]))
 def test_first_frame_and_typing_do_not_wait_for_litellm(home, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9")  # never called
-    proc = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True,
-                          timeout=120)
+    # a failure bound: the process starts Python, then litellm's import may take WAIT_S
+    driver = f"WAIT_S = {WAIT_S!r}\n" + DRIVER
+    proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True,
+                          timeout=4 * WAIT_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert figures == {

@@ -20,8 +20,9 @@ from picochat.tui.app import PicochatApp
 from picochat.tui.status import StatusBar
 from picochat.tui.themes import bundled_dir, load_themes
 from tests.scripted import Hold, Recorder, Streaming, waiter
-from tests.test_tui import _long_session, say, settle
+from tests.test_tui import _long_session, say
 from tests.test_tui_races import type_keys
+from tests.waiting import settle
 
 WIDTHS = (120, 80, 50)
 SPIN = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"  # a braille spinner: any frame of it
@@ -53,7 +54,9 @@ async def queue_two_and_read_the_bar(pilot, app, typed: str) -> str:
     type_keys(app, typed)
     await settle(pilot, app, lambda: app.worker.queued == 2)
     await settle(pilot, app, lambda: running_for_a_second(app))
-    await pilot.pause(0.2)
+    # and the row as the terminal shows it says so too
+    await settle(pilot, app, lambda: re.search(r"[1-9]\d*s .*2 queued", bar_row(app)),
+                 what="the bar's row never showed the time and the queue")
     return bar_row(app)
 
 
@@ -141,8 +144,20 @@ class BarOnly(App):
         yield StatusBar()
 
 
-async def test_the_app_can_drive_the_bar_by_setting_its_attributes():
+class _StillClock:
+    """A monotonic clock that stands still: the countdown a row shows must not depend on how
+    long a busy machine takes between setting the retry and reading the row."""
+    NOW = 1_000.0
+
+    @staticmethod
+    def monotonic() -> float:
+        return _StillClock.NOW
+
+
+async def test_the_app_can_drive_the_bar_by_setting_its_attributes(monkeypatch):
     """The attributes the app sets (no refresh call): a retry countdown at 50 columns."""
+    from picochat.tui import status
+    monkeypatch.setattr(status, "time", _StillClock)
     app = BarOnly()
     async with app.run_test(size=(50, 3)) as pilot:
         bar = app.query_one(StatusBar)
@@ -150,12 +165,15 @@ async def test_the_app_can_drive_the_bar_by_setting_its_attributes():
         bar.used, bar.threshold, bar.window = 45_210, 111_616, 128_000
         bar.activity, bar.stoppable, bar.queued = "waiting", True, 3
         bar.retry_at = bar.started + 20
-        await pilot.pause(0.2)
+        await settle(pilot, app, lambda: "3 queued" in bar_row(app),
+                     what="the bar never showed what was set")
         row = bar_row(app)
         assert re.search(r"retry in (19|20)s · Esc stops · 3 queued", row), row
         assert "41%" in row and spinning(row)
         bar.activity, bar.queued = "", 0
-        await pilot.pause(0.2)
+        # idle: the names come back into the row (the positive witness of its new layout)
+        await settle(pilot, app, lambda: "notes · gpt-4.1" in bar_row(app),
+                     what="the bar never showed the idle line")
         row = bar_row(app)
         assert "retry" not in row and not spinning(row)
         assert "notes · gpt-4.1" in row and "41% · 45k/112k" in row
@@ -200,7 +218,9 @@ async def test_the_gauge_is_legible_in_every_bundled_theme(store, theme):
                           OfflineProvider(0), config)
         async with app.run_test(size=(120, 24)) as pilot:
             await settle(pilot, app, lambda: app.ready)
-            await pilot.pause(0.1)
+            await settle(pilot, app, lambda: any(  # the gauge drawn with its figures
+                "tokens" in s.text for s in app.query_one(StatusBar).render_line(0)),
+                what="the gauge never showed its figures")
             b = app.worker.info().budget
             assert low <= b.used_tokens / b.limits.threshold < high  # the case it means
             gauge = [s for s in app.query_one(StatusBar).render_line(0) if "tokens" in s.text]

@@ -13,7 +13,8 @@ from picochat.tui.app import PicochatApp
 from picochat.tui.chat import AssistantMessage, ChatView, Notice, UserMessage
 from picochat.tui.thinking import ThinkingBlock, newest_lines
 from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
-from tests.test_tui import SIZE, chat_once, make_app, say, settle
+from tests.test_tui import SIZE, answered, chat_once, make_app, say
+from tests.waiting import settle
 
 STEPS = [f"Step {i}: check the {i}th port and note what it serves.\n" for i in range(1, 13)]
 
@@ -28,7 +29,7 @@ class Thinker(Provider):
     async def stream(self, request):
         for step in STEPS:
             yield ThinkingDelta(step)
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a yield to the loop between pieces, not a wait
         await self.go.wait()
         yield TextDelta("Port 8443 serves the ")
         yield TextDelta("admin UI.")
@@ -50,8 +51,7 @@ async def test_thinking_shows_open_while_it_streams_then_collapses_above_the_ans
         assert not app.query(AssistantMessage)
 
         provider.go.set()
-        await settle(pilot, app, lambda: not app.worker.busy and app.query(AssistantMessage))
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: not app.worker.busy and answered(app, store))
         assert block.collapsed and block.title.startswith("thought for ")
         assert f"{len(''.join(STEPS)):,} characters" in block.title
         assert block.text == "".join(STEPS)
@@ -64,7 +64,7 @@ async def test_thinking_shows_open_while_it_streams_then_collapses_above_the_ans
 
         block.query_one("CollapsibleTitle").focus()  # enter opens it again, all of it
         await pilot.press("enter")
-        await pilot.pause(0.1)
+        await settle(pilot, app, lambda: not block.collapsed)
         assert not block.collapsed and "Step 1:" in str(block._thought.render())
         await pilot.press("c")
         assert app.clipboard == "".join(STEPS)

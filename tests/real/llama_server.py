@@ -181,7 +181,7 @@ def _start(model: Path, n_ctx: int, log_dir: Path, seed: int) -> LlamaServer:
                         return server
             except (urllib.error.URLError, OSError):
                 pass
-        time.sleep(0.25)
+        time.sleep(0.25)  # between two looks at the log and the port: no event to wait on
     server.stop()
     raise RealServerError(f"llama-cpp-python's server did not answer within "
                           f"{START_TIMEOUT_S:g} s (n_ctx {n_ctx}, port {port}; log: {log})")

@@ -19,6 +19,7 @@ import pytest
 
 from picochat.projection import restore
 from picochat.storage import open_store
+from tests.waiting import POLL_S, WAIT_S
 
 pytestmark = pytest.mark.reliability
 
@@ -78,15 +79,16 @@ def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def kill_when(proc: subprocess.Popen, marker: Path, timeout: float = 30) -> bool:
-    """SIGKILL `proc` once `marker` exists; False if it ended or never got there."""
+def kill_when(proc: subprocess.Popen, marker: Path, timeout: float = WAIT_S) -> bool:
+    """SIGKILL `proc` once `marker` exists; False if it ended or never got there. (The
+    process waits at its point until killed: how soon it is killed does not matter.)"""
     deadline = time.monotonic() + timeout
     while not marker.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             proc.wait()
             return False
-        time.sleep(0.005)
+        time.sleep(POLL_S)  # between two looks at the marker file: no event to wait on
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     return True
@@ -135,7 +137,7 @@ def test_no_kill_at_any_point_or_moment_loses_or_mixes_anything(crash_env, home,
             if reached and point == "user_written":
                 acknowledged = text
         else:
-            time.sleep(delay)
+            time.sleep(delay)  # a random moment, on purpose: not a wait
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 figures["kills"] += 1

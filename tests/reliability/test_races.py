@@ -34,12 +34,16 @@ from tests.fake_openai import (  # noqa: F401  (fixture)
     summary_text,
 )
 from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, write_config
+from tests.waiting import WAIT_S, wait_until
 
 pytestmark = pytest.mark.reliability
 
 ASK_PAIRS = 12          # rounds of two `ask` started together on one session
 COMPACT_ROUNDS = 2      # rounds of an `ask` landing while a `compact` waits for its summary
 OFF = {**ENV, "PICOCHAT_MODEL": "off"}  # the offline model, window 8192 like the fake's
+# how long a process that talks to the fake may take to send its request: it imports litellm
+# first, which alone took ~50 s on a busy 2-core machine (a failure bound, not a guess)
+LITELLM_START_S = 3 * WAIT_S
 LOCKED = "the database stayed locked by another picochat"
 BAD = ("Traceback", "database is locked", "internal error")
 CONFIG = """
@@ -146,14 +150,56 @@ def hold_write_lock(db: Path, release: threading.Event) -> threading.Thread:
         try:
             conn.execute("BEGIN IMMEDIATE")
             ready.set()
-            release.wait(60)
+            release.wait(WAIT_S)
             conn.execute("ROLLBACK")
         finally:
             conn.close()
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    assert ready.wait(10)
+    assert ready.wait(WAIT_S)
     return thread
+
+
+def _sleeping_in_sqlite(pid: int) -> bool | None:
+    """Whether a thread of process `pid` sleeps in SQLite's busy handler (a nanosleep: nothing
+    else in picochat sleeps so), from Linux's /proc; None when this kernel does not name the
+    wait (wchan "0")."""
+    named = False
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            wchan = Path(f"/proc/{pid}/task/{task}/wchan").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if wchan not in ("", "0"):
+            named = True
+        if "nanosleep" in wchan:
+            return True
+    return False if named else None
+
+
+def wait_for_lock_waiters(procs: list[subprocess.Popen], db: Path) -> None:
+    """Block until every process in `procs` has the database open (its writer and its reader)
+    and waits in SQLite's busy handler for the held write lock: a write of its queued behind
+    it. Where the kernel does not name a sleeping thread's wait, a fixed pause stands in."""
+    def waiting(proc: subprocess.Popen) -> bool:
+        assert proc.poll() is None, "a process ended before it waited for the lock"
+        try:
+            fds = os.listdir(f"/proc/{proc.pid}/fd")
+            opened = [os.readlink(f"/proc/{proc.pid}/fd/{fd}") for fd in fds]
+            sleeping = _sleeping_in_sqlite(proc.pid)
+        except OSError:  # a file descriptor closed between the listing and the look
+            return False
+        if sleeping is None:
+            raise _NoWchan
+        return opened.count(str(db)) >= 2 and sleeping
+    try:
+        wait_until(lambda: all(waiting(p) for p in procs), what="no write waited for the lock")
+    except _NoWchan:
+        time.sleep(4)  # no event to wait on here: enough for Python to start, and queue
+
+
+class _NoWchan(Exception):
+    """This kernel does not say where a thread sleeps."""
 
 
 @pytest.fixture
@@ -182,7 +228,7 @@ def test_two_asks_at_once_store_both_turns_in_order_and_each_answers_its_own(
     for n in range(ASK_PAIRS):
         texts = [f"pair {n} from terminal A: host a-{n}", f"pair {n} from terminal B: host b-{n}"]
         first = spawn("ask", "--session", "s", texts[0], env=slow)
-        time.sleep(rng.uniform(0, 0.2))
+        time.sleep(rng.uniform(0, 0.2))  # a random head start, on purpose: not a wait
         second = spawn("ask", "--session", "s", texts[1], env=slow)
         for text, result in zip(texts, [finish(first), finish(second)]):
             clean(result)
@@ -212,8 +258,9 @@ def test_two_first_asks_on_a_new_session_name_both_succeed(db, fake):
     open_store(db).close()
     release = threading.Event()
     holder = hold_write_lock(db, release)
-    procs = [spawn("ask", "--session", "new", f"hello from {who}", env=OFF) for who in "ab"]
-    time.sleep(4)
+    patient = {**OFF, "PICOCHAT_BUSY_TIMEOUT_MS": str(int(WAIT_S * 1000))}  # however slow
+    procs = [spawn("ask", "--session", "new", f"hello from {who}", env=patient) for who in "ab"]
+    wait_for_lock_waiters(procs, db)  # both looked the name up and queue at the create
     release.set()
     holder.join()
     results = [finish(p) for p in procs]
@@ -232,7 +279,7 @@ def test_an_ask_whose_auto_compaction_is_slow_still_answers_its_own_question(db,
     fake.script_summary(("delay", hold))
     a_text, b_text = "question A: which port?", "question B: which host?"
     a = spawn("ask", "--session", "s", a_text)
-    assert fake.wait_for(1, "summary", timeout=60)
+    assert fake.wait_for(1, "summary", timeout=LITELLM_START_S)
     b = run_cli("ask", "--session", "s", b_text, env=OFF)
     clean(b)
     assert b.status == 0, b.stderr
@@ -273,7 +320,7 @@ def test_an_ask_during_a_slow_compact_is_kept_raw_after_the_commit(home, db, fak
         hold = threading.Event()
         fake.script_summary(("delay", hold))
         compact = spawn("compact", "--session", "s")
-        assert fake.wait_for(n + 1, "summary", timeout=60)
+        assert fake.wait_for(n + 1, "summary", timeout=LITELLM_START_S)
         text = f"asked during compaction {n}: canary-{n} " + " ".join(f"v{j}" for j in range(40))
         asked = run_cli("ask", "--session", "s", text, env=OFF)
         clean(asked)
@@ -310,7 +357,7 @@ def test_a_compact_while_an_ask_streams_keeps_the_unanswered_question_raw(db, fa
     hold = threading.Event()
     fake.script_turn(("hold", "the answer begins ", hold, "and ends here"))
     asking = spawn("ask", "--session", "s", "a question still being answered")
-    assert fake.wait_for(1, "turn", timeout=60)
+    assert fake.wait_for(1, "turn", timeout=LITELLM_START_S)
     compacted = run_cli("compact", "--session", "s", env=OFF)
     clean(compacted)
     assert compacted.status == 0 and "Context compacted" in compacted.stdout, compacted
@@ -353,7 +400,7 @@ def test_a_clear_or_undo_during_a_slow_summary_refuses_the_compaction(db, fake, 
     hold = threading.Event()
     fake.script_summary(("delay", hold))
     compact = spawn("compact", "--session", "s")
-    assert fake.wait_for(1, "summary", timeout=60)
+    assert fake.wait_for(1, "summary", timeout=LITELLM_START_S)
     args = ["clear"] if meanwhile == "clear" else ["compact", "--undo"]
     done = run_cli(*args, "--session", "s", env=OFF)
     assert done.status == 0, done.stderr
@@ -384,7 +431,7 @@ def test_a_clear_during_an_asks_slow_auto_compaction_keeps_its_question(db, fake
     fake.script_summary(("delay", hold))
     text = "the question asked just before the clear"
     asking = spawn("ask", "--session", "s", text)
-    assert fake.wait_for(1, "summary", timeout=60)
+    assert fake.wait_for(1, "summary", timeout=LITELLM_START_S)
     assert run_cli("clear", "--session", "s", env=OFF).status == 0
     cleared = session_state(db)
     assert asking.poll() is None
@@ -442,7 +489,7 @@ def test_a_lock_taken_during_a_slow_summary_refuses_the_commit_cleanly(db, fake)
     hold = threading.Event()
     fake.script_summary(("delay", hold))
     compact = spawn("compact", "--session", "s", env={"PICOCHAT_BUSY_TIMEOUT_MS": "400"})
-    assert fake.wait_for(1, "summary", timeout=60)
+    assert fake.wait_for(1, "summary", timeout=LITELLM_START_S)
     release = threading.Event()
     holder = hold_write_lock(db, release)
     hold.set()
@@ -465,7 +512,8 @@ def test_a_lock_held_shorter_than_the_busy_timeout_is_waited_out(db, fake):
         holder = hold_write_lock(db, release)
         started = time.monotonic()
         proc = spawn(*args, env=OFF)
-        time.sleep(4)
+        wait_for_lock_waiters([proc], db)
+        time.sleep(4)  # the scenario, not a wait: the lock stays held 4 s into the write's wait
         assert proc.poll() is None, "it was to be still waiting for the lock"
         release.set()
         holder.join()

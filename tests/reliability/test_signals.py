@@ -33,12 +33,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.waiting import WAIT_S, wait_until
+
 pytestmark = pytest.mark.reliability
 
 ASK_SIGNALS = 30     # per signal, SIGTERM and SIGHUP
 APP_SIGNALS = 14     # per way: SIGTERM, SIGHUP by kill, the terminal closed
 KILLS = 10           # SIGKILL of ask, and of the app
-DELAY_MS = 80        # the offline model's pause between pieces
+# the offline model's pause between pieces: its answer (74 pieces) takes ~15 s, far longer
+# than any signal moment below, so an answer caught "mid-answer" is still streaming when its
+# signal lands, however busy the machine
+DELAY_MS = 200
 QUESTION = "remember these ports: " + " ".join(f"port{9000 + i}" for i in range(400))
 CSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.")
 
@@ -90,20 +95,21 @@ def test_ask_stopped_by_sigterm_or_sighup_keeps_what_was_printed(env, home):
         proc = subprocess.Popen([sys.executable, "-m", "picochat", "ask", "--session", "s",
                                  f"{n}: {QUESTION}"], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
+        # the random moments are the point of this harness, not waits for anything
         if rng.random() < 0.25:  # any moment, start-up included
             time.sleep(rng.uniform(0.0, 1.5))
         else:  # mid-answer
             assert proc.stdout is not None
-            first = os.read(proc.stdout.fileno(), 50)
+            first = os.read(proc.stdout.fileno(), 50)  # the answer has begun
             time.sleep(rng.uniform(0.0, 2.0))
         if proc.poll() is not None:  # the whole answer came before the signal: no race here
-            proc.communicate(timeout=60)
+            proc.communicate(timeout=WAIT_S)
             assert proc.returncode == 0
             figures["finished_first"] = figures.get("finished_first", 0) + 1
             continue
         proc.send_signal(signum)
         figures["signals"] += 1
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=WAIT_S)
         printed, error = (first + out).decode(), err.decode()
         assert "Traceback" not in error
         after = rows(db) if db.exists() else []
@@ -140,11 +146,11 @@ def test_ask_killed_mid_answer_loses_at_most_a_second_or_two(env, home, run_cli)
                                  f"{n}: {QUESTION}"], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL)
         assert proc.stdout is not None
-        printed = os.read(proc.stdout.fileno(), 100).decode()
+        printed = os.read(proc.stdout.fileno(), 100).decode()  # the answer has begun
         first = time.monotonic()
-        time.sleep(rng.uniform(1.2, 3.0))
+        time.sleep(rng.uniform(1.2, 3.0))  # a random moment, on purpose: not a wait
         proc.kill()
-        rest, _ = proc.communicate(timeout=30)
+        rest, _ = proc.communicate(timeout=WAIT_S)
         printed += rest.decode()
         rate = len(printed) / (time.monotonic() - first)  # characters shown per second
         assert run_cli("sessions").status == 0
@@ -200,19 +206,20 @@ class Terminal:
     def type(self, text: str) -> None:
         os.write(self.master, text.encode())
 
-    def wait_for(self, what: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while what not in self.text():
+    def wait_for(self, what: str, timeout: float = WAIT_S) -> None:
+        def shown() -> bool:
+            if what in self.text():
+                return True
             assert self.proc.poll() is None, f"the app ended before showing {what!r}"
-            assert time.monotonic() < deadline, f"never saw {what!r}"
-            time.sleep(0.05)
+            return False
+        wait_until(shown, timeout, f"never saw {what!r}")
 
     def hang_up(self) -> None:
         """Close the terminal: the kernel sends SIGHUP, and the tty reads and writes fail."""
         self.closed = True
         os.close(self.master)
 
-    def finish(self, timeout: float = 30) -> int:
+    def finish(self, timeout: float = WAIT_S) -> int:
         try:
             code = self.proc.wait(timeout=timeout)
         finally:
@@ -224,14 +231,11 @@ class Terminal:
         return code
 
 
-def wait_for_draft(db: Path, timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
+def wait_for_draft(db: Path, timeout: float = WAIT_S) -> str:
+    def saved() -> str | None:
         found = drafts(db)
-        if found and found[0][1].strip():
-            return found[0][1]
-        assert time.monotonic() < deadline, "no draft of the answer was ever saved"
-        time.sleep(0.05)
+        return found[0][1] if found and found[0][1].strip() else None
+    return wait_until(saved, timeout, "no draft of the answer was ever saved")
 
 
 def test_the_app_stopped_by_a_signal_or_a_hang_up_keeps_the_answer_and_the_queue(env, home):
@@ -250,7 +254,7 @@ def test_the_app_stopped_by_a_signal_or_a_hang_up_keeps_the_answer_and_the_queue
             term.type(f"queued A {n}\r")
             term.type(f"queued B {n}\r")
             term.wait_for("2 queued")
-            time.sleep(rng.uniform(0.0, 1.0))
+            time.sleep(rng.uniform(0.0, 1.0))  # a random moment, on purpose: not a wait
         except BaseException:
             term.proc.kill()
             raise
@@ -292,7 +296,7 @@ def test_the_app_killed_mid_answer_gets_its_draft_back_at_the_next_start(env, ho
             term.wait_for("offline")
             term.type(f"{n}: {QUESTION}\r")
             wait_for_draft(db)
-            time.sleep(rng.uniform(0.0, 2.0))
+            time.sleep(rng.uniform(0.0, 2.0))  # a random moment, on purpose: not a wait
             seen = drafts(db)[0][1]
         finally:
             term.proc.kill()
@@ -301,10 +305,7 @@ def test_the_app_killed_mid_answer_gets_its_draft_back_at_the_next_start(env, ho
         term = Terminal(env)
         try:
             term.wait_for("offline")
-            deadline = time.monotonic() + 20
-            while drafts(db):
-                assert time.monotonic() < deadline, "the next start left the draft"
-                time.sleep(0.05)
+            wait_until(lambda: not drafts(db), what="the next start left the draft")
         finally:
             term.proc.send_signal(signal.SIGTERM)
         assert term.finish() == 128 + signal.SIGTERM
