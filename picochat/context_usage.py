@@ -48,7 +48,7 @@ class ContextUsage:
 
     def as_dict(self) -> dict[str, Any]:
         lim, cp, parts = self.budget.limits, self.checkpoint, self.budget.parts
-        facts = counts(cp.summary if cp else None)
+        facts = counts(cp.ledger if cp else None)
         return {
             "session_id": self.session.id,
             "session_name": self.session.name,
@@ -118,7 +118,7 @@ class ContextUsage:
                 rows.append(("", DEGRADED_NOTE))
             rows.append(("Compacted", f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens, "
                                       "when it was written"))
-            facts = counts(cp.summary)
+            facts = counts(cp.ledger)
             rows.append(("Exact facts", f"{facts.kept:,} kept"
                          + (f", {facts.dropped:,} dropped to fit (history_search finds them)"
                             if facts.dropped else ", none dropped")))

@@ -6,11 +6,13 @@ compaction folds a span, `extract` finds its exact facts with fixed patterns (pa
 addresses, ids, versions, commands, settings, numbers with units, user corrections), each with
 the seq it came from. `carry` merges them into the previous checkpoint's ledger (a correction
 retires the fact it overrides), `fit` evicts the oldest facts to the ledger's share of the summary
-cap and counts them, and `merge_into` writes the ledger under the summary's `## Exact Facts`,
-after what the model wrote there. The ledger lives in the checkpoint's summary text, so the same
-span gives the same ledger and a restore needs nothing else; `parse` reads it back.
+cap and counts them.
 
-In the summary the ledger is lines a reader can use as they are:
+The ledger is stored as rows beside its checkpoint (`to_stored`, `from_stored`): the next
+compaction carries the rows, never anything read out of summary text, so nothing a model writes
+can become a fact. The text the model reads is `merge_into`'s: the summary with every lookalike
+of the ledger disarmed (`disarm`: its heading renamed, its `#12 …:` tags taken off, in fences
+too), then the ledger alone under the last heading, `## Exact Facts`:
 
     - #12: port 8443 · /etc/svc/api.toml · OPS-1234
     - #31 correction: Actually, use port 9090 instead of 8080.
@@ -20,85 +22,23 @@ In the summary the ledger is lines a reader can use as they are:
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain, islice
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
-from picochat import summary_contract as sc
 from picochat import tokens
-from picochat.messages import Message
+from picochat.fact_values import _TRAILING, SEP, _values, corrections, kind_of
+from picochat.messages import LedgerRow, Message, StoredLedger
 
 FACTS_HEADING = "Exact Facts"
 USER, ANSWER, TOOL = "user", "answer", "tool"
 _SAID_BY = {"user": USER, "assistant": ANSWER, "tool": TOOL}
 CORRECTION = "correction"
-SEP = " · "
 TOOL_FACTS = 8         # a tool result adds at most this many facts: a file read is not a fact list
 # An answer adds no numbers with units and no bare code words (`--model`): those are talk.
-VALUE_CHARS = 160      # longer values (a long command) are cut, marked with …
-CORRECTION_CHARS = 200
 
-# One pattern, tried left to right at each position: the first alternative that matches wins, so
-# a URL is not also a path and an address with a port is not also a version.
-_FACT = re.compile(
-    r"(?P<url>\b(?:https?|ftp|wss?|ssh|git|postgres(?:ql)?|mysql|redis|mongodb)://[^\s<>\"'`|]+)"
-    r"|(?P<email>\b[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+\b)"
-    r"|(?P<uuid>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b)"
-    r"|(?P<ip>\b(?:\d{1,3}\.){3}\d{1,3}(?:/\d{1,2}|:\d{1,5})?\b)"
-    r"|(?P<hostport>\b(?=[\w.-]*[A-Za-z])[A-Za-z0-9][\w.-]*:\d{2,5}\b(?!:))"
-    r"|(?P<port>\bport\s*(?:[:=]|is|of|to|on)?\s*\d{2,5}\b)"
-    r"|(?P<path>(?<![\w/.])(?:~|\.{1,2})?/(?:[\w.@%+-]+/?)+|\b[\w.-]+\.(?:py|md|toml|json|rs|js|ts|"
-    r"tsx|jsx|yaml|yml|txt|sh|sql|db|cfg|ini|conf|env|html|css|go|c|h|cpp|hpp|java|kt|rb|php|"
-    r"lock|log|csv|xml|gguf|pem|key|crt|service|zip|tar|gz)\b)"
-    r"|(?P<setting>(?<![\w.=-])[A-Za-z_][\w.-]*=(?:\"[^\"\n]{0,80}\"|'[^'\n]{0,80}'|[^\s,;)\]]+))"
-    r"|(?P<version>\bv\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|\b\d+\.\d+\.\d+(?:[-+][\w.]+)?\b"
-    r"|\b[A-Za-z][\w.-]*(?:==|@)\d[\w.]*"
-    r"|\b(?i:version|python|node|go|rust|java|release)\s+v?\d+(?:\.\d+)+\b)"
-    r"|(?P<uid>\b[A-Z][A-Z0-9]*-\d+\b|(?<![\w&])#\d{2,}\b"
-    r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b"
-    r"|\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)+\b)"
-    r"|(?P<number>(?:[$€£]\s?\d[\d,]*(?:\.\d+)?|\b\d[\d,]*(?:\.\d+)?\s?(?:%|ms|µs|ns|s|sec|secs|"
-    r"seconds?|min|mins|minutes?|h|hrs?|hours?|days?|weeks?|KB|MB|GB|TB|KiB|MiB|GiB|TiB|"
-    r"tokens?|USD|EUR|GBP|req/s|rps|qps|px|°C|°F|cores?|CPUs?|GPUs?|workers?|replicas?|"
-    r"threads?|retries|items|rows|users|x))(?![\w/]))",
-)
-
-# `_FACT.finditer` tries all eleven alternatives at every character: half a second over a
-# 214k-token span. `_SCAN` finds exactly the same matches (same spans, same kinds) in one walk
-# that only tries `_FACT` where a fact can start (tests/test_fact_scan.py checks it against
-# `_FACT.finditer`):
-# - Every alternative starts at a word start (a `\b` or `(?<!\w)` before a word character) or
-#   at one of `~./#$€£+-`; so spaces and punctuation are skipped in runs, and a word that does
-#   not start a fact is skipped whole (no position inside a word is a start).
-# - Before `_FACT` itself, `_MAY_START` checks what every alternative needs near its start:
-#   after its leading letters a digit, `+`, `-`, `:` before a digit or `/`, `=` before a value,
-#   `@` before a name, `.` before more of a name; or `/` within three characters, a currency
-#   sign, `#` and a digit, `port`, a version word. Prose words fail it at once.
-# - The walk never fails (it ends at `\Z` at worst), so the engine never restarts it one
-#   character later; a match of `_SCAN` is the skipped text followed by one fact, whose kind is
-#   `lastgroup` and whose span is that group's.
-# On ASCII text the same pattern compiled with re.ASCII finds the same matches a third faster;
-# \x1c-\x1f are the only ASCII characters whose class differs (Unicode \s includes them).
-_MAY_START = (r"(?=[^\W\d]*+(?:[\d+-]|:[\d/]|=[^\s,;)\]]|@[\w-]|\.[\w.+@:=-])|[~.]{0,2}/|[$€£]"
-              r"|#\d|(?=[pPvVnNgGrRjJ])(?:port|(?i:version|python|node|go|rust|java|release)\s))")
-_STARTS = "~./#$€£+-"    # the characters besides word starts where an alternative may begin
-assert _FACT.groups == len(_FACT.groupindex), "every group of _FACT is a named kind"
-_SCAN_PATTERN = (rf"(?:[^\w{re.escape(_STARTS)}]++"
-                 rf"|(?!{_MAY_START}(?:{re.sub(r'[(][?]P<[a-z]+>', '(?:', _FACT.pattern)}))"
-                 rf"(?:\w++|[\s\S]))*+(?:{_FACT.pattern}|\Z)")
-_SCAN = re.compile(_SCAN_PATTERN)
-_SCAN_ASCII = re.compile(_SCAN_PATTERN, re.ASCII)
-_CODE_SPAN = re.compile(r"`([^`\n]{2,%d})`" % VALUE_CHARS)
-_SHELL_FENCE = re.compile(r"```(?:bash|sh|shell|console|zsh|fish|powershell|cmd)\n(.*?)```", re.S)
-_PROMPT_LINE = re.compile(r"^\s*\$ (\S.{0,%d})$" % VALUE_CHARS, re.M)
-# (the lookahead names the cues' first two letters, so other positions fail at once)
-_CORRECTION_CUE = re.compile(
-    r"(?=[aicrntwdsf][acnhos ])\b(?:actually|instead|correction|rather than|not what|"
-    r"(?:that's|that is|was|is) wrong|change (?:it|that|this)|scratch that|i meant|no longer|"
-    r"don't use|do not use|forget (?:the|that|about)|not \S+ but)\b|^\s*no[,.!]", re.I)
-_CORRECTION_CUE_ASCII = re.compile(_CORRECTION_CUE.pattern, re.I | re.ASCII)
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 # in a correction, a value right after one of these (or right before "is wrong") is overridden
 _RETIRES_BEFORE = re.compile(r"(?:instead of|rather than|\bnot|no longer|\bfrom|replac\w*|"
                              r"don't use|do not use|forget(?: about)?|drop|remove)"
@@ -106,13 +46,11 @@ _RETIRES_BEFORE = re.compile(r"(?:instead of|rather than|\bnot|no longer|\bfrom|
                              re.I)
 _RETIRES_AFTER = re.compile(r"^\W{0,2}\s*(?:is|was|are|were)\s+(?:wrong|outdated|obsolete|"
                             r"incorrect|stale|gone|dead)", re.I)
-_TRAILING = ".,;:!?)]}>'\""
 
 _LINE = re.compile(r"^- #(\d+)(?: (correction|answer|tool))?: (.+)$")
 _NOTE = re.compile(r"^- \((\d[\d,]*) older exact facts?, from messages up to #(\d+), "
                    r"(?:was|were) dropped to fit; history_search finds them in the raw history\)$")
 _HEADING = re.compile(r"^## (.+?)\s*$")
-_SEQ_PREFIX = re.compile(r"^\s*#\d+(?: (?:correction|answer|tool))?:\s*")
 
 
 @dataclass(frozen=True)
@@ -180,74 +118,6 @@ def _scan(m: Message) -> list[Fact]:
         values = list(found)
     out.extend(Fact(v, m.seq, k, _SAID_BY[m.role]) for k, v in values)
     return out
-
-
-def _values(text: str) -> Iterator[tuple[str, str]]:
-    """(kind, value) in order of appearance; a command or code span is one value, not also
-    the paths and settings inside it."""
-    if not text:
-        return
-    taken: list[tuple[int, int]] = []
-    # (each of these patterns has a literal in every match: a text without it is not scanned)
-    for block in _SHELL_FENCE.finditer(text) if "```" in text else ():
-        taken.append(block.span())
-        for line in block.group(1).splitlines():
-            line = line.strip().removeprefix("$ ").strip()
-            if line and not line.startswith("#"):
-                yield "command", _clip(line)
-    for m in _PROMPT_LINE.finditer(text) if "$ " in text else ():
-        if not _inside(m.start(), taken):
-            taken.append(m.span())
-            yield "command", _clip(m.group(1).strip())
-    for m in _CODE_SPAN.finditer(text) if "`" in text else ():
-        code = m.group(1).strip()
-        if code and not _inside(m.start(), taken):
-            if any(c in code for c in " /="):  # a command or a setting: one value
-                taken.append(m.span())
-            yield "code", _clip(code)
-    # "port `8443`" is a port: backticks (same length, so spans still line up) are spaces here
-    text = text.replace("`", " ")
-    for m in (_SCAN_ASCII if _plain(text) else _SCAN).finditer(text):
-        kind = m.lastgroup
-        if kind is None:  # the walk reached the end of the text
-            continue
-        start, end = m.span(kind)
-        if taken and _inside(start, taken) or text.startswith("…", end):
-            continue  # inside a command, or cut short by a quote: not the real value
-        value = m.group(kind)
-        if kind != "number" and not value.endswith(("\"", "'")):
-            value = value.rstrip(_TRAILING)
-        if kind == "number" and not any(c.isdigit() for c in value):
-            continue
-        if value:
-            yield kind, _clip(value)
-
-
-def _plain(text: str) -> bool:
-    """Whether the re.ASCII twin of a pattern finds what the pattern finds in `text`: ASCII,
-    without the four separators Unicode `\\s` includes and ASCII `\\s` does not."""
-    return text.isascii() and not ("\x1c" in text or "\x1d" in text or "\x1e" in text
-                                   or "\x1f" in text)
-
-
-def _inside(at: int, spans: list[tuple[int, int]]) -> bool:
-    return any(a <= at < b for a, b in spans)
-
-
-def corrections(text: str) -> list[str]:
-    """The sentences of a user message that override something said before."""
-    cue = _CORRECTION_CUE_ASCII if _plain(text) else _CORRECTION_CUE
-    if not cue.search(text):
-        return []
-    return [_clip(" ".join(s.split()), CORRECTION_CHARS) for s in _SENTENCE.split(text)
-            if s.strip() and cue.search(s)]
-
-
-def _clip(value: str, limit: int = VALUE_CHARS) -> str:
-    # (a value without spaces or the separator is clean: other whitespace is unprintable)
-    if " " in value or SEP.strip() in value or not value.isprintable():
-        value = " ".join(value.replace(SEP.strip(), "-").split())
-    return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
 def _latest_first_seen(facts: Sequence[Fact]) -> list[Fact]:
@@ -430,10 +300,13 @@ def _note(dropped: int, up_to: int) -> str:
 
 
 def parse(summary: str | None) -> Ledger:
-    """The ledger a summary carries (empty for a summary written before ledgers existed)."""
+    """The ledger lines a summary's text shows under `## Exact Facts` (its last such section:
+    the one picochat writes). For a model reading a summary as text (the offline summarizer);
+    picochat itself never reads a ledger out of text: a checkpoint's ledger is its rows
+    (`from_stored`)."""
     facts: list[Fact] = []
     dropped = up_to = 0
-    for line in _section(summary or "", FACTS_HEADING):
+    for line in _last_section(summary or "", FACTS_HEADING):
         if m := _NOTE.match(line):
             dropped, up_to = int(m.group(1).replace(",", "")), int(m.group(2))
         elif m := _LINE.match(line):
@@ -441,59 +314,95 @@ def parse(summary: str | None) -> Ledger:
             if label == CORRECTION:
                 facts.append(Fact(m.group(3), seq, CORRECTION))
             else:
-                facts.extend(Fact(v.strip(), seq, _kind(v.strip()), label or USER)
+                facts.extend(Fact(v.strip(), seq, kind_of(v.strip()), label or USER)
                              for v in m.group(3).split(SEP) if v.strip())
     return Ledger(tuple(facts), dropped, up_to)
 
 
-def _kind(value: str) -> str:
-    m = _FACT.fullmatch(value)
-    return (m.lastgroup or "fact") if m else "fact"
+# --- the ledger as stored: rows beside the checkpoint ---------------------------------------------
+
+LEGACY_KIND = "fact"  # rows carried from a summary written before schema 11 (kind not stored)
+
+
+def to_stored(ledger: Ledger) -> StoredLedger:
+    """The rows a checkpoint stores for `ledger`."""
+    return StoredLedger(tuple(LedgerRow(f.seq, f.kind, f.said_by, f.value) for f in ledger.facts),
+                        ledger.dropped, ledger.dropped_up_to)
+
+
+def from_stored(stored: StoredLedger) -> Ledger:
+    """A checkpoint's ledger, from its rows."""
+    return Ledger(tuple(Fact(r.text, r.seq, kind_of(r.text) if r.kind == LEGACY_KIND else r.kind,
+                             r.said_by) for r in stored.rows),
+                  stored.dropped, stored.dropped_up_to)
+
+
+# --- the ledger in the summary text the model reads -----------------------------------------------
+
+# What a model's text may not look like: picochat's ledger heading (at any level, bold, quoted,
+# inside a fence) and ledger lines (`- #12 correction: …`, the drop note). The model's own
+# Exact Facts section is renamed; its lookalike lines lose their `#12 …:` tag.
+MODEL_FACTS_HEADING = "Facts noted by the summary"
+_LOOKALIKE_HEADING = re.compile(
+    r"^(?P<lead>[\s>]*(?:#{1,6}[ \t]*|[-*+][ \t]+)?(?:\*\*|__|\*|_)?[ \t]*)"
+    r"(?P<title>exact[ \t]+facts?)(?P<tail>[ \t]*(?:\*\*|__|\*|_)?[ \t]*:?[ \t]*#*[ \t]*)$",
+    re.I)
+_TAG = re.compile(r"^\s*#\d+(?: \w+)?:\s*")  # a piece of a ledger line a model copied
+_LOOKALIKE_LINE = re.compile(
+    r"^(?P<lead>[\s>]*(?:[-*+][ \t]+)?(?:\*\*|__)?)#[ \t]?\d+(?:[ \t]+\w+)?(?:\*\*|__)?[ \t]*:"
+    r"(?:\*\*|__)?[ \t]*")
 
 
 def merge_into(summary: str, ledger: Ledger) -> str:
-    """`summary` with the ledger under its `## Exact Facts`, after the model's own lines there;
-    a model line that repeats a ledger value, or imitates a ledger line, is left out."""
-    lines = summary.rstrip().splitlines()
-    start = _heading_at(lines, FACTS_HEADING)
-    if start is None:  # no such heading (a degraded breadcrumb): before the last one, or at the end
-        at = _heading_at(lines, sc.HEADINGS[-1])
-        if at is None:
-            lines += ["", f"## {FACTS_HEADING}"]
-            start = len(lines) - 1
-        else:
-            lines[at:at] = [f"## {FACTS_HEADING}", ""]
-            start = at
-    end = next((i for i in range(start + 1, len(lines)) if _HEADING.match(lines[i])), len(lines))
+    """The text the model reads: `summary` (the model's, or a degraded breadcrumb) made unable
+    to pass for the ledger (`disarm`), then the ledger alone under `## Exact Facts`, last."""
     known = {f.key for f in ledger.facts if f.kind != CORRECTION}
-    own = [kept for line in lines[start + 1:end] if (kept := _model_line(line, known)) is not None]
-    ours = render(ledger)
-    body = [line for line in own if line.strip()]
-    if ours or len(body) > 1:
-        body = [line for line in body if line.strip() != "- (none)"]
-    body += ours
-    if not body:
-        body = ["- (none)"]
-    tail = lines[end:]
-    return "\n".join(lines[:start + 1] + body + ([""] + tail if tail else [])).rstrip()
+    prose = disarm(summary, known).rstrip()
+    body = render(ledger) or ["- (none)"]
+    return "\n".join(([prose, ""] if prose else []) + [f"## {FACTS_HEADING}"] + body)
 
 
-def _heading_at(lines: list[str], heading: str) -> int | None:
-    return next((i for i, line in enumerate(lines)
-                 if (h := _HEADING.match(line)) and h.group(1) == heading), None)
+def disarm(text: str, known: frozenset[str] | set[str] = frozenset()) -> str:
+    """`text` with every heading that looks like the ledger's renamed, every line that looks
+    like a ledger line stripped of its `#12 …:` tag, and the drop-note lookalikes left out,
+    inside fences too: only picochat writes the ledger. Under the renamed heading, a line
+    saying nothing but values the ledger keeps is left out (a fact is not paid for twice)."""
+    out: list[str] = []
+    in_model_facts = False
+    for line in text.splitlines():
+        if not line.isascii():  # a lookalike in other letters, widths or with hidden marks
+            line = _plain_letters(line)
+        if m := _LOOKALIKE_HEADING.match(line):
+            out.append(f"{m.group('lead')}{MODEL_FACTS_HEADING}{m.group('tail')}".rstrip())
+            in_model_facts = True
+            continue
+        if _HEADING.match(line):
+            in_model_facts = False
+        stripped = line.strip()
+        if _NOTE.match(stripped) or stripped.startswith("- (") and \
+                "history_search finds them" in stripped:
+            continue
+        line = _LOOKALIKE_LINE.sub(lambda m: m.group("lead"), line)
+        if in_model_facts and (line := _model_line(line, known)) is None:
+            continue
+        out.append(line)
+    return "\n".join(out)
 
 
-def _model_line(line: str, known: set[str]) -> str | None:
-    """A model's line under Exact Facts without what the ledger already says; None to drop."""
+def _plain_letters(line: str) -> str:
+    """`line` in compatibility form (NFKC: fullwidth `＃` is `#`) without invisible format
+    characters (zero-width spaces and joiners, bidi marks), so a lookalike is seen as one."""
+    return "".join(c for c in unicodedata.normalize("NFKC", line)
+                   if unicodedata.category(c) != "Cf")
+
+
+def _model_line(line: str, known: set[str] | frozenset[str]) -> str | None:
+    """A model's line under its facts heading without what the ledger already says; None to
+    drop."""
     stripped = line.strip()
-    if _LINE.match(stripped) or _NOTE.match(stripped) or stripped.startswith("- (") and \
-            "history_search finds them" in stripped:
-        return None
     if not stripped.startswith("- ") or stripped == "- (none)":
         return line
-    # a piece copied from a ledger line ("#12: port 8080") loses its seq: only the ledger
-    # writes seqs, so a model's line can never be read back as part of the ledger
-    parts = [_SEQ_PREFIX.sub("", p).strip() for p in stripped[2:].split(SEP.strip())]
+    parts = [_TAG.sub("", p).strip() for p in stripped[2:].split(SEP.strip())]
     parts = [p for p in parts if p and _norm(p) not in known]
     return ("- " + SEP.join(parts)) if parts else None
 
@@ -502,12 +411,14 @@ def _norm(text: str) -> str:
     return " ".join(text.strip().strip("`*_").strip(_TRAILING).split()).casefold()
 
 
-def _section(summary: str, heading: str) -> list[str]:
+def _last_section(summary: str, heading: str) -> list[str]:
     out: list[str] = []
     inside = False
     for line in summary.splitlines():
         if h := _HEADING.match(line):
             inside = h.group(1) == heading
+            if inside:
+                out = []
             continue
         if inside:
             out.append(line.strip())
@@ -515,17 +426,23 @@ def _section(summary: str, heading: str) -> list[str]:
 
 
 def without_ledger(summary: str) -> str:
-    """`summary` with the ledger's lines taken out of `## Exact Facts` (a degraded checkpoint
-    carries an earlier summary's prose and writes the ledger again, merged)."""
-    out: list[str] = []
-    inside = False
-    for line in summary.splitlines():
-        if h := _HEADING.match(line):
-            inside = h.group(1) == FACTS_HEADING
-        elif inside and (_LINE.match(line.strip()) or _NOTE.match(line.strip())):
-            continue
-        out.append(line)
-    return "\n".join(out)
+    """`summary` without picochat's ledger lines (a degraded checkpoint carries an earlier
+    summary's prose and writes the ledger again, merged): the last `## Exact Facts` section's,
+    and in a summary written before schema 11, the first's."""
+    lines = summary.splitlines()
+    heads = [i for i, line in enumerate(lines)
+             if (h := _HEADING.match(line)) and h.group(1) == FACTS_HEADING]
+    drop: set[int] = set()
+    for at in heads[:1] + heads[-1:]:
+        end = next((i for i in range(at + 1, len(lines)) if _HEADING.match(lines[i])),
+                   len(lines))
+        ours = {i for i in range(at + 1, end)
+                if _LINE.match(lines[i].strip()) or _NOTE.match(lines[i].strip())}
+        drop |= ours
+        rest = [lines[i].strip() for i in range(at + 1, end) if i not in ours]
+        if end == len(lines) and all(line in ("", "- (none)") for line in rest):
+            drop.update(range(at, end))  # the ledger's own section, last: nothing else in it
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop).rstrip()
 
 
 @dataclass(frozen=True)
@@ -534,16 +451,17 @@ class LedgerCounts:
     dropped: int
 
 
-def counts(summary: str | None) -> LedgerCounts:
-    """Facts a summary's ledger keeps and has dropped (for /info, the panel and export)."""
-    ledger = parse(summary)
-    return LedgerCounts(ledger.kept, ledger.dropped)
+def counts(stored: StoredLedger | None) -> LedgerCounts:
+    """Facts a checkpoint's ledger keeps and has dropped (for /info, the panel and export)."""
+    if stored is None:
+        return LedgerCounts(0, 0)
+    return LedgerCounts(len(stored.rows), stored.dropped)
 
 
-def facts_line(summary: str | None) -> str:
+def facts_line(stored: StoredLedger | None) -> str:
     """"exact facts: 105 kept · 14 dropped (history_search finds them)", for the panel and
     the export."""
-    c = counts(summary)
+    c = counts(stored)
     dropped = (f" · {c.dropped:,} dropped (history_search finds them in the raw history)"
                if c.dropped else " · none dropped")
     return f"exact facts: {c.kept:,} kept{dropped}"

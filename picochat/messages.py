@@ -89,8 +89,30 @@ class Message:
 
 
 @dataclass(frozen=True)
+class LedgerRow:
+    """One line of a checkpoint's exact-fact ledger, as stored beside the checkpoint.
+
+    The ledger is picochat's own record of what a compaction folded: written from the raw
+    messages, never read back out of summary text, so nothing a model writes can become one."""
+
+    seq: int        # the message it came from
+    kind: str       # what it is: a value's kind ("port", "path", …) or "correction"
+    said_by: str    # "user", "answer" or "tool"
+    text: str       # what the line says
+
+
+@dataclass(frozen=True)
+class StoredLedger:
+    """A checkpoint's ledger rows, oldest first, and the facts evicted along its chain."""
+
+    rows: tuple[LedgerRow, ...] = ()
+    dropped: int = 0         # facts evicted so far, over every checkpoint of the chain
+    dropped_up_to: int = 0   # the newest seq among them
+
+
+@dataclass(frozen=True)
 class Checkpoint:
-    """A row of `context_checkpoints`: never changed once written."""
+    """A row of `context_checkpoints` and its ledger: never changed once written."""
 
     id: str
     session_id: str
@@ -106,6 +128,7 @@ class Checkpoint:
     tokens_after: int
     degraded: bool
     created_at: int
+    ledger: StoredLedger = StoredLedger()
 
 
 @dataclass(frozen=True)
@@ -137,6 +160,7 @@ class NewCheckpoint:
     tokens_before: int
     tokens_after: int
     degraded: bool = False
+    ledger: StoredLedger = StoredLedger()
 
 
 @dataclass(frozen=True)

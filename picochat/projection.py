@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from picochat.messages import Message
+from picochat.messages import Message, StoredLedger
 from picochat.storage.store import ContextSnapshot, Store
 from picochat.summary_contract import SUMMARY_CLOSE, SUMMARY_OPEN
 
@@ -50,6 +50,7 @@ class ContextProjection:
     max_raw_seq: int
     repairs: tuple[Repair, ...] = ()
     diagnostics: tuple[str, ...] = ()  # e.g. an unusable active checkpoint we fell back from
+    ledger: StoredLedger = StoredLedger()  # the checkpoint's exact-fact ledger (its rows)
 
     @property
     def raw_tokens(self) -> int:
@@ -90,6 +91,7 @@ def project(snapshot: ContextSnapshot) -> ContextProjection:
         max_raw_seq=snapshot.max_seq,
         repairs=repairs,
         diagnostics=diagnostics,
+        ledger=checkpoint.ledger if checkpoint else StoredLedger(),
     )
 
 

@@ -65,8 +65,10 @@ def session_json(session: Session) -> dict[str, Any]:
 
 def checkpoint_json(cp: Checkpoint, active_id: str | None) -> dict[str, Any]:
     out = dict(vars(cp))
+    out["ledger"] = {"facts": [dict(vars(row)) for row in cp.ledger.rows],
+                     "dropped": cp.ledger.dropped, "dropped_up_to": cp.ledger.dropped_up_to}
     out["active"] = cp.id == active_id
-    facts = counts(cp.summary)
+    facts = counts(cp.ledger)
     out["facts_kept"], out["facts_dropped"] = facts.kept, facts.dropped
     return out
 
@@ -134,7 +136,7 @@ def export_markdown(session: Session, messages: list[Message],
             lines.append("")
             lines.append(f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens; raw tail from "
                          f"seq {cp.first_retained_seq}; created {when(cp.created_at)}; "
-                         f"{facts_line(cp.summary)}")
+                         f"{facts_line(cp.ledger)}")
             lines.append("")
             lines.append(cp.summary)
             lines.append("")
@@ -166,7 +168,7 @@ def checkpoints_table(checkpoints: list[Checkpoint], active_id: str | None) -> s
         return "No checkpoints yet: nothing has been compacted in this session."
     rows = [("", "ID", "GEN", "REASON", "TOKENS", "FROM SEQ", "FACTS", "CREATED")]
     for cp in checkpoints:
-        facts = counts(cp.summary)
+        facts = counts(cp.ledger)
         rows.append(("*" if cp.id == active_id else "", cp.id, str(cp.generation),
                      cp.trigger_reason + (" (degraded)" if cp.degraded else ""),
                      f"{cp.tokens_before:,} -> {cp.tokens_after:,}", str(cp.first_retained_seq),

@@ -9,6 +9,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from picochat import fact_values as V
 from picochat import ledger as L
 from picochat.compaction import gate
 from picochat.messages import Message
@@ -29,7 +30,7 @@ words = st.text(alphabet=st.characters(min_codepoint=9, max_codepoint=0x2fff), m
 
 
 def plain_scan(text: str) -> list[tuple[tuple[int, int], str | None]]:
-    return [(m.span(), m.lastgroup) for m in L._FACT.finditer(text)]
+    return [(m.span(), m.lastgroup) for m in V._FACT.finditer(text)]
 
 
 def fast_scan(pattern: re.Pattern, text: str) -> list[tuple[tuple[int, int], str | None]]:
@@ -39,9 +40,9 @@ def fast_scan(pattern: re.Pattern, text: str) -> list[tuple[tuple[int, int], str
 @settings(max_examples=3000, deadline=None)
 @given(st.one_of(texts, words, st.tuples(texts, words, texts).map("".join)))
 def test_the_walk_finds_what_the_fact_pattern_finds(text: str) -> None:
-    assert fast_scan(L._SCAN, text) == plain_scan(text)
-    if L._plain(text):
-        assert fast_scan(L._SCAN_ASCII, text) == plain_scan(text)
+    assert fast_scan(V._SCAN, text) == plain_scan(text)
+    if V._plain(text):
+        assert fast_scan(V._SCAN_ASCII, text) == plain_scan(text)
 
 
 def test_the_walk_agrees_on_every_kind_of_fact_and_its_near_misses() -> None:
@@ -53,8 +54,8 @@ def test_the_walk_agrees_on_every_kind_of_fact_and_its_near_misses() -> None:
             "12:00:03Z, 2024-05-01T12:00:03Z, a.b.c, x==, port is 80, deadbeef-dead-beef-dead-"
             "beefdeadbeef, name=\"the big one\", ~/notes.md, ../up, e.g. 3 users.")
     assert len(plain_scan(text)) > 25
-    assert fast_scan(L._SCAN, text) == plain_scan(text)
-    assert fast_scan(L._SCAN_ASCII, text) == plain_scan(text)
+    assert fast_scan(V._SCAN, text) == plain_scan(text)
+    assert fast_scan(V._SCAN_ASCII, text) == plain_scan(text)
 
 
 ENDS = ["", "12ms", "x=1", "port 80", "v1.2", "/a", "OPS-1", "a.py", "a@b.co", "$5", "#12",
@@ -72,8 +73,8 @@ def test_the_walk_agrees_where_a_fact_starts_right_after_another() -> None:
         for gap in ("", " ", "\n"):
             for start in STARTS:
                 text = end + gap + start + " tail"
-                assert fast_scan(L._SCAN, text) == plain_scan(text), text
-                assert fast_scan(L._SCAN_ASCII, text) == plain_scan(text), text
+                assert fast_scan(V._SCAN, text) == plain_scan(text), text
+                assert fast_scan(V._SCAN_ASCII, text) == plain_scan(text), text
 
 
 def test_ascii_and_unicode_classes_differ_only_where_the_ascii_check_says() -> None:
@@ -81,10 +82,10 @@ def test_ascii_and_unicode_classes_differ_only_where_the_ascii_check_says() -> N
               for p in (r"\s", r"\w", r"\d", r"\b", r"(?i)[a-z]")
               if bool(re.match(p, chr(c))) != bool(re.match(p, chr(c), re.ASCII))}
     assert differ == {"\x1c", "\x1d", "\x1e", "\x1f"}
-    assert not any(L._plain(c) for c in differ)
+    assert not any(V._plain(c) for c in differ)
 
 
-def old_clip(value: str, limit: int = L.VALUE_CHARS) -> str:
+def old_clip(value: str, limit: int = V.VALUE_CHARS) -> str:
     value = " ".join(value.replace(L.SEP.strip(), "-").split())
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
@@ -92,29 +93,29 @@ def old_clip(value: str, limit: int = L.VALUE_CHARS) -> str:
 def old_values(text: str):
     """`ledger._values` as first written: `_FACT.finditer` over the whole text."""
     taken: list[tuple[int, int]] = []
-    for block in L._SHELL_FENCE.finditer(text):
+    for block in V._SHELL_FENCE.finditer(text):
         taken.append(block.span())
         for line in block.group(1).splitlines():
             line = line.strip().removeprefix("$ ").strip()
             if line and not line.startswith("#"):
                 yield "command", old_clip(line)
-    for m in L._PROMPT_LINE.finditer(text):
-        if not L._inside(m.start(), taken):
+    for m in V._PROMPT_LINE.finditer(text):
+        if not V._inside(m.start(), taken):
             taken.append(m.span())
             yield "command", old_clip(m.group(1).strip())
-    for m in L._CODE_SPAN.finditer(text):
+    for m in V._CODE_SPAN.finditer(text):
         code = m.group(1).strip()
-        if code and not L._inside(m.start(), taken):
+        if code and not V._inside(m.start(), taken):
             if any(c in code for c in " /="):
                 taken.append(m.span())
             yield "code", old_clip(code)
     text = text.replace("`", " ")
-    for m in L._FACT.finditer(text):
-        if taken and L._inside(m.start(), taken) or text.startswith("…", m.end()):
+    for m in V._FACT.finditer(text):
+        if taken and V._inside(m.start(), taken) or text.startswith("…", m.end()):
             continue
         kind, value = m.lastgroup or "fact", m.group(0)
         if kind != "number" and not value.endswith(("\"", "'")):
-            value = value.rstrip(L._TRAILING)
+            value = value.rstrip(V._TRAILING)
         if kind == "number" and not any(c.isdigit() for c in value):
             continue
         if value:
@@ -142,7 +143,7 @@ def old_facts_of(m: Message) -> list[L.Fact]:
 def old_corrections(text: str) -> list[str]:
     if not CUE.search(text):
         return []
-    return [old_clip(" ".join(s.split()), L.CORRECTION_CHARS) for s in L._SENTENCE.split(text)
+    return [old_clip(" ".join(s.split()), V.CORRECTION_CHARS) for s in V._SENTENCE.split(text)
             if s.strip() and CUE.search(s)]
 
 
@@ -180,9 +181,9 @@ CUE_PIECES = ["actually", "ACTUALLY", "İnstead", "instead", "ıf", "scratch tha
 @given(st.one_of(st.lists(st.sampled_from(CUE_PIECES), max_size=12).map("".join), words))
 def test_the_correction_cue_finds_what_it_found_before(text: str) -> None:
     expected = [m.span() for m in CUE.finditer(text)]
-    assert [m.span() for m in L._CORRECTION_CUE.finditer(text)] == expected
-    if L._plain(text):
-        assert [m.span() for m in L._CORRECTION_CUE_ASCII.finditer(text)] == expected
+    assert [m.span() for m in V._CORRECTION_CUE.finditer(text)] == expected
+    if V._plain(text):
+        assert [m.span() for m in V._CORRECTION_CUE_ASCII.finditer(text)] == expected
 
 
 def old_carry(previous: L.Ledger, span: list[Message]) -> L.Ledger:

@@ -60,15 +60,16 @@ def chat_in_process(capsys) -> list[dict]:
     return replies
 
 
-def folded_turns(home) -> tuple[list[int], str]:
-    """The turns whose messages the context no longer holds raw, and the active summary."""
+def folded_turns(home):
+    """The turns whose messages the context no longer holds raw, the active summary, and its
+    ledger's counts."""
     store = open_store(home / "data" / "picochat.db")
     try:
         sid = store.find_session("s").id
         context = restore(store, sid)
         users = [m for m in store.history(sid) if m.role == "user"]
         return ([n for n, m in enumerate(users, 1) if m.seq < (context.first_raw_seq or 0)],
-                context.summary or "")
+                context.summary or "", counts(context.ledger))
     finally:
         store.close()
 
@@ -79,14 +80,14 @@ def test_forty_planted_turns_keep_every_folded_fact_offline(run_cli, config_file
                            "token_limit = 3000\n" + LIMITS)
     replies = chat(run_cli)
     assert sum(1 for r in replies if r["compaction"]) >= 5
-    folded, summary = folded_turns(home)
+    folded, summary, ledger = folded_turns(home)
     assert len(folded) >= 35
     # the offline model's last reply is computed from the request it received; the request
     # is the active summary plus the raw tail, so the summary must hold the folded facts
     missing = [f for n in folded for f in facts_of(n) if f not in summary]
-    assert missing == [] and counts(summary).dropped == 0
+    assert missing == [] and ledger.dropped == 0
     # and the user can see it: info, checkpoints and export count the facts kept
-    kept = counts(summary).kept
+    kept = ledger.kept
     info = json.loads(run_cli("info", "--session", "s", "--json").stdout)
     assert (info["facts_kept"], info["facts_dropped"]) == (kept, 0) and kept >= 3 * 35
     assert re.search(rf"^Exact facts +{kept:,} kept, none dropped$", run_cli("info").stdout,
@@ -118,7 +119,7 @@ def test_forty_planted_turns_keep_every_folded_fact_when_summaries_drop_them(
     assert len(fake_openai.summary_requests) == len(compactions)
     # what the server wrote: nine headings, not one fact
     assert "port 80" not in summary_text(1) and "OPS-" not in summary_text(1)
-    folded, _ = folded_turns(home)
+    folded, _, _ = folded_turns(home)
     assert len(folded) >= 25  # the rest are in the raw tail since the last compaction
     received = json.dumps(fake_openai.turn_requests[-1]["messages"], ensure_ascii=False)
     missing = [f for n in folded for f in facts_of(n) if f not in received]

@@ -68,4 +68,4 @@ def test_a_real_small_models_session_keeps_every_folded_fact(store) -> None:
                                                  f"OPS-{1000 + n}")
                if json.dumps(fact)[1:-1] not in request]
     assert missing == []
-    assert counts(context.summary).dropped > 0  # the model's own facts paid for the room
+    assert counts(context.ledger).dropped > 0  # the model's own facts paid for the room

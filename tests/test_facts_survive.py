@@ -127,7 +127,7 @@ class FactsSurvive(RuleBasedStateMachine):
         request = json.dumps(projection.provider_messages(SYSTEM), ensure_ascii=False)
         live = {f: seq for f, seq in self.planted.items() if seq > self.floor}
         missing = [f for f in live if json.dumps(f)[1:-1] not in request]
-        dropped = fact_ledger.counts(projection.summary).dropped
+        dropped = fact_ledger.counts(projection.ledger).dropped
         event("facts dropped to fit" if dropped else
               "all facts in the request" + (" (some folded)" if projection.summary else ""))
         if self.exact:

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from picochat import tokens
 from picochat.errors import PicochatError
-from picochat.messages import Message, NewCheckpoint
+from picochat.messages import Message, NewCheckpoint, StoredLedger
 from picochat.projection import Repair, repair_tool_chains
 
 
@@ -27,6 +27,7 @@ class CompactionCandidate:
     tokens_after: int
     degraded: bool
     kept_turns: int
+    ledger: StoredLedger = StoredLedger()  # the exact facts it carries, stored as rows
 
     def new_checkpoint(self, provider_kind: str, model: str) -> NewCheckpoint:
         return NewCheckpoint(
@@ -34,7 +35,7 @@ class CompactionCandidate:
             first_retained_seq=self.first_retained_seq, source_max_seq=self.source_max_seq,
             trigger_reason=self.reason, provider_kind=provider_kind, model=model,
             tokens_before=self.tokens_before, tokens_after=self.tokens_after,
-            degraded=self.degraded)
+            degraded=self.degraded, ledger=self.ledger)
 
 
 RETRY = "try /compact again or use another model"

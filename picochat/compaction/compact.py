@@ -195,7 +195,7 @@ async def compact_context(store: Store, provider: Provider,
     except PicochatError as exc:  # StaleGeneration, StorageError: the old context stays
         return _failed(sid, reason, restore(store, sid), exc, summary_error, transcript,
                        before, summary_called)
-    facts = fact_ledger.counts(checkpoint.summary)
+    facts = fact_ledger.counts(checkpoint.ledger)
     log.info("compaction_committed session=%s checkpoint=%s generation=%d reason=%s "
              "tokens_before=%d tokens_after=%d first_retained_seq=%d degraded=%d kept_turns=%d "
              "source_messages=%s omitted=%s truncated=%s facts_kept=%d facts_dropped=%d",

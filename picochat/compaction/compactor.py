@@ -27,7 +27,7 @@ from picochat.compaction.transcript import SummaryBudget, Transcript, serialize,
 from picochat.cutpoints import find_cut_point, group_turns
 from picochat.errors import PicochatError
 from picochat.ledger import Ledger
-from picochat.messages import Message
+from picochat.messages import Message, StoredLedger
 from picochat.projection import ContextProjection
 from picochat.providers.base import Provider, Usage, collect
 from picochat.providers.errors import ProviderError
@@ -60,6 +60,7 @@ class CompactionPlan:
     parent_checkpoint_id: str | None
     base_generation: int
     previous_summary: str | None
+    previous_ledger: StoredLedger  # the active checkpoint's ledger rows (empty without one)
     span: tuple[Message, ...]     # raw messages to fold: old first_retained_seq .. new - 1
     kept: tuple[Message, ...]     # the raw tail from the new first_retained_seq
     kept_turns: int
@@ -89,7 +90,7 @@ def plan_compaction(projection: ContextProjection, keep_tokens: int) -> Compacti
     span = tuple(sorted([m for t in turns[:index] for m in t.messages] + left_out,
                         key=lambda m: m.seq))
     return CompactionPlan(projection.checkpoint_id, projection.context_generation,
-                          projection.summary, span, kept, len(turns) - index, first,
+                          projection.summary, projection.ledger, span, kept, len(turns) - index, first,
                           projection.max_raw_seq)
 
 
@@ -192,24 +193,25 @@ class ContextCompactor:
     @staticmethod
     def ledger_of(plan: CompactionPlan) -> Ledger:
         """The previous checkpoint's ledger carried over the span this plan folds."""
-        return fact_ledger.carry(fact_ledger.parse(plan.previous_summary), plan.span)
+        return fact_ledger.carry(fact_ledger.from_stored(plan.previous_ledger), plan.span)
 
     def with_ledger(self, text: str, ledger: Ledger, projection: ContextProjection,
-                    limit: int) -> str:
-        """`text` with `ledger` under its Exact Facts, the ledger fitted to its share of the
-        summary cap and to the room `projection` (with the result as its summary) leaves under
-        `limit`: the oldest facts go first, and the summary says how many. The model's own
-        copies of a fact the ledger keeps are left out, so a fact is not paid for twice."""
+                    limit: int) -> tuple[str, Ledger]:
+        """`text` with `ledger` under the summary's last heading, `## Exact Facts`, and the
+        ledger as fitted: to its share of the summary cap and to the room `projection` (with
+        the result as its summary) leaves under `limit`; the oldest facts go first, and the
+        summary says how many. The model's own copies of a fact the ledger keeps are left
+        out, so a fact is not paid for twice."""
         budget = self.limits.counted(ledger_share(self.limits.window))
         for _ in range(6):
             fitted = fact_ledger.fit(ledger, max(0, budget))
             merged = fact_ledger.merge_into(text, fitted)
             over = self.tokens_of(dataclasses.replace(projection, summary=merged)) - limit
             if over <= 0 or not fitted.facts:
-                return merged  # fits, or nothing left to evict: validate has the last word
+                return merged, fitted  # fits, or nothing left to evict: validate decides
             budget = min(budget, tokens.count_text(fact_ledger.render_text(fitted))) \
                 - self.limits.counted(over) - LEDGER_MARGIN
-        return merged
+        return merged, fitted
 
     def kept_alone(self, plan: CompactionPlan, projection: ContextProjection) -> int:
         """The request size with the kept tail and no summary at all: the floor any summary
@@ -238,14 +240,15 @@ class ContextCompactor:
                                   f"{summary.budget.output_reserve:,}", hint)
         after = dataclasses.replace(projection, raw=plan.kept,
                                     first_raw_seq=plan.first_retained_seq)
-        text = self.with_ledger(summary.text, summary.ledger, after,
-                                min(limit, tokens_before - 1))  # a compaction must shrink
+        text, fitted = self.with_ledger(summary.text, summary.ledger, after,
+                                        min(limit, tokens_before - 1))  # it must shrink
         after = dataclasses.replace(after, summary=text)
         candidate = CompactionCandidate(
             parent_checkpoint_id=plan.parent_checkpoint_id, base_generation=plan.base_generation,
             summary=text, first_retained_seq=plan.first_retained_seq,
             source_max_seq=plan.source_max_seq, reason=reason, tokens_before=tokens_before,
-            tokens_after=self.tokens_of(after), degraded=False, kept_turns=plan.kept_turns)
+            tokens_after=self.tokens_of(after), degraded=False, kept_turns=plan.kept_turns,
+            ledger=fact_ledger.to_stored(fitted))
         cap = summary.budget.output_reserve + ledger_share(self.limits.window)
         validate(candidate, [m.seq for m in projection.raw], plan.kept, cap, limit)
         return candidate

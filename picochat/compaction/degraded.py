@@ -78,7 +78,7 @@ def trim_candidate(compactor: ContextCompactor, projection: ContextProjection,
     share = limits.counted(ledger_share(limits.window))
     turns = group_turns(projection.raw)
     previous_options = (projection.summary, None) if projection.summary else (None,)
-    carried = fact_ledger.parse(projection.summary)
+    carried = fact_ledger.from_stored(projection.ledger)
 
     @functools.cache
     def ledger_of(index: int) -> tuple[Ledger, int]:
@@ -97,8 +97,8 @@ def trim_candidate(compactor: ContextCompactor, projection: ContextProjection,
                                   dropped_previous=bool(projection.summary) and not previous)
                 after = dataclasses.replace(projection, raw=kept, first_raw_seq=kept[0].seq)
                 ledger, share_drops = ledger_of(index)
-                summary = compactor.with_ledger(bare, ledger, after,
-                                                min(limit, tokens_before - 1))
+                summary, fitted = compactor.with_ledger(bare, ledger, after,
+                                                        min(limit, tokens_before - 1))
                 after = dataclasses.replace(after, summary=summary)
                 size = compactor.tokens_of(after)
                 if size > limit or size >= tokens_before:  # a trim that grows is no trim
@@ -108,9 +108,10 @@ def trim_candidate(compactor: ContextCompactor, projection: ContextProjection,
                     base_generation=projection.context_generation, summary=summary,
                     first_retained_seq=kept[0].seq, source_max_seq=projection.max_raw_seq,
                     reason=reason, tokens_before=tokens_before, tokens_after=size,
-                    degraded=True, kept_turns=len(turns) - index)
+                    degraded=True, kept_turns=len(turns) - index,
+                    ledger=fact_ledger.to_stored(fitted))
                 first_fit = first_fit or candidate
-                if fact_ledger.counts(summary).dropped <= share_drops:
+                if fitted.dropped <= share_drops:
                     return candidate  # every fact its share holds
             if first_fit is not None:
                 return first_fit

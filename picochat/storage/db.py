@@ -135,8 +135,11 @@ def migrate(conn: sqlite3.Connection, path: Path) -> int:
             if current != version:
                 version = current
                 continue
-            for statement in _statements(step):
+            sql, carry = step if isinstance(step, tuple) else (step, None)
+            for statement in _statements(sql):
                 conn.execute(statement)
+            if carry is not None:
+                carry(conn)
             conn.execute(f"PRAGMA user_version = {version + 1}")
         version += 1
     return version

@@ -9,7 +9,15 @@ later steps say what they add beside their SQL. Steps never rewrite existing mes
 
 from __future__ import annotations
 
-MIGRATIONS: tuple[str, ...] = (
+import sqlite3
+from typing import Callable
+
+from picochat.storage.legacy_ledger import carry_ledgers
+
+# A step is SQL, or SQL and then a function that moves existing rows across (same transaction).
+Step = str | tuple[str, Callable[[sqlite3.Connection], None]]
+
+MIGRATIONS: tuple[Step, ...] = (
     # 1: sessions and the append-only message log.
     """
     CREATE TABLE sessions (
@@ -143,6 +151,27 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN last_opened_at INTEGER;
     """,
+    # 11: each checkpoint's exact-fact ledger, as rows beside it: picochat's own record of
+    # what a compaction folded, never read back out of summary text (where a model's
+    # lookalike lines could pass for it). The checkpoints written before carry theirs across
+    # from the one place picochat wrote it in their summaries (`legacy_ledger`).
+    ("""
+    CREATE TABLE checkpoint_ledgers (
+        checkpoint_id  TEXT PRIMARY KEY REFERENCES context_checkpoints(id) ON DELETE CASCADE,
+        dropped        INTEGER NOT NULL DEFAULT 0,
+        dropped_up_to  INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE checkpoint_facts (
+        checkpoint_id  TEXT NOT NULL
+                       REFERENCES checkpoint_ledgers(checkpoint_id) ON DELETE CASCADE,
+        ord            INTEGER NOT NULL,
+        seq            INTEGER NOT NULL,
+        kind           TEXT NOT NULL,
+        said_by        TEXT NOT NULL CHECK (said_by IN ('user', 'answer', 'tool')),
+        text           TEXT NOT NULL,
+        PRIMARY KEY (checkpoint_id, ord)
+    ) WITHOUT ROWID;
+    """, carry_ledgers),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -32,11 +32,13 @@ from picochat.messages import (
     INTERRUPTED,
     ROLES,
     Checkpoint,
+    LedgerRow,
     Message,
     ModelTraits,
     NewCheckpoint,
     NewMessage,
     Session,
+    StoredLedger,
     TriggerReason,
     valid_text,
 )
@@ -641,12 +643,14 @@ class Store:
                 raise StorageError(f"first_retained_seq {new.first_retained_seq} is not a message "
                                    f"in the context of session {session_id}; nothing was "
                                    "committed")
+            row = {name: getattr(new, name) for name in _CHECKPOINT_FIELDS if hasattr(new, name)}
             c.execute(
                 f"INSERT INTO context_checkpoints ({_CHECKPOINT_COLS}) "
                 f"VALUES ({', '.join(':' + name for name in _CHECKPOINT_FIELDS)})",
-                {**dataclasses.asdict(new), "id": cp_id, "session_id": session_id,
+                {**row, "id": cp_id, "session_id": session_id,
                  "generation": expected_generation + 1, "degraded": int(new.degraded),
                  "created_at": now})
+            _insert_ledger(c, cp_id, new.ledger)
             crashpoints.reached("in_commit")  # both writes done, the transaction still open
             return _checkpoint_by_id(c, cp_id)  # type: ignore[return-value]
 
@@ -679,7 +683,7 @@ class Store:
             rows = c.execute(f"SELECT {_CHECKPOINT_COLS} FROM context_checkpoints "
                              "WHERE session_id = ? ORDER BY generation DESC",
                              (session_id,)).fetchall()
-        return [_checkpoint(r) for r in rows]
+            return [_checkpoint(c, r) for r in rows]
 
     # --- what servers taught us ----------------------------------------------------------------
 
@@ -828,16 +832,35 @@ def _message(row: Sequence[Any]) -> Message:
                    reasoning=r["reasoning"])
 
 
-def _checkpoint(row: Sequence[Any]) -> Checkpoint:
-    """A `SELECT {_CHECKPOINT_COLS}` row, read by column name."""
+def _checkpoint(c: sqlite3.Connection, row: Sequence[Any]) -> Checkpoint:
+    """A `SELECT {_CHECKPOINT_COLS}` row, read by column name, with its ledger rows."""
     r = dict(zip(_CHECKPOINT_FIELDS, row))
-    return Checkpoint(**{**r, "degraded": bool(r["degraded"])})
+    return Checkpoint(**{**r, "degraded": bool(r["degraded"])}, ledger=_ledger(c, r["id"]))
 
 
 def _checkpoint_by_id(c: sqlite3.Connection, checkpoint_id: str) -> Checkpoint | None:
     row = c.execute(f"SELECT {_CHECKPOINT_COLS} FROM context_checkpoints WHERE id = ?",
                     (checkpoint_id,)).fetchone()
-    return _checkpoint(row) if row else None
+    return _checkpoint(c, row) if row else None
+
+
+def _ledger(c: sqlite3.Connection, checkpoint_id: str) -> StoredLedger:
+    head = c.execute("SELECT dropped, dropped_up_to FROM checkpoint_ledgers "
+                     "WHERE checkpoint_id = ?", (checkpoint_id,)).fetchone()
+    if head is None:
+        return StoredLedger()
+    rows = c.execute("SELECT seq, kind, said_by, text FROM checkpoint_facts "
+                     "WHERE checkpoint_id = ? ORDER BY ord", (checkpoint_id,)).fetchall()
+    return StoredLedger(tuple(LedgerRow(*r) for r in rows), head[0], head[1])
+
+
+def _insert_ledger(c: sqlite3.Connection, checkpoint_id: str, ledger: StoredLedger) -> None:
+    c.execute("INSERT INTO checkpoint_ledgers (checkpoint_id, dropped, dropped_up_to) "
+              "VALUES (?, ?, ?)", (checkpoint_id, ledger.dropped, ledger.dropped_up_to))
+    c.executemany("INSERT INTO checkpoint_facts (checkpoint_id, ord, seq, kind, said_by, text) "
+                  "VALUES (?, ?, ?, ?, ?, ?)",
+                  [(checkpoint_id, i, r.seq, r.kind, r.said_by, r.text)
+                   for i, r in enumerate(ledger.rows)])
 
 
 def _active_checkpoint(c: sqlite3.Connection, session: Session

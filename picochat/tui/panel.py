@@ -49,7 +49,7 @@ def checkpoint_lines(cp: Checkpoint, number: int, use: str, cleared_at: int = 0)
              f"context {cp.tokens_before:,} → {cp.tokens_after:,} tokens"]
     if cp.degraded:
         lines.append(DEGRADED_NOTE)
-    lines += [facts_line(cp.summary), f"made {created}"]
+    lines += [facts_line(cp.ledger), f"made {created}"]
     return "\n".join(lines)
 
 

@@ -173,11 +173,13 @@ def summary_text(rng: random.Random, n_tokens: int) -> str:
     return "\n\n".join(f"## {h}\n" + "\n".join(v) for h, v in sections.items())
 
 
-def previous_summary(share: int) -> str:
-    """An earlier checkpoint's summary: its own 2k tokens of prose and a full ledger."""
+def previous_checkpoint(share: int) -> tuple[str, L.Ledger]:
+    """An earlier checkpoint's summary (its own 2k tokens of prose and a full ledger) and its
+    ledger, as its rows give it back."""
     earlier = span_of(40_000, seed=7, first_seq=1, fact_every=1)
     ledger = L.fit(L.carry(L.Ledger(), earlier), share)
-    return L.merge_into(summary_text(random.Random(3), SUMMARY_TOKENS), ledger)
+    return (L.merge_into(summary_text(random.Random(3), SUMMARY_TOKENS), ledger),
+            L.from_stored(L.to_stored(ledger)))
 
 
 class Compaction:
@@ -188,18 +190,18 @@ class Compaction:
         self.limits = limits_for(resolve_model(config, "big"), CompactionConfig())
         self.compactor = ContextCompactor(OfflineProvider(0), self.limits, SYSTEM, TOOLS)
         self.share = self.limits.counted(ledger_share(self.limits.window))
-        self.previous = previous_summary(self.share)
+        self.previous, self.previous_ledger = previous_checkpoint(self.share)
         first = 100_000  # seqs after the earlier checkpoint's span
         self.span = span_of(span_tokens, first_seq=first)
         tail = span_of(2_000, seed=23, first_seq=self.span[-1].seq + 1)
-        self.plan = CompactionPlan(None, 0, self.previous, self.span, tail, 1, tail[0].seq,
-                                   tail[-1].seq)
+        self.plan = CompactionPlan(None, 0, self.previous, L.to_stored(self.previous_ledger),
+                                   self.span, tail, 1, tail[0].seq, tail[-1].seq)
         self.after = ContextProjection("bench", None, 0, None, tail, tail[0].seq, tail[-1].seq)
         self.transcript = serialize(self.previous, self.span, span_tokens * 2).text
         self.reply = summary_text(random.Random(5), SUMMARY_TOKENS)
         self.reserve = 2_048
 
-    def ledger_work(self) -> str:
+    def ledger_work(self) -> L.Ledger:
         """What a compaction now does beyond the summary call and its old checks: the ledger
         carried over the span (`ledger_of`), the prose cap left beside it (`prose_cap`: fit
         and count), the quality gate on the reply, the ledger fitted and merged into the
@@ -207,15 +209,15 @@ class Compaction:
         ledger = self.compactor.ledger_of(self.plan)
         cap = self.compactor.prose_cap(self.reserve, ledger, self.limits.threshold)
         text = check_summary(self.reply, self.transcript, max_tokens=cap, finish="stop")
-        merged = self.compactor.with_ledger(text, ledger, self.after, self.limits.threshold)
-        L.counts(merged)
-        return merged
+        _, fitted = self.compactor.with_ledger(text, ledger, self.after, self.limits.threshold)
+        L.counts(L.to_stored(fitted))
+        return fitted
 
 
 def ledger_extract(ctx: Any) -> list[Figure]:
     size = QUICK_SPAN_TOKENS if ctx.quick else SPAN_TOKENS
     c = Compaction(size)
-    previous = L.parse(c.previous)
+    previous = c.previous_ledger
     found = L.extract(c.span)
     carried = L.carry(previous, c.span)
     label = f"{sum(m.tokens for m in c.span):,}-token span, {len(c.span):,} msgs"
@@ -235,7 +237,7 @@ def ledger_overhead(ctx: Any) -> list[Figure]:
     size = QUICK_SPAN_TOKENS if ctx.quick else SPAN_TOKENS
     c = Compaction(size)
     samples = times_ms(c.ledger_work, ctx.repeat)
-    ledger = L.parse(c.ledger_work())
+    ledger = c.ledger_work()
     gate = times_ms(lambda: check_summary(c.reply, c.transcript, max_tokens=c.reserve,
                                           finish="stop"), ctx.repeat)
     label = (f"{sum(m.tokens for m in c.span):,}-token span, "
