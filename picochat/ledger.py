@@ -356,7 +356,7 @@ _LOOKALIKE_LINE = re.compile(
 def merge_into(summary: str, ledger: Ledger) -> str:
     """The text the model reads: `summary` (the model's, or a degraded breadcrumb) made unable
     to pass for the ledger (`disarm`), then the ledger alone under `## Exact Facts`, last."""
-    known = {f.key for f in ledger.facts if f.kind != CORRECTION}
+    known = {_norm(f.value) for f in ledger.facts}
     prose = disarm(summary, known).rstrip()
     body = render(ledger) or ["- (none)"]
     return "\n".join(([prose, ""] if prose else []) + [f"## {FACTS_HEADING}"] + body)

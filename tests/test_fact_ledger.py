@@ -387,3 +387,11 @@ def test_a_committed_checkpoint_stores_its_ledger_as_rows(store) -> None:
     assert L.from_stored(again.ledger) == ledger
     # rows, not text, are the ledger: the summary's words never come back as facts
     assert [r.text for r in again.ledger.rows] == values(ledger.facts)
+
+
+def test_a_models_copy_of_a_correction_is_not_kept_twice() -> None:
+    fix = "Actually, use port 9090 instead of 8080."
+    ledger = L.carry(L.Ledger(), [msg(5, "user", fix)])
+    model = SUMMARY.replace("## Exact Facts\n- (none)", f"## Exact Facts\n- #5 correction: {fix}")
+    out = L.merge_into(model, ledger)
+    assert out.count(fix) == 1 and section(out, "Exact Facts")[0] == f"- #5 correction: {fix}"
