@@ -231,3 +231,28 @@ def test_compact_all_of_turns_shorter_than_their_summary_is_nothing_to_compact(r
     assert "would not make the context smaller" in result.stderr
     assert "quality check" not in result.stderr and "summary_model" not in result.stderr
     assert as_json(run_cli, "checkpoints", "--session", "s") == []
+
+
+def test_compact_says_on_stderr_how_many_facts_it_had_to_drop(run_cli, config_file, home):
+    from picochat.storage import open_store
+
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(SMALL.replace("token_limit = 4096", "token_limit = 2048"))
+    store = open_store(home / "data" / "picochat.db")
+    try:
+        sid = store.create_session("s").id
+        for i in range(60):
+            store.append_message(sid, "user", f"Service {i} listens on port {8000 + i} with "
+                                 f"config /etc/svc/{i}.toml and ticket OPS-{1000 + i}.",
+                                 turn_id=f"t{i}")
+            store.append_message(sid, "assistant", "Noted.", turn_id=f"t{i}")
+    finally:
+        store.close()
+    result = run_cli("compact", "--session", "s")
+    assert result.status == 0, result.stderr
+    assert result.stdout.startswith("Context compacted:")
+    [line] = [x for x in result.stderr.splitlines() if "dropped to fit" in x]
+    said = re.match(r"picochat: ([\d,]+) older exact facts dropped to fit; history_search "
+                    r"finds them in the raw history$", line)
+    n = int(said.group(1).replace(",", ""))
+    assert n == as_json(run_cli, "info", "--session", "s")["facts_dropped"] > 0

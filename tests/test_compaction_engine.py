@@ -236,7 +236,8 @@ def test_a_cut_that_breaks_a_tool_chain_is_refused_and_says_where(store, monkeyp
         span = tuple(m for m in projection.raw if m.seq < cut or m.seq in moved)
         kept = tuple(m for m in projection.raw if m.seq >= cut and m.seq not in moved)
         return CompactionPlan(projection.checkpoint_id, projection.context_generation,
-                              projection.summary, projection.ledger, span, kept, 3, cut, projection.max_raw_seq)
+                              projection.summary, projection.ledger, span, kept, 3, cut,
+                              projection.max_raw_seq)
 
     monkeypatch.setattr(ContextCompactor, "plan", bad_plan)
     outcome = compact(store, Recorder(), s.id, reason="auto")
@@ -556,3 +557,25 @@ def test_a_forged_ledger_in_a_summary_never_becomes_what_the_user_said(store):
         assert "/srv/data" not in ledger_section and "#1: port 6380" in ledger_section
         assert summary.count("## Exact Facts") == 1
         assert not any("#1" in line and "/srv/data" in line for line in summary.splitlines())
+
+
+def test_a_compaction_that_evicts_facts_says_how_many(store):
+    sid = store.create_session("drops").id
+    for i in range(60):
+        store.append_message(sid, "user", f"Service {i} listens on port {8000 + i} with "
+                             f"config /etc/svc/{i}.toml and ticket OPS-{1000 + i}.",
+                             turn_id=f"t{i}")
+        store.append_message(sid, "assistant", "Noted.", turn_id=f"t{i}")
+    outcome = compact(store, Recorder(summaries=[well_formed("run the services")]), sid,
+                      window=2_048, keep=200)
+    assert outcome.compacted
+    cp = outcome.checkpoint
+    assert outcome.facts_dropped == cp.ledger.dropped > 0
+    note = report.dropped_note(outcome)
+    assert note == (f"{cp.ledger.dropped:,} older exact facts dropped to fit; history_search "
+                    "finds them in the raw history")
+    assert note in report.compaction_note(outcome)
+    # a compaction that evicts nothing says nothing of it
+    quiet = compact(store, Recorder(summaries=[well_formed("run the services")]), sid)
+    assert quiet.status != "compacted" or quiet.facts_dropped == 0
+    assert report.dropped_note(quiet) is None

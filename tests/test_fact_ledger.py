@@ -50,7 +50,8 @@ def test_prose_without_exact_values_has_no_facts() -> None:
 
 
 def test_shell_blocks_and_prompt_lines_are_commands_not_loose_paths() -> None:
-    text = "Do this:\n```bash\n$ cd /opt/app\nsystemctl restart app-2\n# a comment\n```\n$ ls -la /tmp"
+    text = ("Do this:\n```bash\n$ cd /opt/app\nsystemctl restart app-2\n# a comment\n```\n"
+            "$ ls -la /tmp")
     facts = L.extract([msg(4, "assistant", text)])
     assert values(facts) == ["cd /opt/app", "systemctl restart app-2", "ls -la /tmp"]
     assert {f.kind for f in facts} == {"command"}

@@ -490,6 +490,8 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
         dump_json(outcome.as_dict())
     elif outcome.status == COMPACTED:
         out(report.compacted_lines(outcome))
+        if dropped := report.dropped_note(outcome):
+            err(dropped)
     elif outcome.status == NOTHING_TO_COMPACT:
         out("Nothing to compact")
         err(report.nothing_reason(outcome, limits, None if everything else "--all"))

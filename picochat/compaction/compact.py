@@ -91,6 +91,7 @@ class CompactOutcome:
     summary_error: PicochatError | None = None  # why a degraded trim was needed, if it was
     transcript: Transcript | None = None
     summary_called: bool = False      # a summary request was sent (a turn sends at most one)
+    facts_dropped: int = 0            # exact facts this compaction evicted from the ledger
 
     @property
     def compacted(self) -> bool:
@@ -214,7 +215,8 @@ async def compact_context(store: Store, provider: Provider,
             log.warning("timeline_failed session=%s checkpoint=%s kind=%s", sid, checkpoint.id,
                         exc.kind)
     return CompactOutcome(COMPACTED, reason, now, checkpoint, candidate.kept_turns, before, None,
-                          summary_error, transcript, summary_called)
+                          summary_error, transcript, summary_called,
+                          max(0, checkpoint.ledger.dropped - projection.ledger.dropped))
 
 
 UNCHANGED = "the previous context is unchanged"

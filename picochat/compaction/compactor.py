@@ -90,8 +90,8 @@ def plan_compaction(projection: ContextProjection, keep_tokens: int) -> Compacti
     span = tuple(sorted([m for t in turns[:index] for m in t.messages] + left_out,
                         key=lambda m: m.seq))
     return CompactionPlan(projection.checkpoint_id, projection.context_generation,
-                          projection.summary, projection.ledger, span, kept, len(turns) - index, first,
-                          projection.max_raw_seq)
+                          projection.summary, projection.ledger, span, kept,
+                          len(turns) - index, first, projection.max_raw_seq)
 
 
 @dataclass(frozen=True)

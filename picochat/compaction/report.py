@@ -37,6 +37,16 @@ def headline(cp: Checkpoint, number: int, cleared_at: int) -> str:
             f"covers {covered(cp, cleared_at)}")
 
 
+def dropped_note(outcome: Any, finder: str = "history_search") -> str | None:
+    """"3 older exact facts dropped to fit; history_search finds them in the raw history", when
+    a compaction had to evict facts from its ledger: never silently."""
+    n = getattr(outcome, "facts_dropped", 0)
+    if not n:
+        return None
+    return (f"{n:,} older exact {'fact' if n == 1 else 'facts'} dropped to fit; {finder} finds "
+            f"{'it' if n == 1 else 'them'} in the raw history")
+
+
 def compacted_lines(outcome: Any) -> str:
     """The `/compact` success lines, with the new checkpoint row's own figures (the ones
     `/info` and `--json` show), never recomputed."""
@@ -88,6 +98,8 @@ def compaction_note(outcome: Any) -> str | None:
                 f"{cp.first_retained_seq}")
         if cp.degraded and outcome.summary_error is not None:  # why there is no summary
             line += f"; no summary because {outcome.summary_error.user_line()}"
+        if dropped := dropped_note(outcome):
+            line += f"; {dropped}"
         return line
     if outcome.error is not None:
         if outcome.reason == "overflow":

@@ -73,9 +73,11 @@ def compacted_card(outcome) -> str:
     first = cp.first_retained_seq
     how = ("older turns left out, their exact facts kept (no summary could be written)"
            if cp.degraded else f"a summary of the messages before {first}")
+    dropped = report.dropped_note(outcome, "/search")
     return (f"Context compacted: {cp.tokens_before:,} → {cp.tokens_after:,} tokens\n"
             f"The model now reads {how}, then messages {first} onward as they are\n"
-            "The history is unchanged: F2 shows the summary")
+            + (f"{dropped[0].upper()}{dropped[1:]}\n" if dropped else "")
+            + "The history is unchanged: F2 shows the summary")
 
 
 async def cmd_uncompact(app: "PicochatApp", _: str) -> None:

@@ -251,8 +251,10 @@ async def compacted(app: "PicochatApp", outcome: Any, announce: bool) -> None:
                         title="Context compacted without a summary")
         elif announce:
             cp = outcome.checkpoint
-            app.notify(literal(f"{outcome.reason} compaction: {cp.tokens_before:,} → "
-                                f"{cp.tokens_after:,} tokens"), title="Context compacted")
+            dropped = report.dropped_note(outcome, "/search")
+            line = f"{outcome.reason} compaction: {cp.tokens_before:,} → {cp.tokens_after:,} tokens"
+            app.notify(literal(line + (f"; {dropped}" if dropped else "")),
+                       title="Context compacted")
     elif announce and outcome.error is not None:
         app.notify(literal(report.compaction_note(outcome) or outcome.error.user_line()),
                     severity="warning")
