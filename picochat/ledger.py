@@ -339,18 +339,24 @@ def from_stored(stored: StoredLedger) -> Ledger:
 
 # --- the ledger in the summary text the model reads -----------------------------------------------
 
-# What a model's text may not look like: picochat's ledger heading (at any level, bold, quoted,
-# inside a fence) and ledger lines (`- #12 correction: …`, the drop note). The model's own
-# Exact Facts section is renamed; its lookalike lines lose their `#12 …:` tag.
+# What a model's text may not look like: picochat's ledger heading and ledger lines. Each
+# line is looked at as a reader would see it (`_probe`: compatibility forms, no invisible or
+# control characters, common Cyrillic and Greek lookalike letters as Latin), past any markup
+# or list numbering; only a line that turns out to be a lookalike is rewritten, every other
+# line stays exactly as the model wrote it. A list of shapes cannot be complete: the ledger
+# itself is rows, and this only keeps the text the model reads from showing a second one.
 MODEL_FACTS_HEADING = "Facts noted by the summary"
-_LOOKALIKE_HEADING = re.compile(
-    r"^(?P<lead>[\s>]*(?:#{1,6}[ \t]*|[-*+][ \t]+)?(?:\*\*|__|\*|_)?[ \t]*)"
-    r"(?P<title>exact[ \t]+facts?)(?P<tail>[ \t]*(?:\*\*|__|\*|_)?[ \t]*:?[ \t]*#*[ \t]*)$",
-    re.I)
+_LEAD = r"[\s>#*_`~|•·–—+-]*(?:<h[1-6][^>]*>)?[\s*_`]*(?:\d{1,3}[.)]\s*)?[\s*_`\[(]*"
+_LOOKALIKE_HEADING = re.compile(  # the title, then nothing but closing markup or a remark
+    rf"^(?P<lead>{_LEAD})exact\s+facts?\b(?P<tail>[\s*_`:#)\]]*(?:\([^)\n]{{0,30}}\))?"
+    r"[\s*_`:#]*(?:</h[1-6]>)?\s*)$", re.I)
+_LOOKALIKE_TAG = re.compile(
+    rf"^(?P<lead>{_LEAD})#\s*(?P<n>\d+)\b(?P<label>[^:\n]{{0,30}}?)[*_`\])]*\s*:[*_`]*\s*")
+_LEDGER_LABELS = re.compile(r"\b(?:correction|paste|answer|tool|user)\b", re.I)
+_ANY_HEADING = re.compile(r"^\s{0,3}(?:#{1,6}\s|<h[1-6])", re.I)
 _TAG = re.compile(r"^\s*#\d+(?: \w+)?:\s*")  # a piece of a ledger line a model copied
-_LOOKALIKE_LINE = re.compile(
-    r"^(?P<lead>[\s>]*(?:[-*+][ \t]+)?(?:\*\*|__)?)#[ \t]?\d+(?:[ \t]+\w+)?(?:\*\*|__)?[ \t]*:"
-    r"(?:\*\*|__)?[ \t]*")
+_LOOKALIKE_LETTERS = str.maketrans(
+    "АВЕКМНОРСТХаеорсхуіІЅѕΑΒΕΖΗΙΚΜΝΟΡΤΥΧаеіο", "ABEKMHOPCTXaeopcxyiISsABEZHIKMNOPTYXaeio")
 
 
 def merge_into(summary: str, ledger: Ledger) -> str:
@@ -363,36 +369,46 @@ def merge_into(summary: str, ledger: Ledger) -> str:
 
 
 def disarm(text: str, known: frozenset[str] | set[str] = frozenset()) -> str:
-    """`text` with every heading that looks like the ledger's renamed, every line that looks
-    like a ledger line stripped of its `#12 …:` tag, and the drop-note lookalikes left out,
+    """`text` with every heading that reads as the ledger's renamed ("Facts noted by the
+    summary"), every line that reads as a ledger line stripped of its `#12 correction:` tag
+    (a plain `#4521:` keeps its number, as `(#4521)`), and the drop-note lookalikes left out,
     inside fences too: only picochat writes the ledger. Under the renamed heading, a line
-    saying nothing but values the ledger keeps is left out (a fact is not paid for twice)."""
+    saying nothing but what the ledger keeps is left out (a fact is not paid for twice)."""
     out: list[str] = []
     in_model_facts = False
     for line in text.splitlines():
-        if not line.isascii():  # a lookalike in other letters, widths or with hidden marks
-            line = _plain_letters(line)
-        if m := _LOOKALIKE_HEADING.match(line):
-            out.append(f"{m.group('lead')}{MODEL_FACTS_HEADING}{m.group('tail')}".rstrip())
+        probe = _probe(line)
+        if m := _LOOKALIKE_HEADING.match(probe):
+            lead = m.group("lead").rstrip("[(")
+            out.append(f"{lead}{MODEL_FACTS_HEADING}{m.group('tail')}".rstrip())
             in_model_facts = True
             continue
-        if _HEADING.match(line):
+        if _ANY_HEADING.match(probe):
             in_model_facts = False
-        stripped = line.strip()
+        stripped = probe.strip()
         if _NOTE.match(stripped) or stripped.startswith("- (") and \
                 "history_search finds them" in stripped:
             continue
-        line = _LOOKALIKE_LINE.sub(lambda m: m.group("lead"), line)
+        if m := _LOOKALIKE_TAG.match(probe):
+            label = m.group("label")
+            keep = "" if _LEDGER_LABELS.search(label) or not label.strip(" *_`") and \
+                in_model_facts else f"(#{m.group('n')}{label.rstrip()}) "
+            line = m.group("lead") + keep + probe[m.end():]
         if in_model_facts and (line := _model_line(line, known)) is None:
             continue
         out.append(line)
     return "\n".join(out)
 
 
-def _plain_letters(line: str) -> str:
-    """`line` in compatibility form (NFKC: fullwidth `＃` is `#`) without invisible format
-    characters (zero-width spaces and joiners, bidi marks), so a lookalike is seen as one."""
-    return "".join(c for c in unicodedata.normalize("NFKC", line)
+def _probe(line: str) -> str:
+    """`line` as a reader sees it: compatibility forms (NFKC: fullwidth `＃` is `#`), no
+    invisible format characters (zero-width spaces and joiners, bidi marks), control
+    characters as spaces, lookalike letters as the Latin they pass for. ASCII without
+    control characters is itself."""
+    if line.isascii() and line.isprintable():
+        return line
+    norm = unicodedata.normalize("NFKC", line).translate(_LOOKALIKE_LETTERS)
+    return "".join(" " if unicodedata.category(c) == "Cc" else c for c in norm
                    if unicodedata.category(c) != "Cf")
 
 

@@ -571,6 +571,7 @@ def test_a_compaction_that_evicts_facts_says_how_many(store):
     assert outcome.compacted
     cp = outcome.checkpoint
     assert outcome.facts_dropped == cp.ledger.dropped > 0
+    assert outcome.as_dict()["facts_dropped"] == cp.ledger.dropped  # `compact --json` says it
     note = report.dropped_note(outcome)
     assert note == (f"{cp.ledger.dropped:,} older exact facts dropped to fit; history_search "
                     "finds them in the raw history")

@@ -114,6 +114,7 @@ class CompactOutcome:
             "first_retained_seq": cp.first_retained_seq if cp else None,
             "kept_turns": self.kept_turns if cp else None,
             "degraded": bool(cp.degraded) if cp else False,
+            "facts_dropped": self.facts_dropped,
             "error": ({"kind": self.error.kind, "message": self.error.user_line()}
                       if self.error else None),
         }

@@ -85,9 +85,10 @@ def nothing_reason(outcome: Any, limits: Any, fold_all: str | None = FOLD_ALL) -
     return f"{fit}; use {fold_all} to fold all but the newest turn"
 
 
-def compaction_note(outcome: Any) -> str | None:
+def compaction_note(outcome: Any, finder: str = "history_search") -> str | None:
     """One line about a compaction a turn ran first (auto or overflow), for stderr; None when
-    there was nothing to compact (the turn's own error then says why it failed)."""
+    there was nothing to compact (the turn's own error then says why it failed). `finder`:
+    what finds dropped facts where the line is read (the app's /search)."""
     cp = outcome.checkpoint
     if outcome.compacted:
         kind = ("degraded: older turns left out with their exact facts, no summary"
@@ -98,7 +99,7 @@ def compaction_note(outcome: Any) -> str | None:
                 f"{cp.first_retained_seq}")
         if cp.degraded and outcome.summary_error is not None:  # why there is no summary
             line += f"; no summary because {outcome.summary_error.user_line()}"
-        if dropped := dropped_note(outcome):
+        if dropped := dropped_note(outcome, finder):
             line += f"; {dropped}"
         return line
     if outcome.error is not None:

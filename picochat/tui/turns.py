@@ -247,8 +247,8 @@ async def compacted(app: "PicochatApp", outcome: Any, announce: bool) -> None:
     if outcome.compacted:
         await app.checkpoint_moved()
         if announce and outcome.degraded:  # no summary: say why, and what to do
-            app.notify(literal(report.compaction_note(outcome) or ""), severity="warning",
-                        title="Context compacted without a summary")
+            app.notify(literal(report.compaction_note(outcome, "/search") or ""),
+                       severity="warning", title="Context compacted without a summary")
         elif announce:
             cp = outcome.checkpoint
             dropped = report.dropped_note(outcome, "/search")
