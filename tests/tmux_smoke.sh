@@ -29,10 +29,10 @@ wait_for() {  # wait_for TEXT: until the screen shows TEXT
     done
     echo "ok: $1"
 }
-pane() { tmux -L "$SOCKET" display-message -p -t smoke "$1"; }
 
+# the app's exit status lands in a file as it ends (tmux's own pane_dead_status can be empty)
 tmux -L "$SOCKET" new-session -d -s smoke -x 120 -y 40 \
-    "env -u COLUMNS -u LINES PICOCHAT_DATA_DIR='$WORK/data' PICOCHAT_CONFIG_DIR='$WORK/config' '$PICOCHAT'"
+    "env -u COLUMNS -u LINES PICOCHAT_DATA_DIR='$WORK/data' PICOCHAT_CONFIG_DIR='$WORK/config' '$PICOCHAT'; echo \$? > '$WORK/exit'"
 # the pane (and what the app last printed) stays once the app has quit: its end is an event
 tmux -L "$SOCKET" set-option -w -t smoke remain-on-exit on
 wait_for " offline "
@@ -66,7 +66,7 @@ wait_for "unknown command /nonsense"
 
 send C-q
 deadline=$((SECONDS + WAIT_S))
-until [[ $(pane '#{pane_dead}') == 1 ]]; do  # the app has ended
+until [[ -s $WORK/exit ]]; do  # the app has ended
     if ((SECONDS > deadline)); then
         echo "FAIL: ctrl+q did not end the app" >&2
         screen >&2
@@ -81,7 +81,7 @@ if everything | grep -q "Traceback"; then
     everything >&2
     exit 1
 fi
-status=$(pane '#{pane_dead_status}')
+status=$(<"$WORK/exit")
 if [[ $status != 0 ]]; then
     echo "FAIL: picochat exited $status" >&2
     everything >&2

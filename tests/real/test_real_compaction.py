@@ -65,7 +65,7 @@ def test_a_real_session_compacts_answers_every_turn_and_keeps_every_folded_fact(
              for body in proxy.requests]
     assert [s for s in sizes if s[0] + s[1] > WINDOW] == [], sizes
     # every fact of every folded turn reaches the model
-    folded, _ = folded_turns(home)
+    folded, _, _ = folded_turns(home)
     assert len(folded) >= 2, (folded, compactions)
     last = [body for body in proxy.requests if not is_summary_request(body)][-1]
     received = json.dumps(last["messages"], ensure_ascii=False)
