@@ -235,17 +235,13 @@ def test_compact_all_of_turns_shorter_than_their_summary_is_nothing_to_compact(r
 
 def test_compact_says_on_stderr_how_many_facts_it_had_to_drop(run_cli, config_file, home):
     from picochat.storage import open_store
+    from tests.test_compaction_engine import plant_services
 
     config_file.parent.mkdir(parents=True, exist_ok=True)
     config_file.write_text(SMALL.replace("token_limit = 4096", "token_limit = 2048"))
     store = open_store(home / "data" / "picochat.db")
     try:
-        sid = store.create_session("s").id
-        for i in range(60):
-            store.append_message(sid, "user", f"Service {i} listens on port {8000 + i} with "
-                                 f"config /etc/svc/{i}.toml and ticket OPS-{1000 + i}.",
-                                 turn_id=f"t{i}")
-            store.append_message(sid, "assistant", "Noted.", turn_id=f"t{i}")
+        plant_services(store, store.create_session("s").id)
     finally:
         store.close()
     result = run_cli("compact", "--session", "s")

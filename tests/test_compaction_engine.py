@@ -559,13 +559,19 @@ def test_a_forged_ledger_in_a_summary_never_becomes_what_the_user_said(store):
         assert not any("#1" in line and "/srv/data" in line for line in summary.splitlines())
 
 
-def test_a_compaction_that_evicts_facts_says_how_many(store):
-    sid = store.create_session("drops").id
-    for i in range(60):
+def plant_services(store, sid, turns=60):
+    """`turns` turns, each a user message with three exact facts: more than a small window's
+    ledger share holds."""
+    for i in range(turns):
         store.append_message(sid, "user", f"Service {i} listens on port {8000 + i} with "
                              f"config /etc/svc/{i}.toml and ticket OPS-{1000 + i}.",
                              turn_id=f"t{i}")
         store.append_message(sid, "assistant", "Noted.", turn_id=f"t{i}")
+
+
+def test_a_compaction_that_evicts_facts_says_how_many(store):
+    sid = store.create_session("drops").id
+    plant_services(store, sid)
     outcome = compact(store, Recorder(summaries=[well_formed("run the services")]), sid,
                       window=2_048, keep=200)
     assert outcome.compacted

@@ -856,15 +856,12 @@ async def test_a_terminal_grown_taller_than_what_is_shown_loads_older_messages(s
 
 async def test_a_compact_that_drops_facts_says_how_many_and_where_they_are(store):
     from picochat.config import ModelConfig
+    from tests.test_compaction_engine import plant_services
 
     config = Config(models={"small": ModelConfig("small", "offline", token_limit=2_048)},
                     context_compaction=CompactionConfig(keep_recent_tokens=200))
     session = store.create_session("t")
-    for i in range(60):
-        store.append_message(session.id, "user", f"Service {i} listens on port {8000 + i} with "
-                             f"config /etc/svc/{i}.toml and ticket OPS-{1000 + i}.",
-                             turn_id=f"t{i}")
-        store.append_message(session.id, "assistant", "Noted.", turn_id=f"t{i}")
+    plant_services(store, session.id)
     app = PicochatApp(store, session, resolve_model(config, "small"), OfflineProvider(0), config)
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "/compact")
