@@ -7,6 +7,7 @@ and the offline model answers without delay.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,6 +20,16 @@ from picochat.storage import open_store
 
 # Keep hypothesis's files (example database, caches) beside the tests, not at the repo's top.
 set_hypothesis_home_dir(str(Path(__file__).parent / ".hypothesis"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the programs the tests start, however pytest was started. A shell
+    starts a background job (`cmd &`, and so a CI step or a stress run launched that way) with
+    SIGINT ignored, every child inherits that, and a `picochat ask` that ignores SIGINT never
+    stops: the Ctrl-C tests then time out. A handled signal is reset to its default on exec,
+    an ignored one is not, so handle it here."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "PICOCHAT_MODEL", "OPENAI_BASE_URL",
                   "OPENAI_API_BASE", "OLLAMA_HOST", "OLLAMA_API_BASE")
