@@ -74,6 +74,71 @@ def should_compact(enabled: bool, context_tokens: int, threshold: int) -> bool:
     return enabled and context_tokens > threshold
 
 
+# --- what a compaction leaves --------------------------------------------------------------------
+
+AFTER_SHARE = 0.6   # a compaction leaves the context at most this share of the threshold...
+GAIN_SHARE = 0.25   # ...and an automatic one is worth a summary only if it frees this share
+LEDGER_PART = 0.40  # of the room left after the fixed part: the exact-fact ledger's, reserved
+PROSE_PART = 0.20   # the model's summary text; the kept raw tail takes the rest
+MIN_PROSE = 160     # nine headings and a line under each
+
+
+def summary_reserve(window: int) -> int:
+    """The most a summary's prose may be, at any size of context: a quarter of the window up
+    to 2,048 tokens."""
+    return min(2048, window // 4)
+
+
+def ledger_cap(window: int) -> int:
+    """The most the exact-fact ledger may be: a third of the window up to 4,096 tokens (some
+    100 statements)."""
+    return min(4096, window // 3)
+
+
+@dataclass(frozen=True)
+class CompactionRoom:
+    """How a compaction spends the context it leaves, so that the next turns have room to grow
+    before the threshold comes round again (a compaction landing near the threshold is paid
+    for again on the next turn). Ledger first: where room is short, the raw tail gives way
+    before the user's statements do, as a fact cannot be rebuilt from prose or a shorter tail.
+    In the model's tokens."""
+
+    target: int   # the whole context after a compaction: AFTER_SHARE of the threshold
+    ledger: int   # the exact-fact ledger's reserved share
+    prose: int    # the model's summary text
+    tail: int     # the newest whole turns kept word for word (at least the newest turn is),
+    # and what the ledger leaves of its share (`with_spare`)
+
+    def with_spare(self, ledger_tokens: int, keep_recent: int) -> int:
+        """The tail's budget when the ledger needs only `ledger_tokens` of its share: the
+        rest goes to the tail, up to keep_recent_tokens."""
+        return max(self.tail, min(keep_recent, self.tail + self.ledger - ledger_tokens))
+
+
+def worth_compacting(limits: BudgetLimits, before: int, after: int) -> bool:
+    """An automatic compaction that frees less than GAIN_SHARE of the threshold would come
+    round again within a turn or two: it is not worth a summary call until the context has
+    grown by that much. `before` and `after` are estimates from stored counts; where the
+    provider's own count put the context over the threshold and the estimate did not, the
+    gain counts in proportion (the provider's tokens shrink as the estimate's do)."""
+    if before <= 0:
+        return False
+    gain = (before - after) * max(1.0, limits.threshold / before)
+    return gain >= GAIN_SHARE * limits.threshold
+
+
+def compaction_room(limits: BudgetLimits, fixed: int) -> CompactionRoom:
+    """The room a compaction leaves under AFTER_SHARE of the threshold, after `fixed` (the
+    system prompt, tools and framing), split into the ledger's share, the prose and the tail;
+    each is also bounded by its own cap (the configured keep_recent_tokens for the tail)."""
+    target = int(limits.threshold * AFTER_SHARE)
+    room = max(0, target - fixed - tokens.scale(_summary_framing(), limits.token_factor))
+    ledger = min(ledger_cap(limits.window), int(room * LEDGER_PART))
+    prose = min(summary_reserve(limits.window), max(MIN_PROSE, int(room * PROSE_PART)))
+    tail = max(0, min(limits.keep_recent, room - ledger - prose))
+    return CompactionRoom(target, ledger, prose, tail)
+
+
 # --- the next request ----------------------------------------------------------------------------
 
 
@@ -264,6 +329,15 @@ def measure(limits: BudgetLimits, draft: RequestDraft, provider: str = "", model
 
 
 # --- cached counts of the parts that are not stored per message ----------------------------------
+
+
+@lru_cache(maxsize=1)
+def _summary_framing() -> int:
+    """The summary block's own words around a summary, and the ledger's heading and drop
+    note: what a compacted context holds besides prose, facts and the tail."""
+    note = ("- (1,000 older exact facts, from messages up to #100000, were dropped to fit; "
+            "history_search finds them in the raw history)")
+    return tokens.count_message("user", summary_block(f"\n\n## Exact Facts\n{note}", True))
 
 
 @lru_cache(maxsize=64)

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from picochat import tokens
-from picochat.budget import BudgetLimits, ContextBudget, UsageSource, budget_limits
+from picochat.budget import (
+    AFTER_SHARE,
+    BudgetLimits,
+    CompactionRoom,
+    ContextBudget,
+    UsageSource,
+    budget_limits,
+    compaction_room,
+)
 from picochat.compaction.report import DEGRADED_NOTE, headline
 from picochat.config import CompactionConfig
 from picochat.ledger import counts
@@ -46,6 +54,12 @@ class ContextUsage:
     summary_model: ResolvedModel | None = None  # None: the chat model writes the summaries
     summary_number: int = 0  # the active checkpoint's number from the first ("Summary 3")
 
+    @property
+    def room(self) -> CompactionRoom:
+        """What the next compaction may leave, part by part (its kept tail is the effective
+        keep_recent)."""
+        return compaction_room(self.budget.limits, self.budget.parts.fixed)
+
     def as_dict(self) -> dict[str, Any]:
         lim, cp, parts = self.budget.limits, self.checkpoint, self.budget.parts
         facts = counts(cp.ledger if cp else None)
@@ -64,7 +78,10 @@ class ContextUsage:
             "configured_reserve_tokens": lim.configured_reserve,
             "reserve_tokens": lim.reserve,
             "configured_keep_recent_tokens": lim.configured_keep_recent,
-            "effective_keep_recent_tokens": lim.keep_recent,
+            "effective_keep_recent_tokens": self.room.tail,
+            "after_compaction_tokens": self.room.target,
+            "summary_cap_tokens": self.room.prose,
+            "ledger_share_tokens": self.room.ledger,
             "compression_threshold_tokens": lim.threshold,
             "auto_compaction_enabled": self.enabled,
             "used_tokens": self.budget.used_tokens,
@@ -105,9 +122,12 @@ class ContextUsage:
             ("Context window", side(lim.window, lim.configured_window)
              + f"  [{self.model.window_said}]"),
             ("Reserve", side(lim.reserve, lim.configured_reserve)),
-            ("Keep recent", side(lim.keep_recent, lim.configured_keep_recent)),
+            ("Keep recent", side(self.room.tail, lim.configured_keep_recent)),
             ("Auto-compact at", f"{lim.threshold:,}"
              + ("" if self.enabled else "  (auto compaction off)")),
+            ("After compacting", f"at most {self.room.target:,} ({AFTER_SHARE:.0%} of the "
+             f"threshold): summary {self.room.prose:,}, exact facts {self.room.ledger:,}, "
+             f"recent turns {self.room.tail:,}"),
             ("Used", f"{b.used_tokens:,}  ({_source(b)})"),
             ("Left before auto", f"{b.remaining_tokens:,}"),
         ]

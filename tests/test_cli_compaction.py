@@ -105,7 +105,13 @@ def test_info_json_has_every_section_16_key_and_is_deterministic(run_cli, small)
         assert key in first
     assert first["effective_window_tokens"] == 4096 and first["reserve_tokens"] == 1024
     assert first["compression_threshold_tokens"] == 4096 - 1024
-    assert first["effective_keep_recent_tokens"] == 800
+    # what a compaction leaves: 60 % of the threshold, the kept tail (under the configured
+    # 800) beside the summary's and the ledger's shares and the fixed part
+    assert first["after_compaction_tokens"] == int(0.6 * 3072)
+    fixed = sum(first["parts"][k] for k in ("system", "tools", "framing"))
+    assert 0 < first["effective_keep_recent_tokens"] <= 800
+    assert (fixed + first["effective_keep_recent_tokens"] + first["summary_cap_tokens"]
+            + first["ledger_share_tokens"]) < first["after_compaction_tokens"]
     assert first["remaining_tokens"] == 3072 - first["used_tokens"]
     assert first["active_checkpoint_id"] is None and first["usage_source"] == "estimate"
     run_cli("compact", "--session", "s")

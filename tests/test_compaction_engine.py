@@ -10,7 +10,7 @@ import pytest
 
 from picochat import summary_contract as sc
 from picochat import tokens
-from picochat.budget import budget_limits
+from picochat.budget import AFTER_SHARE, MIN_PROSE, PROSE_PART, budget_limits
 from picochat.compaction import report
 from picochat.compaction.compact import CompactMode, CompactRequest, compact_context
 from picochat.compaction.compactor import ContextCompactor, CompactionPlan, plan_compaction
@@ -170,7 +170,9 @@ def test_summary_request_has_no_tools_low_temperature_and_a_capped_output(store)
     compact(store, provider, s.id, window=6_000, focus="the database port",
             instructions="Always list open questions.")
     req = provider.summary_requests[0]
-    assert req.tools == () and req.temperature <= 0.3 and req.max_tokens == 1_500
+    assert req.tools == () and req.temperature <= 0.3
+    # capped: the prose's share of the room a compaction leaves (60 % of the 4,976 threshold)
+    assert MIN_PROSE <= req.max_tokens <= PROSE_PART * AFTER_SHARE * 4_976
     prompt = req.messages[-1]["content"]
     for heading in sc.HEADINGS:
         assert f"## {heading}" in prompt
@@ -240,7 +242,7 @@ def test_a_cut_that_breaks_a_tool_chain_is_refused_and_says_where(store, monkeyp
                               projection.max_raw_seq)
 
     monkeypatch.setattr(ContextCompactor, "plan", bad_plan)
-    outcome = compact(store, Recorder(), s.id, reason="auto")
+    outcome = compact(store, Recorder(), s.id)
     assert outcome.status == "failed" and outcome.summary_called
     assert store.checkpoints(s.id) == [] and restore(store, s.id) == before
     expected = (f"the cut at #{result.seq} would keep tool result #{result.seq} without the "
@@ -248,7 +250,7 @@ def test_a_cut_that_breaks_a_tool_chain_is_refused_and_says_where(store, monkeyp
                 f"the cut at #{call.seq} would keep tool call #{call.seq} without all of its "
                 "results")
     assert report.compaction_note(outcome) == (
-        f"auto compaction failed ({expected} (the previous context is unchanged; this is a "
+        f"manual compaction failed ({expected} (the previous context is unchanged; this is a "
         "picochat bug, not the model's: please report it)); continuing with the context as it "
         "was")
     assert outcome.error.kind == "cut_rejected"  # not counted against the summary model
@@ -259,7 +261,7 @@ def test_a_summary_that_does_not_shrink_the_context_is_not_committed_and_says_wh
     against the summary model), with the figures that show why."""
     s = store.create_session("g")
     talk(store, s.id, 3, words=10)
-    outcome = compact(store, Recorder(summaries=[well_formed("fact " * 900)]), s.id,
+    outcome = compact(store, Recorder(summaries=[well_formed("fact " * 600)]), s.id,
                       keep=10)
     assert outcome.status == "nothing_to_compact" and outcome.error is None
     assert store.checkpoints(s.id) == []
@@ -277,7 +279,7 @@ def test_no_gain_over_a_context_cleared_meanwhile_is_a_refusal_not_nothing_to_co
 
     async def clear_then_answer() -> str:
         store.clear_context(s.id)
-        return well_formed("fact " * 900)
+        return well_formed("fact " * 600)
 
     outcome = compact(store, Recorder(summaries=[clear_then_answer]), s.id, keep=10)
     assert outcome.status == "failed" and outcome.error.kind == "no_gain"

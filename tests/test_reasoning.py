@@ -410,21 +410,24 @@ def test_reasoning_room_comes_from_the_transcripts_share_not_the_summarys():
 def test_a_summary_request_to_a_reasoning_model_leaves_room_to_think(fake, db_store, config_file,
                                                                     model, room):
     thinking = "I must list the ports first.\nPort 8080 appears often; keep it verbatim."
-    # the room is for thinking: a summary that spends it on prose is still too long
-    too_long = summary_text(1).replace("- fake summary 1", "- " + "many words " * 1000)
-    assert 2048 < tokens.count_text(too_long) < 2048 + 1024
-    fake.script_summary(("reasoning", "Thinking.", too_long),
-                        ("chunks", ["<think>", thinking, "</think>\n\n", summary_text(2)]))
     s = db_store.create_session("s")
     seed(db_store, s.id, 10)
 
     async def run():
         async with worker(db_store, s.id, config_file, model=model) as w:
-            return await w.compact(), await w.compact()
+            cap = w.info().as_dict()["summary_cap_tokens"]  # the prose's share of the room
+            # the room is for thinking: a summary that spends it on prose is still too long
+            too_long = summary_text(1).replace("- fake summary 1",
+                                               "- " + "many words " * (cap // 2 + 40))
+            assert cap < tokens.count_text(too_long) < cap + 1024
+            fake.script_summary(("reasoning", "Thinking.", too_long),
+                                ("chunks", ["<think>", thinking, "</think>\n\n",
+                                            summary_text(2)]))
+            return cap, await w.compact(), await w.compact()
 
-    rejected, outcome = asyncio.run(run())
-    assert [b["max_tokens"] for b in fake.summary_requests] == [2048 + room] * 2
-    assert not rejected.compacted and "over its cap of 2,048" in rejected.error.user_line()
+    cap, rejected, outcome = asyncio.run(run())
+    assert [b["max_tokens"] for b in fake.summary_requests] == [cap + room] * 2
+    assert not rejected.compacted and f"over its cap of {cap:,}" in rejected.error.user_line()
     assert outcome.compacted and not outcome.degraded, outcome.error
     summary = outcome.checkpoint.summary
     assert "I must list" not in summary and "<think>" not in summary

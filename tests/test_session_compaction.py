@@ -262,7 +262,7 @@ def test_info_and_auto_compaction_read_the_same_budget(store, over):
     and the turn compacts first, from a context of threshold + 1 tokens."""
     s = store.create_session("i")
     store.set_session_system_prompt(s.id, "Answer as a terse site reliability engineer. " * 40)
-    talk(store, s.id, 6, words=60)
+    talk(store, s.id, 9, words=60)  # the question that fills the gap is short
     config = Config(models={"m": ModelConfig("m", "offline", token_limit=4_096)},
                     context_compaction=SMALL)
 

@@ -19,10 +19,18 @@ from enum import StrEnum
 from typing import Any, Mapping
 
 from picochat import ledger as fact_ledger
-from picochat.budget import BudgetLimits, RequestDraft, check_fixed, estimate
+from picochat import tokens
+from picochat.budget import (
+    BudgetLimits,
+    RequestDraft,
+    check_fixed,
+    estimate,
+    worth_compacting,
+)
 from picochat import crashpoints
 from picochat.compaction.candidate import CompactionCandidate, NoGain, SummaryRejected
-from picochat.compaction.compactor import ContextCompactor, SummaryModel
+from picochat.budget import CompactionRoom
+from picochat.compaction.compactor import CompactionPlan, ContextCompactor, SummaryModel
 from picochat.compaction.degraded import trim_candidate
 from picochat.compaction.transcript import Transcript
 from picochat.compaction.trim_failure import trim_impossible
@@ -92,6 +100,7 @@ class CompactOutcome:
     transcript: Transcript | None = None
     summary_called: bool = False      # a summary request was sent (a turn sends at most one)
     facts_dropped: int = 0            # exact facts this compaction evicted from the ledger
+    keep_tokens: int = 0              # the raw tail it meant to keep (the room's, see budget)
 
     @property
     def compacted(self) -> bool:
@@ -139,7 +148,8 @@ async def compact_context(store: Store, provider: Provider,
     if plan is None and not request.mode.may_trim:
         log.info("compaction_nothing session=%s reason=%s generation=%d", sid, reason,
                  projection.context_generation)
-        return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
+        return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before,
+                              keep_tokens=compactor.room(projection).tail)
 
     # Overflow recovery needs the request under the hard window; everything else under the
     # threshold, so the next turn does not compact again at once.
@@ -150,6 +160,17 @@ async def compact_context(store: Store, provider: Provider,
     summary_called = False
     if plan is not None and request.mode.tries_summary:
         floor = compactor.kept_alone(plan, projection)
+        shares = compactor.room(projection)
+        if reason == TriggerReason.AUTO and not request.mode.may_trim and (
+                floor > limit or not worth_compacting(
+                limits, before, _least_after(compactor, plan, floor, shares))):
+            # It would come round again within a turn or two, or the newest turns alone are
+            # over the threshold (a paste): wait until the context has grown, or the big turn
+            # can be folded. A turn's check costs no call; /compact still compacts now, and a
+            # request over the window is the overflow recovery's, which does not wait.
+            log.info("compaction_deferred session=%s tokens_before=%d floor=%d", sid, before,
+                     floor)
+            return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
         if floor > limit:  # no summary can help: do not pay for a call bound to be rejected
             summary_error = SummaryRejected(
                 f"the newest turns alone are {floor:,} tokens, over the limit of {limit:,}",
@@ -158,7 +179,7 @@ async def compact_context(store: Store, provider: Provider,
             summary_called = True
             try:
                 crashpoints.reached("summary_in_flight")
-                summary = await compactor.summarize(plan, request.focus, limit - floor)
+                summary = await compactor.summarize(plan, shares, request.focus, limit - floor)
                 transcript = summary.transcript
                 candidate = compactor.candidate(plan, projection, summary, reason, before,
                                                 limit)
@@ -218,6 +239,17 @@ async def compact_context(store: Store, provider: Provider,
     return CompactOutcome(COMPACTED, reason, now, checkpoint, candidate.kept_turns, before, None,
                           summary_error, transcript, summary_called,
                           max(0, checkpoint.ledger.dropped - projection.ledger.dropped))
+
+
+def _least_after(compactor: ContextCompactor, plan: CompactionPlan, floor: int,
+                 shares: CompactionRoom) -> int:
+    """What the context would be after a compaction of `plan` whose summary takes its whole
+    prose share: the kept tail (`floor`) plus the prose cap plus the ledger as it would be
+    fitted. The model may write less; a compaction worth doing at this size is worth it."""
+    ledger = fact_ledger.fit(compactor.ledger_of(plan), compactor.limits.counted(shares.ledger))
+    facts = tokens.scale(tokens.count_text(fact_ledger.render_text(ledger)),
+                         compactor.limits.token_factor)
+    return floor + shares.prose + facts
 
 
 UNCHANGED = "the previous context is unchanged"

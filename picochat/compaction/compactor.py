@@ -14,7 +14,13 @@ from typing import Any, Mapping
 
 from picochat import ledger as fact_ledger
 from picochat import tokens
-from picochat.budget import BudgetLimits, RequestDraft, estimate
+from picochat.budget import (
+    BudgetLimits,
+    CompactionRoom,
+    RequestDraft,
+    compaction_room,
+    estimate,
+)
 from picochat.compaction.candidate import (
     RETRY_HINT,
     CompactionCandidate,
@@ -34,14 +40,6 @@ from picochat.providers.errors import ProviderError
 
 MIN_SOURCE_TOKENS = 64   # a window leaving less than this for the transcript cannot summarize
 LEDGER_MARGIN = 8        # tokens kept free under the limit when the ledger fills the room
-
-
-def ledger_share(window: int) -> int:
-    """The exact-fact ledger's own share of the summary cap, beside the model's text (the
-    summary's output reserve, a quarter of the window up to 2,048): a third of the window up
-    to 4,096, some 100 facts at 3,000 tokens and 600 at 128K. Where the context has less room,
-    the prose gives way first (`prose_cap`), then the oldest facts."""
-    return min(4096, window // 3)
 
 
 SUMMARY_TIMEOUT_S = 600.0
@@ -102,6 +100,7 @@ class Summary:
     usage: Usage | None
     finish_reason: str | None
     ledger: Ledger                # the exact facts of the previous ledger and the span
+    shares: CompactionRoom        # what the compacted context may spend on each part
 
 
 @dataclass(frozen=True)
@@ -131,21 +130,39 @@ class ContextCompactor:
         self.instructions = instructions
         self.timeout = timeout
 
+    def room(self, projection: ContextProjection) -> CompactionRoom:
+        """What a compaction of `projection` may leave: the shares of ledger, prose and tail."""
+        fixed = estimate(self.limits, RequestDraft(self.system_prompt, projection,
+                                                   self.tools)).fixed
+        return compaction_room(self.limits, fixed)
+
     def plan(self, projection: ContextProjection) -> CompactionPlan | None:
-        """The cut that keeps `keep_recent` tokens raw."""
-        return plan_compaction(projection, self.limits.counted(self.limits.keep_recent))
+        """The cut that keeps the room's tail raw, and what the ledger leaves of its share
+        (keep_recent_tokens at most). The ledger is sized for the largest fold there could be,
+        all but the newest turn: any real fold's ledger is no larger."""
+        room = self.room(projection)
+        turns = group_turns(projection.raw)
+        most = [m for t in turns[:-1] for m in t.messages]
+        ledger = fact_ledger.fit(
+            fact_ledger.carry(fact_ledger.from_stored(projection.ledger), most),
+            self.limits.counted(room.ledger))
+        need = tokens.scale(tokens.count_text(fact_ledger.render_text(ledger)),
+                            self.limits.token_factor)
+        keep = room.with_spare(need, self.limits.keep_recent)
+        return plan_compaction(projection, self.limits.counted(keep))
 
     def plan_all(self, projection: ContextProjection) -> CompactionPlan | None:
         """`/compact all`: the cut that keeps raw only what is always kept, the newest whole
         turn, however many tokens `keep_recent` would keep."""
         return plan_compaction(projection, 0)
 
-    async def summarize(self, plan: CompactionPlan, focus: str | None = None,
-                        room: int | None = None) -> Summary:
+    async def summarize(self, plan: CompactionPlan, shares: CompactionRoom,
+                        focus: str | None = None, room: int | None = None) -> Summary:
         """One provider call: no tools, low temperature, output capped, and the reply
         through the quality gate. The summary model's window bounds the transcript; the
         summary lands in the chat model's context, so the smaller window of the two bounds
-        its cap. `room`: what the context leaves for the whole summary (see `prose_cap`).
+        its cap, and `shares.prose` bounds it further. `room`: what the context leaves for the
+        whole summary (see `prose_cap`).
 
         A reasoning model's thinking counts against `max_tokens`, so its request asks for the
         prose cap plus room to think; the summary's own size is still held to the prose cap.
@@ -153,8 +170,7 @@ class ContextCompactor:
         model = self.summary_model or SummaryModel(self.provider, self.limits.window,
                                                    self.limits.token_factor, self.reasoning)
         overhead = tokens.scale(prompt_overhead(focus, self.instructions), model.token_factor)
-        budget = summary_budget(model.window, overhead,
-                                summary_budget(self.limits.window, 0).output_reserve,
+        budget = summary_budget(model.window, overhead, shares.prose,
                                 reasoning=model.reasoning)
         if budget.source_budget < MIN_SOURCE_TOKENS:
             raise SummaryFailed(
@@ -163,7 +179,7 @@ class ContextCompactor:
         transcript = serialize(plan.previous_summary, plan.span,
                                int(budget.source_budget / model.token_factor))
         ledger = self.ledger_of(plan)
-        max_tokens = self.prose_cap(budget.output_reserve, ledger, room)
+        max_tokens = self.prose_cap(budget.output_reserve, ledger, shares.ledger, room)
         request = summary_request(transcript.text, max_tokens + budget.reasoning, focus,
                                   self.instructions)
         try:
@@ -176,17 +192,17 @@ class ContextCompactor:
                                 exc.hint or "the previous context is unchanged") from exc
         text = check_summary(reply.text, transcript.text, max_tokens=max_tokens,
                              finish=reply.finish)
-        return Summary(text, transcript, budget, reply.usage, reply.finish, ledger)
+        return Summary(text, transcript, budget, reply.usage, reply.finish, ledger, shares)
 
-    def prose_cap(self, reserve: int, ledger: Ledger, room: int | None) -> int:
+    def prose_cap(self, reserve: int, ledger: Ledger, share: int, room: int | None) -> int:
         """The model's output cap: facts first. When the context has less `room` for the
         summary than prose and ledger could take, the prose gives way (to a third of its cap
         at least): a fact cannot be rebuilt from prose, prose can be rebuilt from facts and
         the raw history."""
         if room is None:
             return reserve
-        share = self.limits.counted(ledger_share(self.limits.window))
-        facts = tokens.count_text(fact_ledger.render_text(fact_ledger.fit(ledger, share)))
+        facts = tokens.count_text(fact_ledger.render_text(
+            fact_ledger.fit(ledger, self.limits.counted(share))))
         left = room - tokens.scale(facts, self.limits.token_factor) - LEDGER_MARGIN
         return max(reserve // 3, min(reserve, left))
 
@@ -196,13 +212,13 @@ class ContextCompactor:
         return fact_ledger.carry(fact_ledger.from_stored(plan.previous_ledger), plan.span)
 
     def with_ledger(self, text: str, ledger: Ledger, projection: ContextProjection,
-                    limit: int) -> tuple[str, Ledger]:
+                    limit: int, share: int) -> tuple[str, Ledger]:
         """`text` with `ledger` under the summary's last heading, `## Exact Facts`, and the
-        ledger as fitted: to its share of the summary cap and to the room `projection` (with
+        ledger as fitted: to its `share` of the context and to the room `projection` (with
         the result as its summary) leaves under `limit`; the oldest facts go first, and the
         summary says how many. The model's own copies of a fact the ledger keeps are left
         out, so a fact is not paid for twice."""
-        budget = self.limits.counted(ledger_share(self.limits.window))
+        budget = self.limits.counted(share)
         for _ in range(6):
             fitted = fact_ledger.fit(ledger, max(0, budget))
             merged = fact_ledger.merge_into(text, fitted)
@@ -241,7 +257,8 @@ class ContextCompactor:
         after = dataclasses.replace(projection, raw=plan.kept,
                                     first_raw_seq=plan.first_retained_seq)
         text, fitted = self.with_ledger(summary.text, summary.ledger, after,
-                                        min(limit, tokens_before - 1))  # it must shrink
+                                        min(limit, tokens_before - 1),  # it must shrink
+                                        summary.shares.ledger)
         after = dataclasses.replace(after, summary=text)
         candidate = CompactionCandidate(
             parent_checkpoint_id=plan.parent_checkpoint_id, base_generation=plan.base_generation,
@@ -249,6 +266,6 @@ class ContextCompactor:
             source_max_seq=plan.source_max_seq, reason=reason, tokens_before=tokens_before,
             tokens_after=self.tokens_of(after), degraded=False, kept_turns=plan.kept_turns,
             ledger=fact_ledger.to_stored(fitted))
-        cap = summary.budget.output_reserve + ledger_share(self.limits.window)
+        cap = summary.budget.output_reserve + summary.shares.ledger
         validate(candidate, [m.seq for m in projection.raw], plan.kept, cap, limit)
         return candidate

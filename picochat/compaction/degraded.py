@@ -21,7 +21,7 @@ import re
 from picochat import ledger as fact_ledger
 from picochat.budget import BudgetLimits
 from picochat.compaction.candidate import CompactionCandidate
-from picochat.compaction.compactor import ContextCompactor, ledger_share
+from picochat.compaction.compactor import ContextCompactor
 from picochat.cutpoints import group_turns
 from picochat.ledger import Ledger
 from picochat.projection import ContextProjection
@@ -75,7 +75,8 @@ def trim_candidate(compactor: ContextCompactor, projection: ContextProjection,
     one does: a fact cannot be rebuilt from the raw tail of the model's window. None when even
     the newest turn alone does not fit or nothing older can go."""
     limits: BudgetLimits = compactor.limits
-    share = limits.counted(ledger_share(limits.window))
+    room = compactor.room(projection).ledger
+    share = limits.counted(room)
     turns = group_turns(projection.raw)
     previous_options = (projection.summary, None) if projection.summary else (None,)
     carried = fact_ledger.from_stored(projection.ledger)
@@ -98,7 +99,7 @@ def trim_candidate(compactor: ContextCompactor, projection: ContextProjection,
                 after = dataclasses.replace(projection, raw=kept, first_raw_seq=kept[0].seq)
                 ledger, share_drops = ledger_of(index)
                 summary, fitted = compactor.with_ledger(bare, ledger, after,
-                                                        min(limit, tokens_before - 1))
+                                                        min(limit, tokens_before - 1), room)
                 after = dataclasses.replace(after, summary=summary)
                 size = compactor.tokens_of(after)
                 if size > limit or size >= tokens_before:  # a trim that grows is no trim

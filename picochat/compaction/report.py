@@ -79,7 +79,7 @@ def nothing_reason(outcome: Any, limits: Any, fold_all: str | None = FOLD_ALL) -
     where = "since the last checkpoint" if projection.summary is not None else "in the context"
     size = tokens.scale(projection.raw_tokens, limits.token_factor)
     fit = (f"the {len(turns)} turns {where} ({size:,} tokens) fit within "
-           f"the {limits.keep_recent:,} tokens kept raw")
+           f"the {outcome.keep_tokens:,} tokens kept raw")
     if fold_all is None:
         return f"{fit}; nothing older than the newest turn to fold"
     return f"{fit}; use {fold_all} to fold all but the newest turn"

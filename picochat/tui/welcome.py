@@ -34,7 +34,8 @@ def welcome_text(model: ResolvedModel, window: int) -> str:
         "Welcome to picochat.",
         "",
         f"You are talking to {model.label}, with a window of {window:,} tokens. Long chats are "
-        "compacted as they grow and no fact is lost on the way; F2 shows what was summarized.",
+        "compacted as they grow, their exact facts kept beside the summary (past its share the "
+        "oldest are counted, and /search finds them); F2 shows what was summarized.",
         "",
         KEYS,
     ])

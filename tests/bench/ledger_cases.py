@@ -16,7 +16,7 @@ from typing import Any
 
 from picochat import ledger as L
 from picochat import tokens
-from picochat.compaction.compactor import CompactionPlan, ContextCompactor, ledger_share
+from picochat.compaction.compactor import CompactionPlan, ContextCompactor
 from picochat.compaction.gate import check_summary
 from picochat.compaction.transcript import serialize
 from picochat.config import CompactionConfig, Config, ModelConfig
@@ -189,7 +189,8 @@ class Compaction:
         config = Config(models={"big": ModelConfig("big", "offline", token_limit=WINDOW)})
         self.limits = limits_for(resolve_model(config, "big"), CompactionConfig())
         self.compactor = ContextCompactor(OfflineProvider(0), self.limits, SYSTEM, TOOLS)
-        self.share = self.limits.counted(ledger_share(self.limits.window))
+        self.room = self.compactor.room(ContextProjection("bench", None, 0, None, (), None, 0))
+        self.share = self.limits.counted(self.room.ledger)
         self.previous, self.previous_ledger = previous_checkpoint(self.share)
         first = 100_000  # seqs after the earlier checkpoint's span
         self.span = span_of(span_tokens, first_seq=first)
@@ -207,9 +208,11 @@ class Compaction:
         and count), the quality gate on the reply, the ledger fitted and merged into the
         summary (`with_ledger`), and the counts read back for the log line."""
         ledger = self.compactor.ledger_of(self.plan)
-        cap = self.compactor.prose_cap(self.reserve, ledger, self.limits.threshold)
+        cap = self.compactor.prose_cap(self.reserve, ledger, self.room.ledger,
+                                       self.limits.threshold)
         text = check_summary(self.reply, self.transcript, max_tokens=cap, finish="stop")
-        _, fitted = self.compactor.with_ledger(text, ledger, self.after, self.limits.threshold)
+        _, fitted = self.compactor.with_ledger(text, ledger, self.after, self.limits.threshold,
+                                               self.room.ledger)
         L.counts(L.to_stored(fitted))
         return fitted
 

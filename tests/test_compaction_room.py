@@ -1,0 +1,185 @@
+"""What a compaction leaves (issue 30, item 7): at most 60 % of the threshold, so that the next
+turns have room before the threshold comes round again, with the ledger's share reserved in it;
+and an automatic compaction that would free less than a quarter of the threshold waits.
+
+The properties run random conversations (statements with facts, long and short answers, the
+odd paste) at windows from 2K to 200K against a summarizer that fills as much of its cap as it
+likes, and check every automatic compaction they trigger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from picochat import tokens
+from picochat.budget import (
+    AFTER_SHARE,
+    GAIN_SHARE,
+    RequestDraft,
+    budget_limits,
+    compaction_room,
+    estimate,
+    worth_compacting,
+)
+from picochat.compaction.compact import CompactRequest, compact_context
+from picochat.projection import project, restore
+from picochat.storage import open_store
+from tests.scripted import Recorder, well_formed
+
+SYSTEM = "You are a helpful assistant."
+WORD = "lorem "  # one o200k token a word
+
+
+# --- the shares ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window", [2_048, 3_000, 8_192, 32_768, 128_000, 1_000_000])
+def test_the_shares_fit_under_sixty_percent_of_the_threshold(window):
+    limits = budget_limits(window, None, 16_384, 20_000)
+    fixed = 300
+    room = compaction_room(limits, fixed)
+    assert room.target == int(limits.threshold * AFTER_SHARE)
+    assert fixed + room.ledger + room.prose + room.tail < room.target
+    assert room.tail <= limits.keep_recent and room.prose <= min(2_048, window // 4)
+
+
+def test_where_room_is_short_the_tail_gives_way_before_the_ledger():
+    """At 3,000 tokens the ledger keeps its share and the tail takes what is left (less than
+    the 600 configured); at 128K each part has all its configured size."""
+    small = compaction_room(budget_limits(3_000, None, 1_024, 600), 262)
+    assert small.tail < 600 and small.ledger >= small.tail * 0.9
+    big = compaction_room(budget_limits(128_000, None, 16_384, 20_000), 262)
+    assert (big.tail, big.prose, big.ledger) == (20_000, 2_048, 4_096)
+
+
+def test_a_ledger_smaller_than_its_share_leaves_the_rest_to_the_tail():
+    room = compaction_room(budget_limits(8_192, None, 16_384, 20_000), 262)
+    assert room.with_spare(room.ledger, 20_000) == room.tail
+    assert room.with_spare(100, 20_000) == room.tail + room.ledger - 100
+    assert room.with_spare(0, room.tail + 5) == room.tail + 5  # never over keep_recent
+
+
+def test_a_compaction_is_worth_a_summary_only_if_it_frees_a_quarter_of_the_threshold():
+    limits = budget_limits(8_192, None, 16_384, 20_000)  # threshold 4,096
+    assert worth_compacting(limits, 4_200, 4_200 - 1_024)
+    assert not worth_compacting(limits, 4_200, 4_200 - 1_023)
+    # the provider's count put the context over the threshold, the estimate did not: the
+    # estimate's gain counts in proportion
+    assert worth_compacting(limits, 2_048, 2_048 - 512)
+    assert not worth_compacting(limits, 2_048, 2_048 - 511)
+
+
+# --- the properties --------------------------------------------------------------------------------
+
+
+class Filler(Recorder):
+    """A summarizer that writes a well-formed summary filling `share` of its cap."""
+
+    def __init__(self, share: float) -> None:
+        super().__init__()
+        self.share = share
+
+    async def stream(self, request):
+        if request.purpose == "summary":
+            headings = tokens.count_text(well_formed(""))
+            words = max(1, int((request.max_tokens - headings - 2) * self.share))
+            self.summaries = [well_formed(WORD * words)]
+        async for event in super().stream(request):
+            yield event
+
+
+def sentence(n: int, words: int) -> str:
+    return (f"Service {n} listens on port {9000 + n} and its config is /etc/svc/s{n}.toml. "
+            + "Some more context about it: " + WORD * words)
+
+
+@st.composite
+def conversations(draw):
+    window = draw(st.sampled_from([2_048, 4_096, 8_192, 32_768, 200_000]))
+    reserve = draw(st.sampled_from([1_024, 16_384]))
+    limits = budget_limits(window, None, reserve, 20_000)
+    # a turn is at most a twentieth of the threshold: the newest turns always fit the tail
+    most = max(20, limits.threshold // 20)
+    turns = draw(st.lists(st.tuples(st.integers(5, most), st.integers(5, most)),
+                          min_size=30, max_size=60))
+    return limits, turns, draw(st.sampled_from([0.1, 0.6, 1.0]))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations())
+def test_every_automatic_compaction_leaves_at_most_sixty_percent_and_frees_a_quarter(case):
+    limits, turns, fill = case
+    home = Path(tempfile.mkdtemp())
+    store = open_store(home / "picochat.db")
+    provider = Filler(fill)
+    try:
+        sid = store.create_session("p").id
+        compactions = 0
+        for n, (asked, answered) in enumerate(turns):
+            store.append_message(sid, "user", sentence(n, asked), turn_id=f"t{n}")
+            store.append_message(sid, "assistant", "Noted. " + WORD * answered,
+                                 turn_id=f"t{n}")
+            projection = project(store.context_snapshot(sid))
+            before = estimate(limits, RequestDraft(SYSTEM, projection)).total
+            if before <= limits.threshold:
+                continue
+            outcome = asyncio.run(compact_context(store, provider, CompactRequest(
+                session_id=sid, reason="auto", limits=limits, system_prompt=SYSTEM)))
+            room = compaction_room(limits, estimate(limits, RequestDraft(SYSTEM,
+                                                                         projection)).fixed)
+            if outcome.compacted:
+                compactions += 1
+                cp = outcome.checkpoint
+                assert cp.tokens_after <= room.target, (limits, cp.tokens_after, room)
+                assert cp.tokens_before - cp.tokens_after >= GAIN_SHARE * limits.threshold
+                after = estimate(limits, RequestDraft(SYSTEM, restore(store, sid))).total
+                assert after == cp.tokens_after  # what the next request holds
+            else:
+                assert outcome.status == "nothing_to_compact", outcome.error
+        event(f"window {limits.window}: {'some' if compactions else 'no'} compactions")
+        # a compaction frees a quarter of the threshold and a turn adds a twentieth at most:
+        # at least five turns pass between two
+        assert compactions <= len(turns) // 5 + 1
+    finally:
+        store.close()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_paste_in_the_newest_turns_waits_instead_of_failing(store):
+    """A 3,500-token log pasted at an 8K window: while it is among the newest turns no
+    compaction can bring the context under the threshold, so the turn's check waits quietly
+    (no summary call, no failure); once a newer turn follows, it is folded."""
+    limits = budget_limits(8_192, None, 16_384, 20_000)
+    sid = store.create_session("paste").id
+    for n in range(6):
+        store.append_message(sid, "user", sentence(n, 60), turn_id=f"t{n}")
+        store.append_message(sid, "assistant", WORD * 80, turn_id=f"t{n}")
+    log = "\n".join(f"10.0.0.{i % 9} GET /api/v1/orders/{1000 + i} 200 req-{i:04d}"
+                    for i in range(300))
+    assert tokens.count_text(log) > 3_000
+    store.append_message(sid, "user", "here's the log:\n" + log, turn_id="p")
+    provider = Filler(0.6)
+
+    def auto():
+        return asyncio.run(compact_context(store, provider, CompactRequest(
+            session_id=sid, reason="auto", limits=limits, system_prompt=SYSTEM)))
+
+    waited = auto()  # the paste is the turn in progress
+    assert waited.status == "nothing_to_compact" and waited.error is None
+    assert not provider.summary_requests
+    store.append_message(sid, "assistant", WORD * 80, turn_id="p")
+    store.append_message(sid, "user", "what do the 502s mean?", turn_id="q")
+    assert auto().status == "nothing_to_compact"  # the paste is the last answered turn
+    store.append_message(sid, "assistant", WORD * 80, turn_id="q")
+    store.append_message(sid, "user", "and the slow ones?", turn_id="r")
+    folded = auto()
+    assert folded.compacted and len(provider.summary_requests) == 1
+    assert folded.checkpoint.first_retained_seq > 13  # the paste is folded
+    assert folded.checkpoint.tokens_after <= compaction_room(limits, 0).target
