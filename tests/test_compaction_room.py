@@ -28,6 +28,7 @@ from picochat.budget import (
     estimate,
     worth_compacting,
 )
+from picochat.compaction import report
 from picochat.compaction.compact import CompactRequest, compact_context
 from picochat.projection import project, restore
 from picochat.storage import open_store
@@ -174,6 +175,11 @@ def test_a_paste_in_the_newest_turns_waits_instead_of_failing(store):
     waited = auto()  # the paste is the turn in progress
     assert waited.status == "nothing_to_compact" and waited.error is None
     assert not provider.summary_requests
+    # and the user is told why (stderr in `ask`, a notice in the app)
+    line = report.compaction_note(waited)
+    assert line.startswith("auto compaction waits: the newest turns alone (")
+    assert line.endswith("tokens) are over the 4,096 auto-compact point; they are folded once "
+                         "newer turns follow")
     store.append_message(sid, "assistant", WORD * 80, turn_id="p")
     store.append_message(sid, "user", "what do the 502s mean?", turn_id="q")
     assert auto().status == "nothing_to_compact"  # the paste is the last answered turn

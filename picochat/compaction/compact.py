@@ -101,6 +101,7 @@ class CompactOutcome:
     summary_called: bool = False      # a summary request was sent (a turn sends at most one)
     facts_dropped: int = 0            # exact facts this compaction evicted from the ledger
     keep_tokens: int = 0              # the raw tail it meant to keep (the room's, see budget)
+    deferred: str | None = None       # why an automatic compaction waits (no call was made)
 
     @property
     def compacted(self) -> bool:
@@ -124,6 +125,7 @@ class CompactOutcome:
             "kept_turns": self.kept_turns if cp else None,
             "degraded": bool(cp.degraded) if cp else False,
             "facts_dropped": self.facts_dropped,
+            "deferred": self.deferred,
             "error": ({"kind": self.error.kind, "message": self.error.user_line()}
                       if self.error else None),
         }
@@ -161,16 +163,23 @@ async def compact_context(store: Store, provider: Provider,
     if plan is not None and request.mode.tries_summary:
         floor = compactor.kept_alone(plan, projection)
         shares = compactor.room(projection)
-        if reason == TriggerReason.AUTO and not request.mode.may_trim and (
-                floor > limit or not worth_compacting(
-                limits, before, _least_after(compactor, plan, floor, shares))):
+        if reason == TriggerReason.AUTO and not request.mode.may_trim:
             # It would come round again within a turn or two, or the newest turns alone are
             # over the threshold (a paste): wait until the context has grown, or the big turn
             # can be folded. A turn's check costs no call; /compact still compacts now, and a
             # request over the window is the overflow recovery's, which does not wait.
-            log.info("compaction_deferred session=%s tokens_before=%d floor=%d", sid, before,
-                     floor)
-            return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
+            least = _least_after(compactor, plan, floor, shares)
+            wait = (f"the newest turns alone ({floor:,} tokens) are over the {limit:,} "
+                    "auto-compact point; they are folded once newer turns follow"
+                    if floor > limit else
+                    None if worth_compacting(limits, before, least) else
+                    f"folding the older turns now would free only about "
+                    f"{max(0, before - least):,} tokens; it runs once the context has grown")
+            if wait is not None:
+                log.info("compaction_deferred session=%s tokens_before=%d floor=%d", sid,
+                         before, floor)
+                return CompactOutcome(NOTHING_TO_COMPACT, reason, projection,
+                                      tokens_before=before, deferred=wait)
         if floor > limit:  # no summary can help: do not pay for a call bound to be rejected
             summary_error = SummaryRejected(
                 f"the newest turns alone are {floor:,} tokens, over the limit of {limit:,}",

@@ -86,8 +86,9 @@ def nothing_reason(outcome: Any, limits: Any, fold_all: str | None = FOLD_ALL) -
 
 
 def compaction_note(outcome: Any, finder: str = "history_search") -> str | None:
-    """One line about a compaction a turn ran first (auto or overflow), for stderr; None when
-    there was nothing to compact (the turn's own error then says why it failed). `finder`:
+    """One line about a compaction a turn ran first (auto or overflow), for stderr, or about
+    why an automatic one waits; None when there was nothing to compact (the turn's own error
+    then says why it failed). `finder`:
     what finds dropped facts where the line is read (the app's /search)."""
     cp = outcome.checkpoint
     if outcome.compacted:
@@ -102,6 +103,8 @@ def compaction_note(outcome: Any, finder: str = "history_search") -> str | None:
         if dropped := dropped_note(outcome, finder):
             line += f"; {dropped}"
         return line
+    if outcome.deferred:
+        return f"{outcome.reason} compaction waits: {outcome.deferred}"
     if outcome.error is not None:
         if outcome.reason == "overflow":
             return None  # the turn fails, and its error says why

@@ -258,6 +258,8 @@ async def compacted(app: "PicochatApp", outcome: Any, announce: bool) -> None:
     elif announce and outcome.error is not None:
         app.notify(literal(report.compaction_note(outcome) or outcome.error.user_line()),
                     severity="warning")
+    elif announce and outcome.deferred:
+        app.notify(literal(report.compaction_note(outcome) or ""), title="Compaction waits")
 
 
 def failure_line(event: TurnFailed) -> str:
