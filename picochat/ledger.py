@@ -1,12 +1,13 @@
 """The exact-fact ledger: the verbatim facts of everything a compaction folds, kept by picochat,
 not by the model.
 
-A summary model may drop a port or a ticket id, however it is asked; a ledger cannot. When a
-compaction folds a span, `extract` finds its exact facts with fixed patterns (paths, URLs, ports,
-addresses, ids, versions, commands, settings, numbers with units, user corrections), each with
-the seq it came from. `carry` merges them into the previous checkpoint's ledger (a correction
-retires the fact it overrides), `fit` evicts the oldest facts to the ledger's share of the summary
-cap and counts them.
+A summary model may drop a port or a ticket id, however it is asked; a ledger cannot. Each
+message's statements are taken when it is appended (`picochat.statements`: the user's sentence
+around its values, so a line says what a value is; a paste as one pointer line; an answer's
+few proposals). When a compaction folds a span, `extract` reads them back, `carry` merges them
+into the previous checkpoint's ledger (a user's correction retires a line whose every value it
+overrides), and `fit` evicts to the ledger's share, the answers' lines first, the user's
+statements last, and counts what went.
 
 The ledger is stored as rows beside its checkpoint (`to_stored`, `from_stored`): the next
 compaction carries the rows, never anything read out of summary text, so nothing a model writes
@@ -14,8 +15,9 @@ can become a fact. The text the model reads is `merge_into`'s: the summary with 
 of the ledger disarmed (`disarm`: its heading renamed, its `#12 …:` tags taken off, in fences
 too), then the ledger alone under the last heading, `## Exact Facts`:
 
-    - #12: port 8443 · /etc/svc/api.toml · OPS-1234
+    - #12: Our Redis cache runs on port 6380
     - #31 correction: Actually, use port 9090 instead of 8080.
+    - #40 paste: an access log, 70 lines, 10.0.0.1 … 10.0.0.9, req-0001 … req-0070 (history_search finds it)
     - (7 older exact facts, from messages up to #9, were dropped to fit; history_search finds them in the raw history)
 """
 
@@ -25,19 +27,24 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import chain, islice
 from typing import Iterable, Sequence
 
 from picochat import tokens
-from picochat.fact_values import _TRAILING, SEP, _values, corrections, kind_of
+from picochat.fact_values import _TRAILING, SEP, kind_of
 from picochat.messages import LedgerRow, Message, StoredLedger
+from picochat.statements import (
+    ANSWER,
+    CORRECTION,
+    PASTE,
+    STATEMENT,
+    TOOL,
+    USER,
+    from_json,
+    statements_of,
+)
 
 FACTS_HEADING = "Exact Facts"
-USER, ANSWER, TOOL = "user", "answer", "tool"
 _SAID_BY = {"user": USER, "assistant": ANSWER, "tool": TOOL}
-CORRECTION = "correction"
-TOOL_FACTS = 8         # a tool result adds at most this many facts: a file read is not a fact list
-# An answer adds no numbers with units and no bare code words (`--model`): those are talk.
 
 # in a correction, a value right after one of these (or right before "is wrong") is overridden
 _RETIRES_BEFORE = re.compile(r"(?:instead of|rather than|\bnot|no longer|\bfrom|replac\w*|"
@@ -47,7 +54,7 @@ _RETIRES_BEFORE = re.compile(r"(?:instead of|rather than|\bnot|no longer|\bfrom|
 _RETIRES_AFTER = re.compile(r"^\W{0,2}\s*(?:is|was|are|were)\s+(?:wrong|outdated|obsolete|"
                             r"incorrect|stale|gone|dead)", re.I)
 
-_LINE = re.compile(r"^- #(\d+)(?: (correction|answer|tool))?: (.+)$")
+_LINE = re.compile(r"^- #(\d+)(?: (correction|paste|answer|tool))?: (.+)$")
 _NOTE = re.compile(r"^- \((\d[\d,]*) older exact facts?, from messages up to #(\d+), "
                    r"(?:was|were) dropped to fit; history_search finds them in the raw history\)$")
 _HEADING = re.compile(r"^## (.+?)\s*$")
@@ -55,15 +62,27 @@ _HEADING = re.compile(r"^## (.+?)\s*$")
 
 @dataclass(frozen=True)
 class Fact:
-    value: str
+    """One ledger line: a statement (the user's sentence around its values), a correction, a
+    paste's pointer, or, carried from a checkpoint written before statements, one bare value."""
+
+    value: str                 # what the line says
     seq: int
-    kind: str  # "correction", or the kind of value: "port", "path", "setting", …
-    said_by: str = USER  # USER, ANSWER or TOOL: who stated it (the user's facts go last)
+    kind: str                  # STATEMENT, CORRECTION, PASTE, or a bare value's kind ("port", …)
+    said_by: str = USER        # USER, ANSWER or TOOL: who stated it (the user's go last)
+    values: tuple[str, ...] = ()  # the exact values the line holds (a bare value: itself)
 
     @cached_property  # asked for again and again by carry, fit and merge_into
     def key(self) -> str:
-        """What makes two facts the same: the value, case and spacing aside."""
+        """What makes two facts the same: the words, case and spacing aside."""
         return " ".join(self.value.split()).casefold()
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        """The values this line holds."""
+        return self.values or ((self.value,) if self.kind not in _LINES else ())
+
+
+_LINES = (STATEMENT, CORRECTION, PASTE)  # the kinds that are whole lines, not bare values
 
 
 @dataclass(frozen=True)
@@ -82,42 +101,14 @@ class Ledger:
 
 
 def extract(messages: Iterable[Message]) -> list[Fact]:
-    """Every exact fact of `messages`, in seq order, each value once (its latest mention)."""
+    """Every statement of `messages`, in seq order, each once (its latest mention): read back
+    from what was taken at append, or (a row from before schema 12) taken now."""
     found: list[Fact] = []
     for m in messages:
-        found.extend(_facts_of(m))
+        said = (from_json(m.statements, m.seq, _SAID_BY[m.role]) if m.statements is not None
+                else statements_of(m))
+        found.extend(Fact(st.text, st.seq, st.kind, st.said_by, st.values) for st in said)
     return _latest_first_seen(found)
-
-
-def facts_of(m: Message) -> tuple[tuple[str, str], ...]:
-    """(kind, value) of one message's facts, as the store keeps them (taken at append)."""
-    return tuple((f.kind, f.value) for f in _scan(m))
-
-
-def _facts_of(m: Message) -> list[Fact]:
-    if m.facts is not None:  # taken when it was appended
-        return [Fact(v, m.seq, k, _SAID_BY[m.role]) for k, v in m.facts]
-    return _scan(m)
-
-
-def _scan(m: Message) -> list[Fact]:
-    text = m.content or ""
-    out: list[Fact] = []
-    if m.role == "user":
-        out.extend(Fact(s, m.seq, CORRECTION) for s in corrections(text))
-    found = _values(text)
-    if m.tool_calls:
-        calls = [(call.get("function") or {}).get("arguments") for call in m.tool_calls]
-        found = chain(found, *(_values(a) for a in calls if isinstance(a, str)))
-    if m.role == "tool":  # the scan stops at the last fact kept, not at the end of a long read
-        values = list(islice(found, TOOL_FACTS))
-    elif m.role == "assistant":  # the user's numbers are requirements, the model's are talk
-        values = [(k, v) for k, v in found if k != "number"
-                  and (k != "code" or any(c in v for c in " /=."))]
-    else:
-        values = list(found)
-    out.extend(Fact(v, m.seq, k, _SAID_BY[m.role]) for k, v in values)
-    return out
 
 
 def _latest_first_seen(facts: Sequence[Fact]) -> list[Fact]:
@@ -139,42 +130,30 @@ def _latest_first_seen(facts: Sequence[Fact]) -> list[Fact]:
 
 
 def carry(previous: Ledger, span: Sequence[Message]) -> Ledger:
-    """`previous` plus the facts of `span`; a fact the span corrects is retired, and a value
-    mentioned again moves to its newer seq (so it is evicted later)."""
+    """`previous` plus the statements of `span`. A user's correction retires a line whose
+    every value it overrides ("Redis is on 6381 now, not 6380"), and a new value of a setting
+    (`retries=5`) the lines that held only its old values; a line that also holds another
+    value stays (the correction, newer, says what changed). A paste is never retired, and a
+    correction inside a paste is no correction (`statements` never makes one)."""
     new = extract(span)
     facts: list[Fact | None] = list(previous.facts)  # None: retired on the way
     retired = 0
-    said: dict[int, list[str]] = {}  # seq -> its corrections, casefolded
-    for c in new:
-        if c.kind == CORRECTION:
-            said.setdefault(c.seq, []).append(c.value.casefold())
-    settings: dict[str, list[int]] = {}  # a setting's name -> where `facts` holds it
-    for i, f in enumerate(previous.facts):
-        if f.kind == "setting":
-            settings.setdefault(_setting_name(f), []).append(i)
     for fact in new:
-        if fact.kind != CORRECTION and any(_retires_folded(low, fact)
-                                           for low in said.get(fact.seq, ())):
-            continue  # "use 9090 instead of port 8001" does not state port 8001 again
-        if fact.kind == CORRECTION:
+        if fact.kind == CORRECTION and fact.said_by == USER:
             low = fact.value.casefold()
             for i, f in enumerate(facts):
-                if f is not None and f.kind != CORRECTION and (
-                        f.kind in _BARE_NAMED or f.key in low) and _retires_folded(low, f):
+                if f is not None and f.kind not in (CORRECTION, PASTE) and f.held and all(
+                        _retires_folded(low, v) for v in f.held):
                     facts[i] = None
                     retired += 1
-        elif fact.kind == "setting":  # a new value of a setting retires its old values
-            name = _setting_name(fact)
-            same = []
-            for i in settings.get(name, ()):
-                if (f := facts[i]) is None:
-                    continue
-                if f.key != fact.key:
+        names = {_setting_name(v) for v in fact.held if _is_setting(v)}
+        if names and fact.kind != PASTE:
+            for i, f in enumerate(facts):
+                if f is not None and f.kind not in (CORRECTION, PASTE) and f.held and all(
+                        _is_setting(v) and _setting_name(v) in names
+                        and v not in fact.held for v in f.held):
                     facts[i] = None
                     retired += 1
-                else:
-                    same.append(i)
-            settings[name] = same + [len(facts)]
         facts.append(fact)
     merged = _latest_first_seen([f for f in facts if f is not None])
     merged.sort(key=lambda f: f.seq)
@@ -184,84 +163,99 @@ def carry(previous: Ledger, span: Sequence[Message]) -> Ledger:
 _BARE_NAMED = ("port", "version")  # kinds a correction may name by the number alone
 
 
-def _setting_name(fact: Fact) -> str:
-    return fact.value.split("=", 1)[0].casefold()
+def _is_setting(value: str) -> bool:
+    return "=" in value and kind_of(value) == "setting"
 
 
-def retires(correction: str, fact: Fact) -> bool:
-    """Whether `correction` overrides `fact`: it names the fact's value right after "instead
-    of", "not", "from", … or right before "is wrong"."""
-    return _retires_folded(correction.casefold(), fact)
+def _setting_name(value: str) -> str:
+    return value.split("=", 1)[0].casefold()
 
 
-def _retires_folded(low: str, fact: Fact) -> bool:
-    """`retires` for a correction already casefolded (`carry` tries one on every fact)."""
-    key = fact.key
+def retires(correction: str, value: str) -> bool:
+    """Whether `correction` overrides `value`: it names the value right after "instead of",
+    "not", "from", … or right before "is wrong"."""
+    return _retires_folded(correction.casefold(), value)
+
+
+def _retires_folded(low: str, value: str) -> bool:
+    """`retires` for a correction already casefolded (`carry` tries one on every value)."""
+    key = " ".join(value.split()).casefold()
     names = [key]
-    if fact.kind in _BARE_NAMED and " " in key:  # "instead of 8080" names port 8080
+    if " " in key and kind_of(value) in _BARE_NAMED:  # "instead of 8080" names port 8080
         names.append(key.rsplit(" ", 1)[1].lstrip("v:="))
-    for value in names:
-        start = low.find(value)
+    for name in names:
+        start = low.find(name)
         while start >= 0:
-            end = start + len(value)
+            end = start + len(name)
             bounded = ((start == 0 or not low[start - 1].isalnum())
                        and (end == len(low) or not low[end].isalnum()))
             if bounded and (_RETIRES_BEFORE.search(low[max(0, start - 40):start])
                             or _RETIRES_AFTER.match(low[end:end + 24])):
                 return True
-            start = low.find(value, start + 1)
+            start = low.find(name, start + 1)
     return False
 
 
 # --- budget ------------------------------------------------------------------------------------
 
 
+def _rank(f: Fact) -> int:
+    """Which lines are kept first: the user's statements and corrections, then the user's
+    pastes, then what tools returned, then the answers' proposals."""
+    if f.said_by == USER:
+        return 1 if f.kind == PASTE else 0
+    return 2 if f.said_by == TOOL else 3
+
+
 def fit(ledger: Ledger, budget_tokens: int) -> Ledger:
-    """The ledger within `budget_tokens`, and what went counted: the model's facts (from
-    answers and tool results) go first, oldest first, then the user's, oldest first. A small
-    model's answers can hold dozens of invented commands a turn; they must not push out the
-    port the user gave."""
+    """The ledger within `budget_tokens`, and what went counted: the answers' lines go first,
+    oldest first, then the tools', then the user's pastes, then the user's statements. A
+    small model's answers can hold dozens of invented commands a turn; they must not push out
+    the port the user gave."""
     if not ledger.facts or tokens.count_text(render_text(ledger)) <= budget_tokens:
         return ledger
-    # the order facts are kept in: the user's newest first, then the model's newest first
-    order = [i for i in reversed(range(len(ledger.facts)))
-             if ledger.facts[i].said_by == USER]
-    order += [i for i in reversed(range(len(ledger.facts)))
-              if ledger.facts[i].said_by != USER]
-    # Estimate each kept fact's cost, then check the real count: only the facts that might
+    n = len(ledger.facts)
+    order = sorted(range(n), key=lambda i: (_rank(ledger.facts[i]), -i))  # newest first
+    # Estimate each kept line's cost, then check the real count: only the lines that might
     # fit are tokenized, however long the ledger is.
-    note = tokens.count_text(_note(ledger.dropped + len(ledger.facts), 10 ** 9)) + 1
+    note = tokens.count_text(_note(ledger.dropped + n, 10 ** 9)) + 1
     room = budget_tokens - note
     keep = 0
     seen_lines: set[tuple[int, str]] = set()
     for i in order:
         f = ledger.facts[i]
         cost = tokens.count_text(f.value) + 2
-        if (f.seq, f.said_by) not in seen_lines:
+        if f.kind in _LINES or (f.seq, f.said_by) not in seen_lines:
             cost += 7  # "- #1234 answer: " and the line break
         if cost > room:
             break
         room -= cost
         seen_lines.add((f.seq, f.said_by))
         keep += 1
-    while True:
-        chosen = set(order[:keep])
+
+    def keeping(k: int) -> Ledger:
+        chosen = set(order[:k])
         kept = tuple(f for i, f in enumerate(ledger.facts) if i in chosen)
         gone = [f for i, f in enumerate(ledger.facts) if i not in chosen]
-        fitted = Ledger(kept, ledger.dropped + len(gone),
-                        max([ledger.dropped_up_to] + [f.seq for f in gone]), ledger.retired)
-        if keep == 0 or tokens.count_text(render_text(fitted)) <= budget_tokens:
-            return fitted
-        keep -= 1
+        return Ledger(kept, ledger.dropped + len(gone),
+                      max([ledger.dropped_up_to] + [f.seq for f in gone]), ledger.retired)
+
+    def fits(k: int) -> bool:
+        return k == 0 or tokens.count_text(render_text(keeping(k))) <= budget_tokens
+
+    # the estimate is a start, not the answer: the real count decides, by halves either way
+    low, high = (keep, n - 1) if fits(keep) else (0, keep - 1)
+    return keeping(tokens.most_that_fit(low, high, fits))
 
 
 # --- the ledger in a summary ------------------------------------------------------------------
 
 
 def render(ledger: Ledger) -> list[str]:
-    """The ledger's lines under `## Exact Facts`: one line per message (`- #12: …` for the
-    user's, `- #13 answer: …` and `- #14 tool: …` for the model's side), corrections on their
-    own (`- #15 correction: …`)."""
+    """The ledger's lines under `## Exact Facts`, one per statement: `- #12: Our Redis cache
+    runs on port 6380.` for the user's, `- #15 correction: …`, `- #40 paste: …`, and
+    `- #13 answer: …`, `- #14 tool: …` for the model's side. Bare values carried from before
+    statements share one line per message."""
     lines: list[str] = []
     if ledger.dropped:
         lines.append(_note(ledger.dropped, ledger.dropped_up_to))
@@ -270,14 +264,13 @@ def render(ledger: Ledger) -> list[str]:
 
     def flush() -> None:
         if group and head is not None:
-            label = "" if head[1] == USER else f" {head[1]}"
-            lines.append(f"- #{head[0]}{label}: " + SEP.join(group))
+            lines.append(f"- #{head[0]}{_label(head[1], '')}: " + SEP.join(group))
         group.clear()
 
     for f in ledger.facts:
-        if f.kind == CORRECTION:
+        if f.kind in _LINES:
             flush()
-            lines.append(f"- #{f.seq} correction: {f.value}")
+            lines.append(f"- #{f.seq}{_label(f.said_by, f.kind)}: {f.value}")
             head = None
             continue
         if (f.seq, f.said_by) != head:
@@ -286,6 +279,12 @@ def render(ledger: Ledger) -> list[str]:
         group.append(f.value)
     flush()
     return lines
+
+
+def _label(said_by: str, kind: str) -> str:
+    if said_by != USER:
+        return f" {said_by}"
+    return f" {kind}" if kind in (CORRECTION, PASTE) else ""
 
 
 def render_text(ledger: Ledger) -> str:
@@ -311,11 +310,8 @@ def parse(summary: str | None) -> Ledger:
             dropped, up_to = int(m.group(1).replace(",", "")), int(m.group(2))
         elif m := _LINE.match(line):
             seq, label = int(m.group(1)), m.group(2)
-            if label == CORRECTION:
-                facts.append(Fact(m.group(3), seq, CORRECTION))
-            else:
-                facts.extend(Fact(v.strip(), seq, kind_of(v.strip()), label or USER)
-                             for v in m.group(3).split(SEP) if v.strip())
+            kind = label if label in (CORRECTION, PASTE) else STATEMENT
+            facts.append(Fact(m.group(3), seq, kind, label if label in (ANSWER, TOOL) else USER))
     return Ledger(tuple(facts), dropped, up_to)
 
 
@@ -326,14 +322,14 @@ LEGACY_KIND = "fact"  # rows carried from a summary written before schema 11 (ki
 
 def to_stored(ledger: Ledger) -> StoredLedger:
     """The rows a checkpoint stores for `ledger`."""
-    return StoredLedger(tuple(LedgerRow(f.seq, f.kind, f.said_by, f.value) for f in ledger.facts),
-                        ledger.dropped, ledger.dropped_up_to)
+    return StoredLedger(tuple(LedgerRow(f.seq, f.kind, f.said_by, f.value, f.values)
+                              for f in ledger.facts), ledger.dropped, ledger.dropped_up_to)
 
 
 def from_stored(stored: StoredLedger) -> Ledger:
     """A checkpoint's ledger, from its rows."""
     return Ledger(tuple(Fact(r.text, r.seq, kind_of(r.text) if r.kind == LEGACY_KIND else r.kind,
-                             r.said_by) for r in stored.rows),
+                             r.said_by, r.values) for r in stored.rows),
                   stored.dropped, stored.dropped_up_to)
 
 
@@ -362,7 +358,7 @@ _LOOKALIKE_LETTERS = str.maketrans(
 def merge_into(summary: str, ledger: Ledger) -> str:
     """The text the model reads: `summary` (the model's, or a degraded breadcrumb) made unable
     to pass for the ledger (`disarm`), then the ledger alone under `## Exact Facts`, last."""
-    known = {_norm(f.value) for f in ledger.facts}
+    known = {_norm(v) for f in ledger.facts for v in (f.value, *f.held)}
     prose = disarm(summary, known).rstrip()
     body = render(ledger) or ["- (none)"]
     return "\n".join(([prose, ""] if prose else []) + [f"## {FACTS_HEADING}"] + body)

@@ -67,8 +67,8 @@ class Message:
     tokens: int
     created_at: int
     retracted: bool = False  # removed from the context by undo; still in the raw log
-    facts: tuple[tuple[str, str], ...] | None = None  # (kind, value), taken at append; None:
-    # not taken (a row from before schema 7, or a value built in memory)
+    statements: str | None = None  # its ledger statements as JSON (`statements.to_json`),
+    # taken once at append; None: not taken (a row from before schema 12, or built in memory)
     reasoning: str | None = None  # the thinking of an assistant row in a turn that called
     # tools, kept only for a provider that wants it back (`Provider.keeps_thinking`: DeepSeek)
 
@@ -96,9 +96,11 @@ class LedgerRow:
     messages, never read back out of summary text, so nothing a model writes can become one."""
 
     seq: int        # the message it came from
-    kind: str       # what it is: a value's kind ("port", "path", …) or "correction"
+    kind: str       # "statement", "correction", "paste", or (rows from before schema 12)
+    # a bare value's kind ("port", "path", …)
     said_by: str    # "user", "answer" or "tool"
     text: str       # what the line says
+    values: tuple[str, ...] = ()  # the exact values it holds (what a correction may retire)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import os
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 ENCODING = "o200k_base"
 # OpenAI's chat format: each message costs its content plus a small fixed frame, and every reply
@@ -154,3 +154,16 @@ def family_factor(provider_kind: str, model: str) -> float:
 def scale(count: int, factor: float) -> int:
     """A count in o200k tokens as the model's own, rounded up (an estimate errs high)."""
     return count if factor == 1.0 else math.ceil(count * factor)
+
+
+def most_that_fit(low: int, high: int, fits: Callable[[int], bool]) -> int:
+    """The largest n in low..high with fits(n), for a `fits` that holds up to some n and not
+    after (more items never make a text shorter), and holds at `low`: by halves, so only a
+    few candidate texts are counted."""
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low

@@ -91,9 +91,12 @@ class Filler(Recorder):
         if request.purpose == "summary":
             headings = tokens.count_text(well_formed(""))
             words = max(1, int((request.max_tokens - headings - 2) * self.share))
+            while words > 1 and tokens.count_text(well_formed(WORD * words)) > \
+                    request.max_tokens:
+                words -= 1
             self.summaries = [well_formed(WORD * words)]
-        async for event in super().stream(request):
-            yield event
+        async for part in super().stream(request):
+            yield part
 
 
 def sentence(n: int, words: int) -> str:

@@ -10,9 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picochat import fact_values as V
-from picochat import ledger as L
 from picochat.compaction import gate
-from picochat.messages import Message
 
 # Pieces that sit at the edges of the fact patterns: every kind's markers, near misses, the
 # characters where the ASCII and Unicode classes differ, and Unicode letters that fold to ASCII.
@@ -86,7 +84,7 @@ def test_ascii_and_unicode_classes_differ_only_where_the_ascii_check_says() -> N
 
 
 def old_clip(value: str, limit: int = V.VALUE_CHARS) -> str:
-    value = " ".join(value.replace(L.SEP.strip(), "-").split())
+    value = " ".join(value.replace(V.SEP.strip(), "-").split())
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
@@ -122,24 +120,6 @@ def old_values(text: str):
             yield kind, old_clip(value)
 
 
-def old_facts_of(m: Message) -> list[L.Fact]:
-    text = m.content or ""
-    out = [L.Fact(s, m.seq, L.CORRECTION) for s in old_corrections(text)] \
-        if m.role == "user" else []
-    values = list(old_values(text))
-    for call in m.tool_calls or ():
-        args = (call.get("function") or {}).get("arguments")
-        if isinstance(args, str):
-            values.extend(old_values(args))
-    if m.role == "tool":
-        values = values[:L.TOOL_FACTS]
-    elif m.role == "assistant":
-        values = [(k, v) for k, v in values if k != "number"
-                  and (k != "code" or any(c in v for c in " /=."))]
-    said_by = {"user": L.USER, "assistant": L.ANSWER, "tool": L.TOOL}[m.role]
-    return out + [L.Fact(v, m.seq, k, said_by) for k, v in values]
-
-
 def old_corrections(text: str) -> list[str]:
     if not CUE.search(text):
         return []
@@ -157,13 +137,12 @@ messages = st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool"]),
 
 @settings(max_examples=1500, deadline=None)
 @given(messages)
-def test_extraction_finds_what_it_found_before(raw) -> None:
-    span = [Message("s", i + 1, role, text, None if args is None else (
-        {"id": "c", "type": "function", "function": {"name": "f", "arguments": args}},),
-        None, None, None, None, "complete", 0, 0) for i, (role, text, args) in enumerate(raw)]
-    expected = [f for m in span for f in old_facts_of(m)]
-    assert [f for m in span for f in L._facts_of(m)] == expected
-    assert L.extract(span) == L._latest_first_seen(expected)
+def test_the_values_are_what_they_were_before(raw) -> None:
+    for _, text, args in raw:
+        for source in (text, args):
+            if source is not None:
+                assert list(V._values(source)) == list(old_values(source))
+        assert V.corrections(text) == old_corrections(text)
 
 
 CUE = re.compile(  # the correction cue as first written, before its first-letter lookahead
@@ -184,52 +163,6 @@ def test_the_correction_cue_finds_what_it_found_before(text: str) -> None:
     assert [m.span() for m in V._CORRECTION_CUE.finditer(text)] == expected
     if V._plain(text):
         assert [m.span() for m in V._CORRECTION_CUE_ASCII.finditer(text)] == expected
-
-
-def old_carry(previous: L.Ledger, span: list[Message]) -> L.Ledger:
-    """`carry` as first written: every correction and every setting rescans the whole ledger."""
-    new = L.extract(span)
-    facts = list(previous.facts)
-    retired = 0
-    said = {f.seq: [c.value for c in new if c.seq == f.seq and c.kind == L.CORRECTION]
-            for f in new}
-    for fact in new:
-        if fact.kind != L.CORRECTION and any(L.retires(c, fact) for c in said[fact.seq]):
-            continue
-        if fact.kind == L.CORRECTION:
-            before = len(facts)
-            facts = [f for f in facts if f.kind == L.CORRECTION or not L.retires(fact.value, f)]
-            retired += before - len(facts)
-        elif fact.kind == "setting":
-            name = fact.value.split("=", 1)[0].casefold()
-            before = len(facts)
-            facts = [f for f in facts if not (f.kind == "setting" and f.key != fact.key
-                                              and f.value.split("=", 1)[0].casefold() == name)]
-            retired += before - len(facts)
-        facts.append(fact)
-    merged = L._latest_first_seen(facts)
-    merged.sort(key=lambda f: f.seq)
-    return L.Ledger(tuple(merged), previous.dropped, previous.dropped_up_to, retired)
-
-
-SAYINGS = ["use port 8080", "port 9090", "timeout=30", "timeout=60", "TIMEOUT=30", "mode=fast",
-           "version 1.2.3", "v2.0.1", "/etc/a.toml", "OPS-7", "Actually, use port 9090 instead "
-           "of 8080.", "Not timeout=30 but timeout=60.", "Forget /etc/a.toml, use /etc/b.toml.",
-           "v2.0.1 is wrong, use version 1.2.3.", "No, drop OPS-7.", "retries=3", "retries=5"]
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["user", "assistant"]),
-                          st.lists(st.sampled_from(SAYINGS), min_size=1, max_size=3)),
-                min_size=1, max_size=12),
-       st.integers(0, 6))
-def test_carry_retires_what_it_retired_before(turns, split) -> None:
-    span = [Message("s", i + 1, role, " ".join(said), None, None, None, None, None, "complete",
-                    0, 0) for i, (role, said) in enumerate(turns)]
-    previous = L.carry(L.Ledger(), span[:split])
-    for earlier in (previous, L.Ledger()):
-        got, expected = L.carry(earlier, span[split:]), old_carry(earlier, span[split:])
-        assert got == expected and got.retired == expected.retired
 
 
 def old_content(text: str) -> list[str]:

@@ -40,6 +40,7 @@ from picochat.providers.errors import ProviderError
 
 MIN_SOURCE_TOKENS = 64   # a window leaving less than this for the transcript cannot summarize
 LEDGER_MARGIN = 8        # tokens kept free under the limit when the ledger fills the room
+LEDGER_HEADING_TOKENS = 8  # "\n\n## Exact Facts\n" and a line's join, beside the ledger's rows
 
 
 SUMMARY_TIMEOUT_S = 600.0
@@ -266,6 +267,7 @@ class ContextCompactor:
             source_max_seq=plan.source_max_seq, reason=reason, tokens_before=tokens_before,
             tokens_after=self.tokens_of(after), degraded=False, kept_turns=plan.kept_turns,
             ledger=fact_ledger.to_stored(fitted))
-        cap = summary.budget.output_reserve + summary.shares.ledger
+        # the prose's cap, the ledger's share, and the ledger's own heading between them
+        cap = summary.budget.output_reserve + summary.shares.ledger + LEDGER_HEADING_TOKENS
         validate(candidate, [m.seq for m in projection.raw], plan.kept, cap, limit)
         return candidate

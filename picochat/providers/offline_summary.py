@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from picochat import ledger as fact_ledger
 from picochat import summary_contract as sc
 from picochat import tokens
+from picochat.fact_values import corrections, kind_of
 from picochat.ledger import Ledger
 from picochat.messages import COMPLETE, Message
 
@@ -113,7 +114,8 @@ def summarize(request_text: str, max_tokens: int | None = None) -> str:
     ledger = fact_ledger.carry(previous.ledger, messages)
     first = records[0].seq if records else None
     new = [f for f in ledger.facts if first is not None and f.seq >= first]  # this span's
-    _add(sections["Files and Operations"], [f.value for f in new if f.kind == "path"])
+    _add(sections["Files and Operations"],
+         [v for f in new if f.kind != fact_ledger.PASTE for v in f.held if kind_of(v) == "path"])
     for r in records:
         if r.role == "tool":
             text = _uncut(r.text)
@@ -124,12 +126,12 @@ def summarize(request_text: str, max_tokens: int | None = None) -> str:
         _add(sections["Outstanding Work"], ["Unanswered: " + _trim(messages[-1].content)])
     _add(sections["Outstanding Work"], _sentences(users, _TODO))
     _add(sections["Recent User Corrections"],
-         [c for u in users for c in fact_ledger.corrections(u)])
+         [c for u in users for c in corrections(u)])
 
     known = {f.key for f in ledger.facts if f.kind != fact_ledger.CORRECTION}
     fixes = [f.value for f in new if f.kind == fact_ledger.CORRECTION]
     plain = [i for i in sections[FACTS] if _key(i) not in known
-             and not any(fact_ledger.retires(c, fact_ledger.Fact(i, 0, "fact")) for c in fixes)]
+             and not any(fact_ledger.retires(c, i) for c in fixes)]
     del sections[FACTS]
     older_than = first - 1 if first is not None else ledger.dropped_up_to
     return _render(sections, plain, ledger, max_tokens, older_than)
@@ -287,24 +289,15 @@ def _fit_facts(prose: dict[str, list[str]], plain: list[str], ledger: Ledger, ma
         return plain[gone:], Ledger(ledger.facts, ledger.dropped + gone,
                                     max(ledger.dropped_up_to, older_than))
 
-    plain, ledger = keep_plain(_most(len(plain), lambda j: fits(*keep_plain(j))))
+    plain, ledger = keep_plain(tokens.most_that_fit(0, len(plain),
+                                                    lambda j: fits(*keep_plain(j))))
     if fits(plain, ledger) or not ledger.facts:
         return _text(prose, plain, ledger)
-    keep = _most(len(ledger.facts), lambda k: fits(plain, _newest(ledger, k)))
+    keep = tokens.most_that_fit(0, len(ledger.facts),
+                                lambda k: fits(plain, _newest(ledger, k)))
     return _text(prose, plain, _newest(ledger, keep))
 
 
-def _most(n: int, ok: Callable[[int], bool]) -> int:
-    """The largest m in 0..n with ok(m), for an `ok` that holds up to some m and not after
-    (more items never make a text shorter); 0 when none holds."""
-    low, high = 0, n
-    while low < high:
-        mid = (low + high + 1) // 2
-        if ok(mid):
-            low = mid
-        else:
-            high = mid - 1
-    return low
 
 
 def _newest(ledger: Ledger, keep: int) -> Ledger:

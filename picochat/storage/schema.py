@@ -172,6 +172,15 @@ MIGRATIONS: tuple[Step, ...] = (
         PRIMARY KEY (checkpoint_id, ord)
     ) WITHOUT ROWID;
     """, carry_ledgers),
+    # 12: each message's ledger statements (`picochat.statements`: the sentence around a
+    # value, a paste as one line), taken once at append like its token count, in place of
+    # schema 7's bare values (rows from before are read then); and the values each ledger
+    # row holds, which a correction retires. Rows written before hold none: a correction
+    # reads their text.
+    """
+    ALTER TABLE messages ADD COLUMN statements TEXT;
+    ALTER TABLE checkpoint_facts ADD COLUMN vals TEXT NOT NULL DEFAULT '[]';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+import math
 import os
 import re
 import sqlite3
@@ -25,7 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from picochat import crashpoints, tokens
-from picochat import ledger as fact_ledger
 from picochat.errors import SessionNotFound, StaleGeneration, StorageError
 from picochat.messages import (
     COMPLETE,
@@ -42,6 +42,7 @@ from picochat.messages import (
     TriggerReason,
     valid_text,
 )
+from picochat.statements import statements_of, to_json
 from picochat.storage.db import connect, connect_reader, describe_error, transaction
 
 Clock = Callable[[], int]
@@ -115,7 +116,7 @@ _SESSION_COLS = (
 )
 _MESSAGE_COLS = (
     "session_id, seq, role, content, tool_calls, tool_call_id, name, turn_id, tool_status, "
-    "status, tokens, created_at, facts, reasoning"
+    "status, tokens, created_at, statements, reasoning"
 )
 _CHECKPOINT_COLS = (
     "id, session_id, generation, parent_checkpoint_id, summary, first_retained_seq, "
@@ -366,8 +367,8 @@ class Store:
                                              d.reasoning)
             probe = Message(session_id, 0, d.role, d.content, tuple(calls) if calls else None,
                             d.tool_call_id, d.name, d.turn_id, d.tool_status, d.status, count, 0)
-            facts = fact_ledger.facts_of(probe)  # taken once, like the count
-            prepared.append((d, calls, calls_json, count, facts))
+            found = to_json(statements_of(probe))  # taken once, like the count
+            prepared.append((d, calls, calls_json, count, found))
         now = self._clock()
         out: list[Message] = []
         with self._write() as c:
@@ -380,20 +381,20 @@ class Store:
             turns = {d.turn_id for d, *_ in prepared if d.turn_id}
             if turns:
                 c.executemany("DELETE FROM drafts WHERE turn_id = ?", [(t,) for t in turns])
-            for d, calls, calls_json, count, facts in prepared:
+            for d, calls, calls_json, count, found in prepared:
                 seq += 1
                 rowid = c.execute(
                     f"INSERT INTO messages ({_MESSAGE_COLS}) "
                     f"VALUES ({', '.join('?' * len(_MESSAGE_FIELDS))})",
                     (session_id, seq, d.role, d.content, calls_json, d.tool_call_id, d.name,
                      d.turn_id, d.tool_status, d.status, count, now,
-                     json.dumps(facts, ensure_ascii=False), d.reasoning)).lastrowid
+                     found, d.reasoning)).lastrowid
                 c.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)",
                           (rowid, d.content))
                 out.append(Message(session_id, seq, d.role, d.content,
                                    tuple(calls) if calls else None, d.tool_call_id, d.name,
                                    d.turn_id, d.tool_status, d.status, count, now,
-                                   facts=facts, reasoning=d.reasoning))
+                                   statements=found, reasoning=d.reasoning))
             c.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
         return out
 
@@ -510,18 +511,22 @@ class Store:
     def search_timeline(self, session_id: str, query: str, limit: int = 5
                         ) -> list[tuple[str, str]]:
         """Earlier checkpoint summaries (the timeline) that mention the query's words, the
-        best-matching first: (key, summary)."""
-        terms = [t.lower() for t in re.findall(r"\w+", query)][:16]
+        best-matching first: (key, summary). A word found in every summary ("the", "is")
+        counts for little, a rare one ("deploy") for much: each whole word matched scores by
+        its rarity across the timeline."""
+        terms = {t.lower() for t in re.findall(r"\w+", query)[:16]}
         if not terms:
             return []
+        docs = [(key, content, set(re.findall(r"\w+", content.lower())))
+                for key, content in self.timeline(session_id)]
+        found = {t: sum(t in words for _, _, words in docs) for t in terms}
         scored = []
-        for key, content in self.timeline(session_id):
-            text = content.lower()
-            score = sum(text.count(t) for t in terms)
+        for order, (key, content, words) in enumerate(docs):
+            score = sum(math.log((len(docs) + 1) / found[t]) for t in terms if t in words)
             if score:
-                scored.append((score, key, content))
-        scored.sort(key=lambda x: -x[0])
-        return [(key, content) for _, key, content in scored[:limit]]
+                scored.append((-score, order, key, content))
+        scored.sort()
+        return [(key, content) for _, _, key, content in scored[:limit]]
 
     def user_prompts(self, limit: int = 500) -> list[str]:
         """The newest `limit` user messages of every session, oldest first: the order the
@@ -824,12 +829,10 @@ def _message(row: Sequence[Any]) -> Message:
     """A `SELECT {_MESSAGE_COLS}, <retracted>` row, read by column name."""
     r = dict(zip(_MESSAGE_FIELDS + ("retracted",), row))
     calls = tuple(json.loads(r["tool_calls"])) if r["tool_calls"] else None
-    facts = (tuple((k, v) for k, v in json.loads(r["facts"])) if r["facts"] is not None
-             else None)
     return Message(r["session_id"], r["seq"], r["role"], r["content"], calls,
                    r["tool_call_id"], r["name"], r["turn_id"], r["tool_status"], r["status"],
-                   r["tokens"], r["created_at"], retracted=bool(r["retracted"]), facts=facts,
-                   reasoning=r["reasoning"])
+                   r["tokens"], r["created_at"], retracted=bool(r["retracted"]),
+                   statements=r["statements"], reasoning=r["reasoning"])
 
 
 def _checkpoint(c: sqlite3.Connection, row: Sequence[Any]) -> Checkpoint:
@@ -849,17 +852,19 @@ def _ledger(c: sqlite3.Connection, checkpoint_id: str) -> StoredLedger:
                      "WHERE checkpoint_id = ?", (checkpoint_id,)).fetchone()
     if head is None:
         return StoredLedger()
-    rows = c.execute("SELECT seq, kind, said_by, text FROM checkpoint_facts "
+    rows = c.execute("SELECT seq, kind, said_by, text, vals FROM checkpoint_facts "
                      "WHERE checkpoint_id = ? ORDER BY ord", (checkpoint_id,)).fetchall()
-    return StoredLedger(tuple(LedgerRow(*r) for r in rows), head[0], head[1])
+    return StoredLedger(tuple(LedgerRow(*r[:4], tuple(json.loads(r[4]))) for r in rows),
+                        head[0], head[1])
 
 
 def _insert_ledger(c: sqlite3.Connection, checkpoint_id: str, ledger: StoredLedger) -> None:
     c.execute("INSERT INTO checkpoint_ledgers (checkpoint_id, dropped, dropped_up_to) "
               "VALUES (?, ?, ?)", (checkpoint_id, ledger.dropped, ledger.dropped_up_to))
-    c.executemany("INSERT INTO checkpoint_facts (checkpoint_id, ord, seq, kind, said_by, text) "
-                  "VALUES (?, ?, ?, ?, ?, ?)",
-                  [(checkpoint_id, i, r.seq, r.kind, r.said_by, r.text)
+    c.executemany("INSERT INTO checkpoint_facts (checkpoint_id, ord, seq, kind, said_by, text, "
+                  "vals) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                  [(checkpoint_id, i, r.seq, r.kind, r.said_by, r.text,
+                    json.dumps(list(r.values), ensure_ascii=False))
                    for i, r in enumerate(ledger.rows)])
 
 
