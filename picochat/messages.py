@@ -166,6 +166,17 @@ class NewCheckpoint:
 
 
 @dataclass(frozen=True)
+class CompactionWait:
+    """Automatic compaction failed to get a usable summary at this context: it is not asked
+    for again until the context (still this generation) has grown past `tokens_before` by a
+    quarter of the threshold. A compaction of any kind, or a new generation, ends the wait."""
+
+    context_generation: int
+    tokens_before: int
+    kind: str            # the error kind that started it: "summary_rejected", "summary_failed"
+
+
+@dataclass(frozen=True)
 class ModelTraits:
     """What a model's server taught picochat by failing, remembered across processes.
 

@@ -192,3 +192,55 @@ def test_a_paste_in_the_newest_turns_waits_instead_of_failing(store):
     assert folded.compacted and len(provider.summary_requests) == 1
     assert folded.checkpoint.first_retained_seq > 13  # the paste is folded
     assert folded.checkpoint.tokens_after <= compaction_room(limits, 0).target
+
+
+JUNK = "Sure! I can help with that. What would you like to do next?"
+
+
+def test_a_rejected_automatic_summary_is_not_asked_for_again_on_every_turn(store):
+    """A summary the gate rejects costs a call (a minute on a CPU server): the next turns'
+    checks wait, silently, until the context has grown by a quarter of the threshold; the
+    failure's own line said so once. The wait is in the database, so `ask` (a process a turn)
+    keeps it too; /compact does not wait, and a compaction ends the wait."""
+    limits = budget_limits(8_192, None, 16_384, 20_000)  # threshold 4,096: waits 1,024 tokens
+    sid = store.create_session("junk").id
+    provider = Recorder(summaries=[JUNK] * 3 + [well_formed("the migration plan")])
+
+    def turn(n: int, words: int = 60) -> None:
+        store.append_message(sid, "user", sentence(n, words), turn_id=f"t{n}")
+        store.append_message(sid, "assistant", WORD * words, turn_id=f"t{n}")
+
+    def auto(reason: str = "auto"):
+        return asyncio.run(compact_context(store, provider, CompactRequest(
+            session_id=sid, reason=reason, limits=limits, system_prompt=SYSTEM)))
+
+    n = 0
+    while estimate(limits, RequestDraft(SYSTEM, restore(store, sid))).total <= 4_096:
+        n += 1
+        turn(n)
+    failed = auto()
+    assert failed.status == "failed" and len(provider.summary_requests) == 1
+    assert failed.waits_for == 1_024
+    assert report.compaction_note(failed).endswith(
+        "; the next automatic try waits until the context has grown by 1,024 tokens "
+        "(/compact tries now)")
+    for _ in range(3):  # about 450 tokens: still waiting, and saying nothing
+        n += 1
+        turn(n, 40)
+        waiting = auto()
+        assert waiting.status == "nothing_to_compact" and report.compaction_note(waiting) is None
+    assert len(provider.summary_requests) == 1
+    manual = auto("manual")  # /compact tries now (and the gate rejects it again)
+    assert manual.status == "failed" and len(provider.summary_requests) == 2
+    while len(provider.summary_requests) == 2:  # grown by a quarter of the threshold: again
+        n += 1
+        turn(n)
+        retried = auto()
+    assert retried.status == "failed" and retried.waits_for == 1_024  # and a new wait
+    n += 1
+    turn(n)
+    n += 1
+    turn(n, 400)
+    assert store.compaction_wait(sid) is not None
+    done = auto("manual")
+    assert done.compacted and store.compaction_wait(sid) is None  # a compaction ends it

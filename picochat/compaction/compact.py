@@ -13,7 +13,9 @@ before each turn and overflow recovery, so the three can never drift apart.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Mapping
@@ -21,6 +23,7 @@ from typing import Any, Mapping
 from picochat import ledger as fact_ledger
 from picochat import tokens
 from picochat.budget import (
+    GAIN_SHARE,
     BudgetLimits,
     RequestDraft,
     check_fixed,
@@ -30,12 +33,17 @@ from picochat.budget import (
 from picochat import crashpoints
 from picochat.compaction.candidate import CompactionCandidate, NoGain, SummaryRejected
 from picochat.budget import CompactionRoom
-from picochat.compaction.compactor import CompactionPlan, ContextCompactor, SummaryModel
+from picochat.compaction.compactor import (
+    CompactionPlan,
+    ContextCompactor,
+    SummaryFailed,
+    SummaryModel,
+)
 from picochat.compaction.degraded import trim_candidate
 from picochat.compaction.transcript import Transcript
 from picochat.compaction.trim_failure import trim_impossible
 from picochat.errors import PicochatError
-from picochat.messages import Checkpoint, TriggerReason
+from picochat.messages import Checkpoint, CompactionWait, TriggerReason
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider
 from picochat.storage.store import Store
@@ -102,6 +110,8 @@ class CompactOutcome:
     facts_dropped: int = 0            # exact facts this compaction evicted from the ledger
     keep_tokens: int = 0              # the raw tail it meant to keep (the room's, see budget)
     deferred: str | None = None       # why an automatic compaction waits (no call was made)
+    waits_for: int = 0                # a failed automatic summary: tokens of growth before
+    # the next automatic try (`CompactionWait`)
 
     @property
     def compacted(self) -> bool:
@@ -146,6 +156,12 @@ async def compact_context(store: Store, provider: Provider,
         check_fixed(limits, parts)
     except PicochatError as exc:  # FixedContextExceedsBudget: compaction cannot help
         return _failed(sid, reason, projection, exc, tokens_before=before)
+    auto = reason == TriggerReason.AUTO and not request.mode.may_trim
+    if auto and _still_waiting(store.compaction_wait(sid), projection, before, limits):
+        # an automatic summary failed at about this size: not asked for again on every turn
+        # (its failure said so once); /compact tries now, and overflow never waits
+        log.info("compaction_waiting session=%s tokens_before=%d", sid, before)
+        return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
     plan = compactor.plan_all(projection) if request.everything else compactor.plan(projection)
     if plan is None and not request.mode.may_trim:
         log.info("compaction_nothing session=%s reason=%s generation=%d", sid, reason,
@@ -216,8 +232,14 @@ async def compact_context(store: Store, provider: Provider,
             return CompactOutcome(NOTHING_TO_COMPACT, reason, now, tokens_before=before,
                                   summary_error=summary_error, transcript=transcript,
                                   summary_called=summary_called)
-        return _failed(sid, reason, now, summary_error, transcript=transcript,
-                       tokens_before=before, summary_called=summary_called)
+        failed = _failed(sid, reason, now, summary_error, transcript=transcript,
+                         tokens_before=before, summary_called=summary_called)
+        if auto and summary_called and isinstance(summary_error, (SummaryRejected,
+                                                                  SummaryFailed)):
+            wait = CompactionWait(projection.context_generation, before, summary_error.kind)
+            if await _set_wait(store, sid, wait):
+                failed = dataclasses.replace(failed, waits_for=_growth(limits))
+        return failed
 
     crashpoints.reached("before_commit")
     try:
@@ -237,6 +259,7 @@ async def compact_context(store: Store, provider: Provider,
              transcript.source_messages if transcript else None,
              transcript.omitted if transcript else None,
              transcript.truncated if transcript else None, facts.kept, facts.dropped)
+    await _set_wait(store, sid, None)  # whatever compacted, the context has moved on
     now = restore(store, sid)
     if not checkpoint.degraded:
         try:
@@ -248,6 +271,28 @@ async def compact_context(store: Store, provider: Provider,
     return CompactOutcome(COMPACTED, reason, now, checkpoint, candidate.kept_turns, before, None,
                           summary_error, transcript, summary_called,
                           max(0, checkpoint.ledger.dropped - projection.ledger.dropped))
+
+
+def _growth(limits: BudgetLimits) -> int:
+    """How much the context grows before an automatic compaction is tried again."""
+    return math.ceil(GAIN_SHARE * limits.threshold)
+
+
+def _still_waiting(wait: CompactionWait | None, projection: ContextProjection, before: int,
+                   limits: BudgetLimits) -> bool:
+    return (wait is not None and wait.context_generation == projection.context_generation
+            and before - wait.tokens_before < _growth(limits))
+
+
+async def _set_wait(store: Store, sid: str, wait: CompactionWait | None) -> bool:
+    """Start or end the session's wait, best effort: a failed write costs at most one more
+    summary call, never the compaction."""
+    try:
+        await store.io(store.set_compaction_wait, sid, wait)
+        return True
+    except PicochatError as exc:
+        log.warning("compaction_wait_not_saved session=%s kind=%s", sid, exc.kind)
+        return False
 
 
 def _least_after(compactor: ContextCompactor, plan: CompactionPlan, floor: int,

@@ -111,6 +111,10 @@ def compaction_note(outcome: Any, finder: str = "history_search") -> str | None:
         if outcome.error.kind == "stale_generation":  # history changed meanwhile: not retried
             return (f"{outcome.reason} compaction refused: {outcome.error.message}; "
                     "the next turn checks again")
-        return (f"{outcome.reason} compaction failed ({outcome.error.user_line()}); "
+        line = (f"{outcome.reason} compaction failed ({outcome.error.user_line()}); "
                 "continuing with the context as it was")
+        if outcome.waits_for:
+            line += (f"; the next automatic try waits until the context has grown by "
+                     f"{outcome.waits_for:,} tokens (/compact tries now)")
+        return line
     return None

@@ -177,9 +177,17 @@ MIGRATIONS: tuple[Step, ...] = (
     # schema 7's bare values (rows from before are read then); and the values each ledger
     # row holds, which a correction retires. Rows written before hold none: a correction
     # reads their text.
+    # And where automatic compaction waits after a rejected or failed summary (issue 30), so
+    # that `ask`, one process a turn, does not pay for a summary call on every turn either.
     """
     ALTER TABLE messages ADD COLUMN statements TEXT;
     ALTER TABLE checkpoint_facts ADD COLUMN vals TEXT NOT NULL DEFAULT '[]';
+    CREATE TABLE compaction_waits (
+        session_id          TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        context_generation  INTEGER NOT NULL,
+        tokens_before       INTEGER NOT NULL,
+        kind                TEXT NOT NULL
+    );
     """,
 )
 

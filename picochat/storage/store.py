@@ -32,6 +32,7 @@ from picochat.messages import (
     INTERRUPTED,
     ROLES,
     Checkpoint,
+    CompactionWait,
     LedgerRow,
     Message,
     ModelTraits,
@@ -689,6 +690,26 @@ class Store:
                              "WHERE session_id = ? ORDER BY generation DESC",
                              (session_id,)).fetchall()
             return [_checkpoint(c, r) for r in rows]
+
+    # --- automatic compaction's back-off ----------------------------------------------------------
+
+    def compaction_wait(self, session_id: str) -> CompactionWait | None:
+        with self._read() as c:
+            row = c.execute("SELECT context_generation, tokens_before, kind FROM "
+                            "compaction_waits WHERE session_id = ?", (session_id,)).fetchone()
+        return CompactionWait(*row) if row else None
+
+    def set_compaction_wait(self, session_id: str, wait: CompactionWait | None) -> None:
+        """Start (or move) the session's wait; None ends it."""
+        with self._write() as c:
+            if wait is None:
+                c.execute("DELETE FROM compaction_waits WHERE session_id = ?", (session_id,))
+                return
+            c.execute("INSERT INTO compaction_waits (session_id, context_generation, "
+                      "tokens_before, kind) VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO "
+                      "UPDATE SET context_generation = excluded.context_generation, "
+                      "tokens_before = excluded.tokens_before, kind = excluded.kind",
+                      (session_id, wait.context_generation, wait.tokens_before, wait.kind))
 
     # --- what servers taught us ----------------------------------------------------------------
 
