@@ -5,8 +5,9 @@ window 3,000): 32 turns, each stating a port, a config path and a ticket id, and
 answers, 500–2,000 tokens of invented commands and paths. Every summary that model wrote failed
 the quality gate (it went on with the chat, or echoed the transcript), so the context was kept
 under the window by degraded trims alone. Replayed here through the engine with such a summary,
-every folded port, path and ticket must still reach the model: before the user's facts were
-ranked above the model's, 10 of 24 did.
+the newest folded ports, paths and tickets must reach the model and the oldest be counted: the
+user's statements rank above the model's proposals (before they did, 10 of 24 folded facts
+reached the model).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from picochat.compaction.compact import CompactMode, CompactRequest, compact_con
 from picochat.ledger import counts
 from picochat.projection import restore
 from tests.scripted import Recorder
+from tests.test_facts_e2e import KEPT_TURNS, missing_turns
 
 RUN = json.loads((Path(__file__).parent / "fixtures" / "smollm2_run_a.json").read_text())
 SYSTEM = "You are a helpful assistant."
@@ -37,7 +39,7 @@ class SmolSummaries(Recorder):
             yield event
 
 
-def test_a_real_small_models_session_keeps_every_folded_fact(store) -> None:
+def test_a_real_small_models_session_keeps_the_newest_folded_facts(store) -> None:
     sid = store.create_session("s").id
     limits = budget_limits(3000, None, 1024, 600)
     outcomes = []
@@ -64,8 +66,10 @@ def test_a_real_small_models_session_keeps_every_folded_fact(store) -> None:
     folded = [int(k.group(1)) for m in users
               if (k := re.search(r"Service (\d+)", m.content)) and m.seq < context.first_raw_seq]
     assert len(folded) >= 20
-    missing = [fact for n in folded for fact in (f"port {8000 + n}", f"/etc/svc/svc{n}.toml",
-                                                 f"OPS-{1000 + n}")
-               if json.dumps(fact)[1:-1] not in request]
-    assert missing == []
-    assert counts(context.ledger).dropped > 0  # the model's own facts paid for the room
+    # issue 30: the ledger has its reserved share of 60 % of the threshold; each planted
+    # sentence is one line in it, the newest kept whole, the oldest counted as dropped
+    gone = missing_turns(folded, request, lambda n: tuple(json.dumps(f)[1:-1] for f in (
+        f"port {8000 + n}", f"/etc/svc/svc{n}.toml", f"OPS-{1000 + n}")))
+    assert gone == folded[:len(gone)]
+    assert len(folded) - len(gone) >= KEPT_TURNS
+    assert counts(context.ledger).dropped >= len(gone)
