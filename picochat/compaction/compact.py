@@ -179,23 +179,12 @@ async def compact_context(store: Store, provider: Provider,
     if plan is not None and request.mode.tries_summary:
         floor = compactor.kept_alone(plan, projection)
         shares = compactor.room(projection)
-        if reason == TriggerReason.AUTO and not request.mode.may_trim:
-            # It would come round again within a turn or two, or the newest turns alone are
-            # over the threshold (a paste): wait until the context has grown, or the big turn
-            # can be folded. A turn's check costs no call; /compact still compacts now, and a
-            # request over the window is the overflow recovery's, which does not wait.
-            least = _least_after(compactor, plan, floor, shares)
-            wait = (f"the newest turns alone ({floor:,} tokens) are over the {limit:,} "
-                    "auto-compact point; they are folded once newer turns follow"
-                    if floor > limit else
-                    None if worth_compacting(limits, before, least) else
-                    f"folding the older turns now would free only about "
-                    f"{max(0, before - least):,} tokens; it runs once the context has grown")
-            if wait is not None:
-                log.info("compaction_deferred session=%s tokens_before=%d floor=%d", sid,
-                         before, floor)
-                return CompactOutcome(NOTHING_TO_COMPACT, reason, projection,
-                                      tokens_before=before, deferred=wait)
+        wait = _why_wait(compactor, plan, shares, before, floor, limit) if auto else None
+        if wait is not None:
+            log.info("compaction_deferred session=%s tokens_before=%d floor=%d", sid, before,
+                     floor)
+            return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before,
+                                  deferred=wait)
         if floor > limit:  # no summary can help: do not pay for a call bound to be rejected
             summary_error = SummaryRejected(
                 f"the newest turns alone are {floor:,} tokens, over the limit of {limit:,}",
@@ -271,6 +260,23 @@ async def compact_context(store: Store, provider: Provider,
     return CompactOutcome(COMPACTED, reason, now, checkpoint, candidate.kept_turns, before, None,
                           summary_error, transcript, summary_called,
                           max(0, checkpoint.ledger.dropped - projection.ledger.dropped))
+
+
+def _why_wait(compactor: ContextCompactor, plan: CompactionPlan, shares: CompactionRoom,
+              before: int, floor: int, limit: int) -> str | None:
+    """Why an automatic compaction of `plan` is not worth a summary call now, or None. It
+    would come round again within a turn or two, or the newest turns alone (`floor`) are over
+    the threshold (a paste): it waits until the context has grown, or the big turn can be
+    folded. /compact still compacts now, and a request over the window is the overflow
+    recovery's, which does not wait."""
+    if floor > limit:
+        return (f"the newest turns alone ({floor:,} tokens) are over the {limit:,} "
+                "auto-compact point; they are folded once newer turns follow")
+    least = _least_after(compactor, plan, floor, shares)
+    if worth_compacting(compactor.limits, before, least):
+        return None
+    return (f"folding the older turns now would free only about {max(0, before - least):,} "
+            "tokens; it runs once the context has grown")
 
 
 def _growth(limits: BudgetLimits) -> int:
