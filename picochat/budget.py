@@ -9,6 +9,7 @@ so `/info` shows what the trigger sees.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -81,6 +82,7 @@ GAIN_SHARE = 0.25   # ...and an automatic one is worth a summary only if it free
 LEDGER_PART = 0.40  # of the room left after the fixed part: the exact-fact ledger's, reserved
 PROSE_PART = 0.20   # the model's summary text; the kept raw tail takes the rest
 MIN_PROSE = 160     # nine headings and a line under each
+MIN_LEDGER = 160    # a handful of statements and the drop note
 
 
 def summary_reserve(window: int) -> int:
@@ -127,13 +129,27 @@ def worth_compacting(limits: BudgetLimits, before: int, after: int) -> bool:
     return gain >= GAIN_SHARE * limits.threshold
 
 
+def retry_growth(limits: BudgetLimits) -> int:
+    """How much the context grows after a failed automatic summary before the next is asked
+    for: GAIN_SHARE of the threshold, or half of the reserve where that is less (at 128K a
+    quarter of the threshold is more than the reserve: the wait would outlast the window)."""
+    return max(1, min(math.ceil(GAIN_SHARE * limits.threshold),
+                      (limits.window - limits.threshold) // 2))
+
+
 def compaction_room(limits: BudgetLimits, fixed: int) -> CompactionRoom:
     """The room a compaction leaves under AFTER_SHARE of the threshold, after `fixed` (the
     system prompt, tools and framing), split into the ledger's share, the prose and the tail;
-    each is also bounded by its own cap (the configured keep_recent_tokens for the tail)."""
+    each is also bounded by its own cap (the configured keep_recent_tokens for the tail). The
+    ledger and the prose have floors (MIN_LEDGER, MIN_PROSE) that may take a tiny window past
+    AFTER_SHARE, never past the threshold."""
     target = int(limits.threshold * AFTER_SHARE)
-    room = max(0, target - fixed - tokens.scale(_summary_framing(), limits.token_factor))
-    ledger = min(ledger_cap(limits.window), int(room * LEDGER_PART))
+    framed = fixed + tokens.scale(_summary_framing(), limits.token_factor)
+    room = max(0, target - framed)
+    # A tiny window or a big system prompt leaves less than a summary and a ledger need under
+    # 60 %: they get their floors, up to the threshold (which still holds), the tail nothing.
+    room = max(room, min(MIN_PROSE + MIN_LEDGER, max(0, limits.threshold - framed)))
+    ledger = min(ledger_cap(limits.window), max(MIN_LEDGER, int(room * LEDGER_PART)), room)
     prose = min(summary_reserve(limits.window), max(MIN_PROSE, int(room * PROSE_PART)))
     tail = max(0, min(limits.keep_recent, room - ledger - prose))
     return CompactionRoom(target, ledger, prose, tail)

@@ -122,7 +122,7 @@ class ContextUsage:
             ("Context window", side(lim.window, lim.configured_window)
              + f"  [{self.model.window_said}]"),
             ("Reserve", side(lim.reserve, lim.configured_reserve)),
-            ("Keep recent", side(self.room.tail, lim.configured_keep_recent)),
+            ("Keep recent", "at least " + side(self.room.tail, lim.configured_keep_recent)),
             ("Auto-compact at", f"{lim.threshold:,}"
              + ("" if self.enabled else "  (auto compaction off)")),
             ("After compacting", f"at most {self.room.target:,} ({AFTER_SHARE:.0%} of the "

@@ -146,8 +146,11 @@ def carry(previous: Ledger, span: Sequence[Message]) -> Ledger:
                         _retires_folded(low, v) for v in f.held):
                     facts[i] = None
                     retired += 1
-        names = {_setting_name(v) for v in fact.held if _is_setting(v)}
-        if names and fact.kind != PASTE:
+        # a new value of a setting retires its old values, said by the user: an answer or a
+        # tool result proposing `retries=5` does not overrule the user's `retries=3`
+        names = {_setting_name(v) for v in fact.held if _is_setting(v)} \
+            if fact.said_by == USER and fact.kind != PASTE else set()
+        if names:
             for i, f in enumerate(facts):
                 if f is not None and f.kind not in (CORRECTION, PASTE) and f.held and all(
                         _is_setting(v) and _setting_name(v) in names

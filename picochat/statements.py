@@ -46,6 +46,7 @@ MAX_CHARS = 200         # no text is longer than this
 VALUE_CHARS = 150       # a longer value (a huge URL) is cut, marked with …
 PASTE_LINES = 8         # a run of this many log/CSV/config/code lines is a paste
 LONG_MESSAGE = 40       # a message (what is left of it) with more lines is a paste
+LONG_LINE = 2_000       # a line with more characters is a paste (a minified file, a one-line JSON)
 TOOL_STATEMENTS = 2
 TOOL_SHORT_LINES = 8    # a tool result with more lines (or more characters) is a paste
 TOOL_SHORT_CHARS = 800
@@ -375,14 +376,22 @@ def _clip_value(value: str) -> str:
     return value if len(value) <= VALUE_CHARS else value[: VALUE_CHARS - 1] + ELLIPSIS
 
 
+# a line the user quotes ("> …") or a log line pasted among prose: its words are not the user's
+# own, so a correction cue in it corrects nothing
+_NOT_OWN_WORDS = re.compile(
+    r"^\s*(?:>|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d|\[?\d\d:\d\d:\d\d"
+    r"|\[?(?:DEBUG|INFO|NOTICE|WARN(?:ING)?|ERROR|CRITICAL|FATAL|TRACE)\b)")
+
+
 def _statements_of_line(line: str, seq: int, said_by: str) -> list[Statement]:
     out: list[Statement] = []
+    own_words = said_by == USER and not _NOT_OWN_WORDS.match(line)
     line = _BULLET.sub("", line, count=1)
     for raw in _sentences(line):
         sentence = " ".join(raw.split())
         spans = _spans(sentence, said_by)
         is_correction = False
-        if said_by == USER:
+        if own_words:
             cue = (_CORRECTION_CUE_ASCII if _plain(sentence) else _CORRECTION_CUE).search(sentence)
             is_correction = cue is not None and (
                 bool(spans) or cue.group().strip().casefold().startswith(_STRONG_CUES))
@@ -644,7 +653,7 @@ def _paste(seq: int, said_by: str, lines: list[str], tag: str) -> Statement:
     body = [x for x in lines if x.strip()]
     kind = _shape(lines, tag)
     where = "(history_search finds it)"
-    head = f"pasted {kind} ({len(body):,} lines, {len(text):,} chars)"
+    head = f"pasted {kind} ({len(body):,} line{'' if len(body) == 1 else 's'}, {len(text):,} chars)"
     pieces: list[tuple[str, tuple[str, ...]]] = []
     if kind == "stack trace":
         errors = _ERROR_LINE.findall(text)
@@ -691,6 +700,10 @@ def statements_of(m: Message) -> list[Statement]:
         blocks, inside = _blocks(lines) if len(lines) >= 3 or "`" in text or "~~~" in text \
             else ([], [False] * len(lines))
         prose_at = [i for i in range(len(lines)) if not inside[i] and lines[i].strip()]
+        long = {i for i in prose_at if len(lines[i]) > LONG_LINE}
+        if long:  # no sentence is that long: a pasted line, read as one, not word by word
+            blocks = sorted(blocks + [(i, i, "") for i in long])
+            prose_at = [i for i in prose_at if i not in long]
         if len(prose_at) > LONG_MESSAGE:  # a long message is a paste as a whole
             blocks = sorted(blocks + [(prose_at[0], prose_at[-1], "")])
             prose_at = []

@@ -22,10 +22,13 @@ from picochat import tokens
 from picochat.budget import (
     AFTER_SHARE,
     GAIN_SHARE,
+    MIN_LEDGER,
+    MIN_PROSE,
     RequestDraft,
     budget_limits,
     compaction_room,
     estimate,
+    retry_growth,
     worth_compacting,
 )
 from picochat.compaction import report
@@ -41,7 +44,7 @@ WORD = "lorem "  # one o200k token a word
 # --- the shares ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("window", [2_048, 3_000, 8_192, 32_768, 128_000, 1_000_000])
+@pytest.mark.parametrize("window", [3_000, 8_192, 32_768, 128_000, 1_000_000])
 def test_the_shares_fit_under_sixty_percent_of_the_threshold(window):
     limits = budget_limits(window, None, 16_384, 20_000)
     fixed = 300
@@ -49,6 +52,16 @@ def test_the_shares_fit_under_sixty_percent_of_the_threshold(window):
     assert room.target == int(limits.threshold * AFTER_SHARE)
     assert fixed + room.ledger + room.prose + room.tail < room.target
     assert room.tail <= limits.keep_recent and room.prose <= min(2_048, window // 4)
+
+
+@pytest.mark.parametrize("fixed", [262, 560])
+def test_a_tiny_window_keeps_the_floors_of_ledger_and_summary_under_the_threshold(fixed):
+    """At 2,048 tokens 60 % of the threshold cannot hold a summary and a ledger beside a big
+    system prompt: they keep their floors (the tail gives way), still under the threshold."""
+    limits = budget_limits(2_048, None, 16_384, 20_000)
+    room = compaction_room(limits, fixed)
+    assert (room.ledger, room.prose, room.tail) == (MIN_LEDGER, MIN_PROSE, 0)
+    assert fixed + 75 + room.ledger + room.prose <= limits.threshold  # 75: the framing
 
 
 def test_where_room_is_short_the_tail_gives_way_before_the_ledger():
@@ -65,6 +78,14 @@ def test_a_ledger_smaller_than_its_share_leaves_the_rest_to_the_tail():
     assert room.with_spare(room.ledger, 20_000) == room.tail
     assert room.with_spare(100, 20_000) == room.tail + room.ledger - 100
     assert room.with_spare(0, room.tail + 5) == room.tail + 5  # never over keep_recent
+
+
+@pytest.mark.parametrize("window, growth", [(8_192, 1_024), (128_000, 8_192)])
+def test_after_a_failed_summary_the_wait_ends_before_the_window_does(window, growth):
+    """A quarter of the threshold, or half the reserve where that is less: at 128K a quarter
+    (28,672) is more than the 16,384 reserve, and automatic compaction would never try again."""
+    limits = budget_limits(window, None, 16_384, 20_000)
+    assert retry_growth(limits) == growth < limits.window - limits.threshold
 
 
 def test_a_compaction_is_worth_a_summary_only_if_it_frees_a_quarter_of_the_threshold():

@@ -503,3 +503,13 @@ def test_no_line_a_model_writes_is_read_as_the_ledger(heading, lines, fenced, wh
     for line in merged.splitlines():
         if "/srv/data" in line or "hunter2" in line or "99-1234" in line:
             assert not line.lstrip("-*> 1.").startswith("#")  # no tag that reads as ours
+
+
+def test_an_answer_or_a_tool_proposing_a_new_setting_does_not_retire_the_users():
+    said = "For the nightly job please keep retries=3 always."
+    for role, text in (("assistant", "Try `retries=5` instead."), ("tool", "retries=5")):
+        ledger = L.carry(L.Ledger(), [msg(1, "user", said), msg(2, role, text)])
+        assert any(f.seq == 1 and "retries=3" in f.value for f in ledger.facts), role
+    # the user's own new value does
+    ledger = L.carry(L.Ledger(), [msg(1, "user", said), msg(3, "user", "Set retries=5 now.")])
+    assert not any("retries=3" in f.value for f in ledger.facts)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Mapping
@@ -23,11 +22,11 @@ from typing import Any, Mapping
 from picochat import ledger as fact_ledger
 from picochat import tokens
 from picochat.budget import (
-    GAIN_SHARE,
     BudgetLimits,
     RequestDraft,
     check_fixed,
     estimate,
+    retry_growth,
     worth_compacting,
 )
 from picochat import crashpoints
@@ -167,7 +166,7 @@ async def compact_context(store: Store, provider: Provider,
         log.info("compaction_nothing session=%s reason=%s generation=%d", sid, reason,
                  projection.context_generation)
         return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before,
-                              keep_tokens=compactor.room(projection).tail)
+                              keep_tokens=compactor.keep_tokens(projection))
 
     # Overflow recovery needs the request under the hard window; everything else under the
     # threshold, so the next turn does not compact again at once.
@@ -227,7 +226,7 @@ async def compact_context(store: Store, provider: Provider,
                                                                   SummaryFailed)):
             wait = CompactionWait(projection.context_generation, before, summary_error.kind)
             if await _set_wait(store, sid, wait):
-                failed = dataclasses.replace(failed, waits_for=_growth(limits))
+                failed = dataclasses.replace(failed, waits_for=retry_growth(limits))
         return failed
 
     crashpoints.reached("before_commit")
@@ -279,15 +278,10 @@ def _why_wait(compactor: ContextCompactor, plan: CompactionPlan, shares: Compact
             "tokens; it runs once the context has grown")
 
 
-def _growth(limits: BudgetLimits) -> int:
-    """How much the context grows before an automatic compaction is tried again."""
-    return math.ceil(GAIN_SHARE * limits.threshold)
-
-
 def _still_waiting(wait: CompactionWait | None, projection: ContextProjection, before: int,
                    limits: BudgetLimits) -> bool:
     return (wait is not None and wait.context_generation == projection.context_generation
-            and before - wait.tokens_before < _growth(limits))
+            and before - wait.tokens_before < retry_growth(limits))
 
 
 async def _set_wait(store: Store, sid: str, wait: CompactionWait | None) -> bool:

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from picochat import ledger as fact_ledger
 from picochat import tokens
 from picochat.budget import (
+    MIN_PROSE,
     BudgetLimits,
     CompactionRoom,
     RequestDraft,
@@ -138,9 +139,13 @@ class ContextCompactor:
         return compaction_room(self.limits, fixed)
 
     def plan(self, projection: ContextProjection) -> CompactionPlan | None:
-        """The cut that keeps the room's tail raw, and what the ledger leaves of its share
-        (keep_recent_tokens at most). The ledger is sized for the largest fold there could be,
-        all but the newest turn: any real fold's ledger is no larger."""
+        """The cut that keeps `keep_tokens` raw."""
+        return plan_compaction(projection, self.limits.counted(self.keep_tokens(projection)))
+
+    def keep_tokens(self, projection: ContextProjection) -> int:
+        """The raw tail a compaction of `projection` keeps: the room's tail, and what the
+        ledger leaves of its share (keep_recent_tokens at most). The ledger is sized for the
+        largest fold there could be, all but the newest turn: any real fold's is no larger."""
         room = self.room(projection)
         turns = group_turns(projection.raw)
         most = [m for t in turns[:-1] for m in t.messages]
@@ -149,8 +154,7 @@ class ContextCompactor:
             self.limits.counted(room.ledger))
         need = tokens.scale(tokens.count_text(fact_ledger.render_text(ledger)),
                             self.limits.token_factor)
-        keep = room.with_spare(need, self.limits.keep_recent)
-        return plan_compaction(projection, self.limits.counted(keep))
+        return room.with_spare(need, self.limits.keep_recent)
 
     def plan_all(self, projection: ContextProjection) -> CompactionPlan | None:
         """`/compact all`: the cut that keeps raw only what is always kept, the newest whole
@@ -205,7 +209,7 @@ class ContextCompactor:
         facts = tokens.count_text(fact_ledger.render_text(
             fact_ledger.fit(ledger, self.limits.counted(share))))
         left = room - tokens.scale(facts, self.limits.token_factor) - LEDGER_MARGIN
-        return max(reserve // 3, min(reserve, left))
+        return max(min(reserve, MIN_PROSE), min(reserve, left))  # under that, no nine headings
 
     @staticmethod
     def ledger_of(plan: CompactionPlan) -> Ledger:

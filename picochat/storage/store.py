@@ -513,17 +513,20 @@ class Store:
                         ) -> list[tuple[str, str]]:
         """Earlier checkpoint summaries (the timeline) that mention the query's words, the
         best-matching first: (key, summary). A word found in every summary ("the", "is")
-        counts for little, a rare one ("deploy") for much: each whole word matched scores by
-        its rarity across the timeline."""
+        counts for little, a rare one ("deploy") for much: each word matched (whole, or as the
+        start of a longer one) scores by its rarity across the timeline."""
         terms = {t.lower() for t in re.findall(r"\w+", query)[:16]}
         if not terms:
             return []
         docs = [(key, content, set(re.findall(r"\w+", content.lower())))
                 for key, content in self.timeline(session_id)]
-        found = {t: sum(t in words for _, _, words in docs) for t in terms}
+        def has(words: set[str], term: str) -> bool:  # "deploy" finds "deployment"
+            return term in words or len(term) >= 3 and any(w.startswith(term) for w in words)
+
+        found = {t: sum(has(words, t) for _, _, words in docs) for t in terms}
         scored = []
         for order, (key, content, words) in enumerate(docs):
-            score = sum(math.log((len(docs) + 1) / found[t]) for t in terms if t in words)
+            score = sum(math.log((len(docs) + 1) / found[t]) for t in terms if has(words, t))
             if score:
                 scored.append((-score, order, key, content))
         scored.sort()
