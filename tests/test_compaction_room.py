@@ -213,6 +213,10 @@ def test_a_paste_in_the_newest_turns_waits_instead_of_failing(store):
     assert folded.compacted and len(provider.summary_requests) == 1
     assert folded.checkpoint.first_retained_seq > 13  # the paste is folded
     assert folded.checkpoint.tokens_after <= compaction_room(limits, 0).target
+    # and the user is told the paste went in as a pointer line (issue 30, item 8)
+    assert folded.pastes_folded == 1
+    assert report.dropped_note(folded, "/search") == (
+        "1 pasted block kept as a pointer line; /search finds it in the raw history")
 
 
 JUNK = "Sure! I can help with that. What would you like to do next?"

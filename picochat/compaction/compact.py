@@ -45,6 +45,7 @@ from picochat.errors import PicochatError
 from picochat.messages import Checkpoint, CompactionWait, TriggerReason
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider
+from picochat.statements import PASTE
 from picochat.storage.store import Store
 
 log = logging.getLogger("picochat.compaction")
@@ -109,6 +110,7 @@ class CompactOutcome:
     facts_dropped: int = 0            # exact facts this compaction evicted from the ledger
     keep_tokens: int = 0              # the raw tail it meant to keep (the room's, see budget)
     deferred: str | None = None       # why an automatic compaction waits (no call was made)
+    pastes_folded: int = 0            # pasted blocks this compaction kept as pointer lines
     waits_for: int = 0                # a failed automatic summary: tokens of growth before
     # the next automatic try (`CompactionWait`)
 
@@ -134,6 +136,7 @@ class CompactOutcome:
             "kept_turns": self.kept_turns if cp else None,
             "degraded": bool(cp.degraded) if cp else False,
             "facts_dropped": self.facts_dropped,
+            "pastes_folded": self.pastes_folded,
             "deferred": self.deferred,
             "error": ({"kind": self.error.kind, "message": self.error.user_line()}
                       if self.error else None),
@@ -256,9 +259,12 @@ async def compact_context(store: Store, provider: Provider,
         except PicochatError as exc:
             log.warning("timeline_failed session=%s checkpoint=%s kind=%s", sid, checkpoint.id,
                         exc.kind)
+    folded = range(projection.first_raw_seq or 0, checkpoint.first_retained_seq)
+    pastes = sum(1 for r in checkpoint.ledger.rows if r.kind == PASTE and r.seq in folded)
     return CompactOutcome(COMPACTED, reason, now, checkpoint, candidate.kept_turns, before, None,
                           summary_error, transcript, summary_called,
-                          max(0, checkpoint.ledger.dropped - projection.ledger.dropped))
+                          max(0, checkpoint.ledger.dropped - projection.ledger.dropped),
+                          pastes_folded=pastes)
 
 
 def _why_wait(compactor: ContextCompactor, plan: CompactionPlan, shares: CompactionRoom,

@@ -39,12 +39,19 @@ def headline(cp: Checkpoint, number: int, cleared_at: int) -> str:
 
 def dropped_note(outcome: Any, finder: str = "history_search") -> str | None:
     """"3 older exact facts dropped to fit; history_search finds them in the raw history", when
-    a compaction had to evict facts from its ledger: never silently."""
-    n = getattr(outcome, "facts_dropped", 0)
-    if not n:
+    a compaction had to evict facts from its ledger, and "1 pasted block kept as a pointer
+    line" when it folded a paste: never silently."""
+    pastes, n = getattr(outcome, "pastes_folded", 0), getattr(outcome, "facts_dropped", 0)
+    parts = []
+    if pastes:
+        parts.append(f"{pastes:,} pasted {'block' if pastes == 1 else 'blocks'} kept as "
+                     f"{'a pointer line' if pastes == 1 else 'pointer lines'}")
+    if n:
+        parts.append(f"{n:,} older exact {'fact' if n == 1 else 'facts'} dropped to fit")
+    if not parts:
         return None
-    return (f"{n:,} older exact {'fact' if n == 1 else 'facts'} dropped to fit; {finder} finds "
-            f"{'it' if n == 1 else 'them'} in the raw history")
+    return "; ".join(parts) + (f"; {finder} finds {'it' if pastes + n == 1 else 'them'} in the "
+                               "raw history")
 
 
 def compacted_lines(outcome: Any) -> str:
