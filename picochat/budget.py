@@ -17,6 +17,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from picochat import tokens
 from picochat.errors import PicochatError
+from picochat.messages import Pin
+from picochat.pins import pins_block
 from picochat.projection import ContextProjection, summary_block
 
 
@@ -155,6 +157,23 @@ def compaction_room(limits: BudgetLimits, fixed: int) -> CompactionRoom:
     return CompactionRoom(target, ledger, prose, tail)
 
 
+# --- pins ----------------------------------------------------------------------------------------
+
+PIN_SHARE = 0.10  # of the threshold: the most the user's pins may take together
+
+
+def pin_cap(limits: BudgetLimits) -> int:
+    """The most all pins together may cost (model tokens): a tenth of the threshold. Pins are
+    fixed like the system prompt, so past that they would squeeze the room every compaction
+    leaves; a pin that does not fit is refused, never trimmed."""
+    return int(limits.threshold * PIN_SHARE)
+
+
+def pins_cost(limits: BudgetLimits, pins: Sequence[Pin]) -> int:
+    """What `pins` add to every request, in the model's tokens."""
+    return tokens.scale(pins_tokens(pins_block(pins)), limits.token_factor)
+
+
 # --- the next request ----------------------------------------------------------------------------
 
 
@@ -168,11 +187,12 @@ class RequestParts:
     raw_tail: int = 0
     current_input: int = 0
     framing: int = 0  # the reply priming every chat request carries
+    pins: int = 0     # the user's pins: never summarized, never evicted
 
     @property
     def fixed(self) -> int:
         """What compaction cannot shrink: it only removes history."""
-        return self.system + self.tools + self.framing
+        return self.system + self.tools + self.framing + self.pins
 
     @property
     def total(self) -> int:
@@ -184,7 +204,7 @@ class RequestParts:
             return self
         return RequestParts(*(tokens.scale(n, factor) for n in (
             self.system, self.tools, self.summary, self.raw_tail, self.current_input,
-            self.framing)))
+            self.framing, self.pins)))
 
 
 @dataclass(frozen=True)
@@ -207,7 +227,8 @@ class Calibration:
 
 
 def request_digest(system_prompt: str, tools: Sequence[Mapping[str, Any]],
-                   checkpoint_id: str | None, raw_seqs: Iterable[int]) -> str:
+                   checkpoint_id: str | None, raw_seqs: Iterable[int],
+                   pins: str | None = None) -> str:
     """A digest of a request's messages and tools.
 
     Raw rows are immutable (append-only; undo and `/clear` bump the generation, which is part of
@@ -217,6 +238,7 @@ def request_digest(system_prompt: str, tools: Sequence[Mapping[str, Any]],
     h = hashlib.sha256()
     h.update(system_prompt.encode("utf-8"))
     h.update(b"\0" + tokens.tools_json(tools).encode("utf-8"))
+    h.update(b"\0" + (pins or "").encode("utf-8"))
     h.update(b"\0" + (checkpoint_id or "").encode("ascii") + b"\0")
     h.update(",".join(map(str, raw_seqs)).encode("ascii"))
     return h.hexdigest()
@@ -240,6 +262,7 @@ class RequestDraft:
             current_input=(tokens.count_message("user", self.current_input)
                            if self.current_input else 0),
             framing=tokens.REPLY_PRIMING_TOKENS,
+            pins=pins_tokens(self.projection.pins_text),
         )
 
     @property
@@ -260,7 +283,7 @@ class RequestDraft:
             raw = tuple(m for m in raw if m.seq <= upto_seq)
         last = raw[-1].seq if raw else None
         digest = request_digest(self.system_prompt, self.tools, self.projection.checkpoint_id,
-                                (m.seq for m in raw))
+                                (m.seq for m in raw), self.projection.pins_text)
         return CalibrationKey(provider, model, self.projection.context_generation, last, digest)
 
 
@@ -305,11 +328,13 @@ class FixedContextExceedsBudget(PicochatError):
     kind = "fixed_context_exceeds_budget"
 
     def __init__(self, parts: RequestParts, threshold: int) -> None:
+        pins = f", your pins ({parts.pins:,} tokens)" if parts.pins else ""
         super().__init__(
             f"the system prompt ({parts.system:,} tokens), tool schemas ({parts.tools:,} "
-            f"tokens) and request framing ({parts.framing:,} tokens) alone reach the "
+            f"tokens){pins} and request framing ({parts.framing:,} tokens) alone reach the "
             f"compaction threshold of {threshold:,} tokens",
-            "shorten the system prompt, disable tools, or use a model with a larger window")
+            "shorten the system prompt, " + ("/unpin a pin, " if parts.pins else "")
+            + "disable tools, or use a model with a larger window")
         self.parts = parts
         self.threshold = threshold
 
@@ -354,6 +379,12 @@ def _summary_framing() -> int:
     note = ("- (1,000 older exact facts, from messages up to #100000, were dropped to fit; "
             "history_search finds them in the raw history)")
     return tokens.count_message("user", summary_block(f"\n\n## Exact Facts\n{note}", True))
+
+
+@lru_cache(maxsize=64)
+def pins_tokens(block: str | None) -> int:
+    """The pins message's tokens; counted once per set of pins."""
+    return tokens.count_message("user", block) if block else 0
 
 
 @lru_cache(maxsize=64)

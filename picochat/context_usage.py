@@ -19,12 +19,14 @@ from picochat.budget import (
     UsageSource,
     budget_limits,
     compaction_room,
+    pin_cap,
 )
 from picochat.compaction.report import DEGRADED_NOTE, headline
 from picochat.config import CompactionConfig
 from picochat.ledger import counts
 from picochat.messages import Checkpoint, Message, Session
 from picochat.models import ResolvedModel, WindowSource
+from picochat.pins import pin_label
 from picochat.projection import ContextProjection
 
 USAGE_SOURCES = {
@@ -89,7 +91,12 @@ class ContextUsage:
             "usage_source": self.budget.usage_source,
             "token_factor": lim.token_factor,
             "parts": {"system": parts.system, "tools": parts.tools, "summary": parts.summary,
-                      "raw_tail": parts.raw_tail, "framing": parts.framing},
+                      "raw_tail": parts.raw_tail, "framing": parts.framing,
+                      "pins": parts.pins},
+            "pins": [{"number": p.number, "tokens": p.tokens, "source_seq": p.source_seq}
+                     for p in self.projection.pins],
+            "pins_tokens": parts.pins,
+            "pin_cap_tokens": pin_cap(lim),
             "active_checkpoint_id": cp.id if cp else None,
             "checkpoint_generation": cp.generation if cp else None,
             "checkpoint_tokens_before": cp.tokens_before if cp else None,
@@ -128,6 +135,7 @@ class ContextUsage:
             ("After compacting", f"at most {self.room.target:,} ({AFTER_SHARE:.0%} of the "
              f"threshold): summary {self.room.prose:,}, exact facts {self.room.ledger:,}, "
              f"recent turns {self.room.tail:,}"),
+            ("Pins", self._pins()),
             ("Used", f"{b.used_tokens:,}  ({_source(b)})"),
             ("Left before auto", f"{b.remaining_tokens:,}"),
         ]
@@ -149,10 +157,31 @@ class ContextUsage:
         if self.model.tools_refused:
             rows.append(("Tools", "off: this model's server refuses requests that offer tools"))
         if b.fixed_exceeds_threshold:
-            rows.append(("Warning", f"the system prompt and tools alone ({b.parts.fixed:,} "
-                                    f"tokens) reach the threshold: compaction cannot help"))
+            what = "the system prompt, tools and pins" if b.parts.pins else \
+                "the system prompt and tools"
+            rows.append(("Warning", f"{what} alone ({b.parts.fixed:,} tokens) reach the "
+                                    "threshold: compaction cannot help"))
         rows.extend(("Warning", d) for d in self.projection.diagnostics)
         return rows
+
+    def pins_lines(self) -> list[str]:
+        """The pins for the checkpoint panel: a headline with their cost, one line each."""
+        pins, cap = self.projection.pins, pin_cap(self.budget.limits)
+        if not pins:
+            return [f"None. /pin TEXT, or p on a selected message, keeps a statement word "
+                    f"for word in every request (pins may take {cap:,} tokens)."]
+        head = (f"{len(pins)} in every request, never summarized: "
+                f"{self.budget.parts.pins:,} of {cap:,} tokens · /unpin N removes one")
+        return [head] + [pin_label(p, 60) for p in pins]
+
+    def _pins(self) -> str:
+        """How many pins ride in every request and what they cost, against their cap."""
+        pins, cap = self.projection.pins, pin_cap(self.budget.limits)
+        if not pins:
+            return f"none (/pin TEXT keeps a statement in every request; up to {cap:,} tokens)"
+        listed = ", ".join(f"#{p.number}" for p in pins)
+        return (f"{len(pins)} ({listed}): {self.budget.parts.pins:,} tokens of every request, "
+                f"never summarized (cap {cap:,})")
 
     def _sent(self) -> str:
         """The messages the model reads word for word: after the summary, or after a /clear,

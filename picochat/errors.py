@@ -30,6 +30,13 @@ class UsageError(PicochatError):
     kind = "usage"
 
 
+class PinRefused(UsageError):
+    """A pin that cannot be kept as it is (empty, framing lines, over the pins' cap): exit 2,
+    nothing written."""
+
+    kind = "pin_refused"
+
+
 class ConfigError(PicochatError):
     """The config file (or an override) is invalid: exit status 2, nothing written."""
 

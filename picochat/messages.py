@@ -134,6 +134,19 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class Pin:
+    """A statement the user pinned: sent verbatim in every request of its session, never
+    summarized and never evicted, until `/unpin`. Numbered per session from 1, and a number is
+    never reused, so `/unpin 3` means the pin the list showed as #3."""
+
+    number: int
+    text: str
+    tokens: int              # counted once, when pinned
+    source_seq: int | None   # the message it was pinned from; None: typed with /pin
+    created_at: int
+
+
+@dataclass(frozen=True)
 class NewMessage:
     """A message about to be appended; the store gives it its seq, time and (if unset) count."""
     role: str

@@ -1,8 +1,8 @@
 """ContextProjection: the one history the provider sees, derived from durable state.
 
-`project` is a pure function of a storage snapshot: summary block of the active checkpoint (if
-any) followed by the raw messages from its `first_retained_seq`, or every raw message since the
-last `/clear`. It never calls a provider and never writes, so the same database always gives the
+`project` is a pure function of a storage snapshot: the user's pins (if any), the summary block
+of the active checkpoint (if any), then the raw messages from its `first_retained_seq`, or every
+raw message since the last `/clear`. It never calls a provider and never writes, so the same database always gives the
 same projection: a restarted session sends the model what it sent before.
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from picochat.messages import Message, StoredLedger
+from picochat.messages import Message, Pin, StoredLedger
+from picochat.pins import pins_block
 from picochat.storage.store import ContextSnapshot, Store
 from picochat.summary_contract import SUMMARY_CLOSE, SUMMARY_OPEN
 
@@ -51,6 +52,11 @@ class ContextProjection:
     repairs: tuple[Repair, ...] = ()
     diagnostics: tuple[str, ...] = ()  # e.g. an unusable active checkpoint we fell back from
     ledger: StoredLedger = StoredLedger()  # the checkpoint's exact-fact ledger (its rows)
+    pins: tuple[Pin, ...] = ()  # sent verbatim before everything else, whatever is compacted
+
+    @property
+    def pins_text(self) -> str | None:
+        return pins_block(self.pins)
 
     @property
     def raw_tokens(self) -> int:
@@ -62,8 +68,10 @@ class ContextProjection:
         return self.raw[-1].seq if self.raw else None
 
     def history_messages(self, searchable: bool = False) -> list[dict[str, Any]]:
-        """Summary block (if any) and raw tail, as OpenAI-format messages."""
+        """Pins and summary block (each if any) and raw tail, as OpenAI-format messages."""
         out: list[dict[str, Any]] = []
+        if self.pins:
+            out.append({"role": "user", "content": self.pins_text})
         if self.summary is not None:
             out.append({"role": "user", "content": summary_block(self.summary, searchable)})
         out.extend(m.provider_dict() for m in self.raw)
@@ -92,6 +100,7 @@ def project(snapshot: ContextSnapshot) -> ContextProjection:
         repairs=repairs,
         diagnostics=diagnostics,
         ledger=checkpoint.ledger if checkpoint else StoredLedger(),
+        pins=snapshot.pins,
     )
 
 

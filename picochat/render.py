@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from picochat.ledger import counts, facts_line
-from picochat.messages import INTERRUPTED, Checkpoint, Message, Session
+from picochat.messages import INTERRUPTED, Checkpoint, Message, Pin, Session
 
 
 def when(ms: int | None) -> str:
@@ -71,6 +71,11 @@ def checkpoint_json(cp: Checkpoint, active_id: str | None) -> dict[str, Any]:
     facts = counts(cp.ledger)
     out["facts_kept"], out["facts_dropped"] = facts.kept, facts.dropped
     return out
+
+
+def pin_json(pin: Pin) -> dict[str, Any]:
+    return {"number": pin.number, "text": pin.text, "tokens": pin.tokens,
+            "source_seq": pin.source_seq}
 
 
 def sessions_table(sessions: list[Session]) -> str:

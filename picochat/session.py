@@ -22,7 +22,16 @@ import logging
 from pathlib import Path
 from typing import Any, Awaitable, Callable, TypeVar
 
-from picochat.budget import BudgetLimits, Calibration, ContextBudget, RequestDraft, measure
+from picochat import tokens
+from picochat.budget import (
+    BudgetLimits,
+    Calibration,
+    ContextBudget,
+    RequestDraft,
+    measure,
+    pin_cap,
+    pins_cost,
+)
 from picochat.compaction.candidate import RETRY, SummaryRejected
 from picochat.compaction.compact import (
     CompactMode,
@@ -34,15 +43,16 @@ from picochat.compaction.compactor import SummaryModel
 from picochat.compaction.report import numbers
 from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextUsage, limits_for
-from picochat.errors import PicochatError
+from picochat.errors import PicochatError, PinRefused
 from picochat.job_queue import JobQueue
-from picochat.messages import Message, ModelTraits, TriggerReason
+from picochat.messages import Message, ModelTraits, Pin, TriggerReason
 from picochat.models import (
     SUMMARY_MODEL_KEY,
     ResolvedModel,
     create_provider,
     resolve_summary_model,
 )
+from picochat.pins import pin_problem
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider, TextDelta, ThinkingDelta, Usage
 from picochat.providers.errors import ContextOverflow
@@ -326,6 +336,65 @@ class SessionWorker:
                      prompt is not None, len(self.system_prompt))
             return self.system_prompt
         return self.call(run)
+
+    # --- pins ----------------------------------------------------------------------------------
+
+    def pins(self) -> tuple[Pin, ...]:
+        return self.store.pins(self.session_id)
+
+    def add_pin(self, text: str | None = None, source_seq: int | None = None) -> Pin:
+        """Pin `text`, or the message `source_seq` (yours or an answer), verbatim in every
+        request from now on; refused (PinRefused, nothing written) when it is empty, holds a
+        line that frames the request, or would take the pins past their cap."""
+        if source_seq is not None:
+            message = self.store.message(self.session_id, source_seq)
+            if message is None:
+                raise PinRefused(f"pin not added: this session has no message {source_seq}")
+            if message.role not in ("user", "assistant"):
+                raise PinRefused(f"pin not added: message {source_seq} is a tool result",
+                                 "pin one of your messages or an answer")
+            text = message.content
+        text = (text or "").strip()
+        if problem := pin_problem(text):
+            raise PinRefused(f"pin not added: {problem}")
+        pin_tokens = tokens.count_text(text)
+        limits = self.limits
+        cap = pin_cap(limits)
+
+        def fits(current: tuple[Pin, ...]) -> None:
+            new = Pin(0, text, pin_tokens, source_seq, 0)
+            cost = pins_cost(limits, current + (new,))
+            if cost > cap:
+                held = pins_cost(limits, current)
+                raise PinRefused(
+                    f"pin not added: pins would take {cost:,} tokens of every request, over "
+                    f"their cap of {cap:,} (a tenth of the {limits.threshold:,}-token "
+                    "compaction threshold)" + (f"; {len(current)} pins take {held:,} now"
+                                               if current else ""),
+                    "shorten it, or unpin one (/pins or picochat pins lists them)"
+                    if current else "pin a shorter statement")
+        pin = self.store.add_pin(self.session_id, text, pin_tokens, source_seq, check=fits)
+        self.calibration = None
+        log.info("pin session=%s number=%d tokens=%d from_seq=%s", self.session_id,
+                 pin.number, pin.tokens, source_seq)
+        return pin
+
+    def remove_pin(self, number: int) -> Pin:
+        pin = self.store.remove_pin(self.session_id, number)
+        if pin is None:
+            numbers = ", ".join(f"#{p.number}" for p in self.pins()) or "none"
+            raise PinRefused(f"no pin #{number} in this session (pins in force: {numbers})")
+        self.calibration = None
+        log.info("unpin session=%s number=%d", self.session_id, number)
+        return pin
+
+    def pin(self, text: str | None = None, source_seq: int | None = None
+            ) -> "asyncio.Future[Pin]":
+        """`/pin`: queued, so a running turn keeps the request it started with."""
+        return self.call(lambda: self.add_pin(text, source_seq))
+
+    def unpin(self, number: int) -> "asyncio.Future[Pin]":
+        return self.call(lambda: self.remove_pin(number))
 
     def compact(self, focus: str | None = None, *, everything: bool = False,
                 on_start: Callable[[], None] | None = None

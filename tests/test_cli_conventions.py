@@ -18,7 +18,7 @@ from picochat.cli.main import build_parser, main
 from tests.conftest import CliResult
 
 REPO = Path(__file__).resolve().parent.parent
-COMMANDS = ("ask", "compact", "info", "clear", "sessions", "history", "checkpoints", "export",
+COMMANDS = ("ask", "compact", "info", "clear", "pin", "pins", "unpin", "sessions", "history", "checkpoints", "export",
             "config", "paths", "completion")
 
 

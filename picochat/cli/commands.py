@@ -331,14 +331,14 @@ def _quietly(write: Any, *args: Any) -> None:
         pass
 
 
-def _message(words: list[str]) -> str:
+def _message(words: list[str], command: str = "ask") -> str:
     """The words given, joined; or stdin, with `-` or with no words when stdin is a pipe or a
     file. No words and a terminal: a usage error, not a wait for input the user never meant."""
     if words == ["-"] or (not words and _stdin_is_data()):
         text = _read_stdin()
     elif not words:
-        raise UsageError("no message given", 'pass it as words (picochat ask "hello") or pipe '
-                         "it in (echo hello | picochat ask)")
+        raise UsageError("no message given", f'pass it as words (picochat {command} "hello") '
+                         f"or pipe it in (echo hello | picochat {command})")
     else:
         text = " ".join(words)
         if len(text.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_BYTES:
@@ -534,6 +534,70 @@ def cmd_info(app: App) -> int:
     return 0
 
 
+# --- pins ----------------------------------------------------------------------------------------
+
+
+def _pins_worker(app: App, session: Session) -> Any:
+    """A worker for the session's limits (the pins' cap follows the model's window); the
+    model is named, not opened: pinning needs no key."""
+    from picochat.opening import Unopened, chosen_model
+
+    resolved = chosen_model(app.config, session, app.opt("model"))
+    return _worker(app, session, resolved, Unopened(resolved))
+
+
+def cmd_pin(app: App) -> int:
+    seq = app.opt("message")
+    if seq is not None and app.args.text:
+        raise UsageError("give the text or --message SEQ, not both",
+                         'picochat pin "TEXT" or picochat pin --message 12')
+    text = None if seq is not None else _message(app.args.text, "pin")
+    ref = app.opt("session")
+    if seq is not None:
+        session = app.session()  # a message to pin needs a session that has it
+    else:
+        session = (app.store.find_session(ref) if ref else app.store.latest_session()) \
+            if app.has_database else None
+        session = session or app.store.find_or_create_session(ref)
+    pin = _pins_worker(app, session).add_pin(text, seq)
+    out(for_terminal(f"Pinned #{pin.number} in {session.name} ({pin.tokens:,} tokens): the "
+                     "model reads it word for word in every request; "
+                     f"`picochat unpin {pin.number}` removes it"))
+    return 0
+
+
+def cmd_pins(app: App) -> int:
+    from picochat.budget import pin_cap, pins_cost
+    from picochat.pins import pin_label
+
+    session = app.session()
+    worker = _pins_worker(app, session)
+    pins, limits = worker.pins(), worker.limits
+    cost, cap = pins_cost(limits, pins), pin_cap(limits)
+    if app.opt("json"):
+        dump_json({"session_id": session.id, "session_name": session.name,
+                   "pins": [render.pin_json(p) for p in pins],
+                   "pins_tokens": cost, "pin_cap_tokens": cap})
+        return 0
+    if not pins:
+        out(for_terminal(f"No pins in {session.name}: `picochat pin TEXT` keeps a statement "
+                         "in every request"))
+        return 0
+    lines = [f"Pins of {session.name}: {cost:,} tokens of every request (cap {cap:,})"]
+    lines += [pin_label(p, 100) for p in pins]
+    out(for_terminal("\n".join(lines)))
+    return 0
+
+
+def cmd_unpin(app: App) -> int:
+    from picochat.pins import pin_label
+
+    session = app.session()
+    pin = _pins_worker(app, session).remove_pin(app.args.number)
+    out(for_terminal(f"Unpinned from {session.name}: {pin_label(pin)}"))
+    return 0
+
+
 # --- config --------------------------------------------------------------------------------------
 
 
@@ -583,6 +647,9 @@ HANDLERS = {
     "compact": cmd_compact,
     "info": cmd_info,
     "clear": cmd_clear,
+    "pin": cmd_pin,
+    "pins": cmd_pins,
+    "unpin": cmd_unpin,
     "sessions": cmd_sessions,
     "history": cmd_history,
     "checkpoints": cmd_checkpoints,

@@ -145,6 +145,40 @@ def build_parser() -> argparse.ArgumentParser:
         """, """
           picochat clear -s work
         """))
+    p = sub.add_parser("pin", parents=[common, session, model],
+                       help="keep a statement verbatim in every request (/pin)", **_help("""
+        Pin a statement: from now on it goes to the model word for word in every
+        request of the session, before any summary. It is never summarized and never
+        dropped, however long the chat grows, until `picochat unpin N`. Pins together
+        may take a tenth of the compaction threshold. A session named with -s is
+        created if there is none.
+        """, """
+          picochat pin "Always answer in British English"
+          picochat pin -s work "Our Redis runs on port 6380, not 6379"
+          picochat pin --message 12          (message 12 of the session, as it is)
+          picochat pin - < rules.txt
+        """))
+    p.add_argument("text", metavar="TEXT", nargs="*",
+                   help="the statement; several words are joined with spaces; - reads stdin")
+    p.add_argument("--message", metavar="SEQ", type=int,
+                   help="pin message SEQ of the session (yours or an answer) instead")
+    sub.add_parser("pins", parents=[common, session, model, as_json],
+                   help="list the session's pins and what they cost (/pins)", **_help("""
+        List the session's pins, numbered as `picochat unpin` takes them, with the
+        tokens each adds to every request and the pins' cap.
+        """, """
+          picochat pins
+          picochat pins -s work --json | jq -r '.pins[].text'
+        """))
+    p = sub.add_parser("unpin", parents=[common, session],
+                       help="remove a pin by its number (/unpin N)", **_help("""
+        Remove pin N (as `picochat pins` numbers it): the next request no longer
+        carries it. The numbers of the other pins stay as they are.
+        """, """
+          picochat unpin 2
+          picochat unpin -s work 1
+        """))
+    p.add_argument("number", metavar="N", type=int, help="the pin's number")
     p = sub.add_parser("sessions", parents=[common, as_json], help="list sessions", **_help("""
         List the sessions, the most recently active first: name, id, number of
         messages, model.

@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator
 
 from picochat import tokens
 from picochat.providers import offline_summary
+from picochat.pins import PINS_OPEN
 from picochat.summary_contract import SUMMARY_OPEN
 from picochat.providers.base import (
     Finish,
@@ -115,9 +116,11 @@ def _after_tools(messages: tuple[dict[str, Any], ...]) -> str:
 
 
 def _chat_reply(messages: tuple[dict[str, Any], ...]) -> str:
+    framed = (SUMMARY_OPEN, PINS_OPEN)  # picochat's own blocks, not something the user said
     users = [_text(m) for m in messages
-             if m.get("role") == "user" and not _text(m).startswith(SUMMARY_OPEN)]
+             if m.get("role") == "user" and not _text(m).startswith(framed)]
     has_summary = any(_text(m).startswith(SUMMARY_OPEN) for m in messages)
+    pins = any(_text(m).startswith(PINS_OPEN) for m in messages)
     last = users[-1] if users else ""
     lines = [
         "I'm picochat's built-in **offline** model: no network and no key, so I can only "
@@ -133,6 +136,8 @@ def _chat_reply(messages: tuple[dict[str, Any], ...]) -> str:
         lines.append(f"Earlier you said: “{_quote(users[0], 120)}”.")
     if has_summary:
         lines.append("Part of this conversation reaches me as a checkpoint summary.")
+    if pins:
+        lines.append("Your pins reach me in every request, before everything else.")
     lines.append("")
     lines.append("Set a real model with `--model` or `picochat config init`.")
     return "\n".join(lines)

@@ -189,6 +189,21 @@ MIGRATIONS: tuple[Step, ...] = (
         kind                TEXT NOT NULL
     );
     """,
+    # 13: pins (issue 30, item 6): statements the user keeps verbatim in every request of a
+    # session. Unpinning stamps `unpinned_at` rather than deleting, so the number a list
+    # showed never comes back as another pin.
+    """
+    CREATE TABLE pins (
+        session_id   TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        number       INTEGER NOT NULL,
+        text         TEXT NOT NULL,
+        tokens       INTEGER NOT NULL,
+        source_seq   INTEGER,
+        created_at   INTEGER NOT NULL,
+        unpinned_at  INTEGER,
+        PRIMARY KEY (session_id, number)
+    ) WITHOUT ROWID;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

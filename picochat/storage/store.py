@@ -38,6 +38,7 @@ from picochat.messages import (
     ModelTraits,
     NewCheckpoint,
     NewMessage,
+    Pin,
     Session,
     StoredLedger,
     TriggerReason,
@@ -64,6 +65,7 @@ class ContextSnapshot:
     checkpoint_problem: str | None  # why an active checkpoint was not usable, if it was not
     messages: tuple[Message, ...]
     max_seq: int
+    pins: tuple[Pin, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -557,8 +559,9 @@ class Store:
                 f"AND {_NOT_RETRACTED} ORDER BY seq", (session_id, start)).fetchall()
             max_seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                                 (session_id,)).fetchone()[0]
+            pins = _pins(c, session_id)
         return ContextSnapshot(session, checkpoint, problem, tuple(_message(r) for r in rows),
-                               max_seq)
+                               max_seq, pins)
 
     def active_checkpoint(self, session_id: str) -> Checkpoint | None:
         """The checkpoint the projection starts from (None when there is none or it is unusable),
@@ -714,6 +717,40 @@ class Store:
                       "tokens_before = excluded.tokens_before, kind = excluded.kind",
                       (session_id, wait.context_generation, wait.tokens_before, wait.kind))
 
+    # --- pins ----------------------------------------------------------------------------------
+
+    def pins(self, session_id: str) -> tuple[Pin, ...]:
+        """The session's pins in force, oldest first."""
+        with self._read() as c:
+            _session_row(c, session_id)
+            return _pins(c, session_id)
+
+    def add_pin(self, session_id: str, text: str, tokens: int, source_seq: int | None = None,
+                check: Callable[[tuple[Pin, ...]], None] | None = None) -> Pin:
+        """Pin `text` with the next unused number. `check` sees the pins in force inside the
+        same write (two processes pinning at once cannot both pass a cap) and may raise."""
+        with self._write() as c:
+            _session_row(c, session_id)
+            if check is not None:
+                check(_pins(c, session_id))
+            number = c.execute("SELECT COALESCE(MAX(number), 0) + 1 FROM pins WHERE "
+                               "session_id = ?", (session_id,)).fetchone()[0]
+            now = self._clock()
+            c.execute("INSERT INTO pins (session_id, number, text, tokens, source_seq, "
+                      "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                      (session_id, number, text, tokens, source_seq, now))
+        return Pin(number, text, tokens, source_seq, now)
+
+    def remove_pin(self, session_id: str, number: int) -> Pin | None:
+        """Unpin #number; None when no pin in force has that number."""
+        with self._write() as c:
+            _session_row(c, session_id)
+            pin = next((p for p in _pins(c, session_id) if p.number == number), None)
+            if pin is not None:
+                c.execute("UPDATE pins SET unpinned_at = ? WHERE session_id = ? AND number = ?",
+                          (self._clock(), session_id, number))
+        return pin
+
     # --- what servers taught us ----------------------------------------------------------------
 
     def model_traits(self, model: str) -> ModelTraits:
@@ -754,6 +791,12 @@ class Store:
         with self._read() as c:
             return c.execute("SELECT key, content FROM timeline WHERE session_id = ? "
                              "ORDER BY created_at, id", (session_id,)).fetchall()
+
+
+def _pins(c: sqlite3.Connection, session_id: str) -> tuple[Pin, ...]:
+    rows = c.execute("SELECT number, text, tokens, source_seq, created_at FROM pins WHERE "
+                     "session_id = ? AND unpinned_at IS NULL ORDER BY number", (session_id,))
+    return tuple(Pin(*r) for r in rows)
 
 
 def _proc_stat(pid: int) -> list[str] | None:

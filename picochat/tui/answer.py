@@ -16,7 +16,7 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Label
 
-from picochat.tui.copyable import COPY, Copyable
+from picochat.tui.copyable import COPY, PIN, Copyable, Pinnable
 from picochat.tui.markdown import Block, Prose, markdown_theme, split_blocks
 from picochat.tui.preview import preview
 from picochat.textsafe import StreamCleaner, clean
@@ -147,10 +147,10 @@ def mark_gap(widget: Widget, block: Block, after: bool) -> None:
     widget.set_class(after and not block.joined, "after")
 
 
-class AssistantMessage(Copyable, Widget):
-    """One answer. Selecting it and pressing c copies the whole answer."""
+class AssistantMessage(Pinnable, Widget):
+    """One answer. Selecting it and pressing c copies the whole answer; p pins it."""
 
-    BINDINGS = [COPY]
+    BINDINGS = [COPY, PIN]
     DEFAULT_CSS = """
     AssistantMessage { height: auto; layout: vertical; margin: 1 0 0 0; padding: 0 1; }
     AssistantMessage > .after { margin-top: 1; }  /* a class, not :first-child, which

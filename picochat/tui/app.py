@@ -40,6 +40,7 @@ from picochat.session import SessionWorker
 from picochat.storage.store import Store
 from picochat.tui import commands, slash, turns
 from picochat.tui.chat import PAGE, ChatView
+from picochat.tui.copyable import PinRequested
 from picochat.tui.hints import SlashHints
 from picochat.tui.idle_gc import IdleCollector
 from picochat.tui.keys import help_rows
@@ -306,7 +307,8 @@ class PicochatApp(App[None]):
                                 self.worker.budget().parts.fixed, limits.token_factor)
         await self.query_one(CheckpointPanel).show(checkpoints,
                                                    session.active_context_checkpoint_id,
-                                                   series, session.context_floor_seq)
+                                                   series, session.context_floor_seq,
+                                                   self.usage().pins_lines())
 
     async def checkpoint_moved(self) -> None:
         await self.query_one(ChatView).set_checkpoint(self.active_checkpoint())
@@ -440,6 +442,11 @@ class PicochatApp(App[None]):
         # hands focus on to its neighbour (the chat), which took the Enter typed next
         self.screen.set_focus(self.query_one(Prompt))
         panel.is_open = False
+
+    async def on_pin_requested(self, event: PinRequested) -> None:
+        """p on a selected message: pinned as /pin would, said in the transcript."""
+        event.stop()
+        await commands.pin(self, seq=event.seq)
 
     async def on_checkpoint_panel_opened(self, event: CheckpointPanel.Opened) -> None:
         await self.refresh_panel()

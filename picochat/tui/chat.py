@@ -16,7 +16,7 @@ from textual.widgets import Collapsible, Static
 from picochat.messages import INTERRUPTED, Checkpoint, Message
 from picochat.tui.answer import AssistantMessage
 from picochat.tui.thinking import ThinkingBlock
-from picochat.tui.copyable import COPY, Copyable
+from picochat.tui.copyable import COPY, PIN, Pinnable
 from picochat.tui.preview import Fold, fold, preview
 from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import literal
@@ -29,13 +29,14 @@ TOOL_PREVIEW_CHARS = 4_000
 QUEUED = "queued · ↑ edits · sends after this answer"  # our words: no literal()
 
 
-class UserMessage(Copyable, Static):
+class UserMessage(Pinnable, Static):
     """The user's message; a long one (a paste) folded to its first and last lines and a
     note: selected, Enter expands it (a huge one still to its head and tail) and folds it
-    back; c copies all of it either way."""
+    back; c copies all of it either way; p pins it."""
 
     BINDINGS = [
         COPY,
+        PIN,
         # only on a long message: on the others Enter goes back to the prompt (ChatView)
         Binding("enter", "expand", "Expand", key_display="enter"),
         Binding("enter", "fold", "Fold", key_display="enter"),

@@ -12,12 +12,14 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable
 
+from picochat.budget import pin_cap
 from picochat.compaction import report
 from picochat.config import save_ui_theme
 from picochat.errors import PicochatError
 from picochat.export import FORMATS, export_to_file
 from picochat.failures import compaction_failure_line
 from picochat.opening import open_model
+from picochat.pins import pin_label
 from picochat.tui import turns
 from picochat.tui import status
 from picochat.tui.chat import ChatView
@@ -106,6 +108,63 @@ async def cmd_clear(app: "PicochatApp", _: str) -> None:
     await app.query_one(ChatView).add_notice(
         "Context cleared: the model starts afresh; the raw history above stays")
     await app.checkpoint_moved()
+
+
+async def cmd_pin(app: "PicochatApp", text: str) -> None:
+    """`/pin TEXT`; without text, what /pins shows and how to pin."""
+    if not text.strip():
+        await cmd_pins(app, "")
+        return
+    await pin(app, text=text)
+
+
+async def pin(app: "PicochatApp", text: str | None = None, seq: int | None = None) -> None:
+    """Pin typed text or a saved message (p on a selected one), and say what it costs."""
+    chat = app.query_one(ChatView)
+    if app.worker.busy:
+        await chat.add_notice("/pin is queued: it applies from the next request")
+    try:
+        made = await app.worker.pin(text, seq)
+    except PicochatError as exc:
+        await chat.add_notice(exc.user_line(), "error")
+        return
+    source = f"Message {seq} pinned" if seq is not None else "Pinned"
+    await chat.add_notice(f"{source} as #{made.number} ({made.tokens:,} tokens): the model "
+                          "reads it word for word in every request, before any summary; "
+                          f"/unpin {made.number} removes it")
+    await app.refresh_panel()
+    app.refresh_status()
+
+
+async def cmd_pins(app: "PicochatApp", _: str) -> None:
+    usage = app.usage()
+    pins = usage.projection.pins
+    if not pins:
+        await app.query_one(ChatView).add_notice(
+            "No pins: /pin TEXT, or select a message (alt+↑) and press p, keeps a statement "
+            "word for word in every request")
+        return
+    lines = [f"Pins: {usage.budget.parts.pins:,} tokens of every request (cap "
+             f"{pin_cap(usage.budget.limits):,}); /unpin N removes one"]
+    lines += [pin_label(p) for p in pins]
+    await app.query_one(ChatView).add_notice("\n".join(lines))
+
+
+async def cmd_unpin(app: "PicochatApp", arg: str) -> None:
+    chat = app.query_one(ChatView)
+    number = arg.strip().lstrip("#")
+    if not number.isdigit():
+        await chat.add_notice("/unpin needs a pin's number: /unpin N (/pins lists them)",
+                              "error")
+        return
+    try:
+        gone = await app.worker.unpin(int(number))
+    except PicochatError as exc:
+        await chat.add_notice(exc.user_line(), "error")
+        return
+    await chat.add_notice(f"Unpinned {pin_label(gone)}: the next request no longer carries it")
+    await app.refresh_panel()
+    app.refresh_status()
 
 
 async def cmd_stop(app: "PicochatApp", _: str) -> None:
@@ -331,6 +390,9 @@ HANDLERS: dict[str, Handler] = {
     "info": cmd_info,
     "checkpoints": cmd_checkpoints,
     "clear": cmd_clear,
+    "pin": cmd_pin,
+    "pins": cmd_pins,
+    "unpin": cmd_unpin,
     "stop": cmd_stop,
     "undo": cmd_undo,
     "retry": cmd_retry,

@@ -1,12 +1,23 @@
-"""Transcript items the user can select (a click, or alt+up then up/down) and copy with c."""
+"""Transcript items the user can select (a click, or alt+up then up/down), copy with c and,
+for a message of the user's or an answer, pin with p."""
 
 from __future__ import annotations
 
 from textual.binding import Binding
+from textual.message import Message
 
 from picochat.tui.safe import literal
 
 COPY = Binding("c", "copy", "Copy", key_display="c")
+PIN = Binding("p", "pin", "Pin", key_display="p")
+
+
+class PinRequested(Message):
+    """The user pressed p on a saved message: its owner (the app) pins it."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__()
+        self.seq = seq
 
 
 class Copyable:
@@ -21,3 +32,16 @@ class Copyable:
         text = self.copy_text()
         self.app.copy_to_clipboard(text)  # type: ignore[attr-defined]
         self.notify(literal(f"Copied {len(text):,} characters"))  # type: ignore[attr-defined]
+
+
+class Pinnable(Copyable):
+    """A saved message (it has a seq): p asks the app to pin it (`PinRequested`)."""
+
+    seq: int | None
+
+    def action_pin(self) -> None:
+        if self.seq is None:  # queued or still streaming: nothing saved to pin yet
+            self.notify(literal("Not saved yet: pin it once it is"),  # type: ignore[attr-defined]
+                        severity="warning")
+            return
+        self.post_message(PinRequested(self.seq))  # type: ignore[attr-defined]

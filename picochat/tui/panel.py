@@ -120,13 +120,16 @@ class CheckpointPanel(VerticalScroll):
         yield Static("", id="cp-hint")
         yield Static("", id="cp-meta")
         yield Collapsible(Static("", id="cp-ids"), title="Details", id="cp-details")
+        yield Label("Pinned", classes="title")
+        yield Static("", id="cp-pins")
         yield Label("Context per turn (tokens)", classes="title")
         yield ContextChart(id="cp-chart")
         yield Static("", classes="title", id="cp-summary-title")
         yield ProseBlock(Block("text", ""), id="cp-summary")
 
     async def show(self, checkpoints: list[Checkpoint], active_id: str | None,
-                   series: list[int], cleared_at: int = 0) -> None:
+                   series: list[int], cleared_at: int = 0,
+                   pins: list[str] | None = None) -> None:
         if not self.children:
             await self.mount_all(list(self._parts()))
         self.ordered = list(checkpoints)
@@ -136,6 +139,7 @@ class CheckpointPanel(VerticalScroll):
         self.cleared_at = cleared_at
         self.refresh_bindings()
         self.query_one("#cp-chart", ContextChart).show(series)
+        self.query_one("#cp-pins", Static).update(literal("\n".join(pins or ["None."])))
         options = self.query_one("#cp-list", OptionList)
         options.clear_options()
         for cp in checkpoints:

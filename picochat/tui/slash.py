@@ -23,7 +23,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("uncompact", "", "undo the last compaction"),
     Command("info", "", "context usage: window, threshold, what is used"),
     Command("checkpoints", "", "show or hide the checkpoint panel"),
-    Command("clear", "", "start the context afresh; the raw history stays"),
+    Command("clear", "", "start the context afresh; the raw history stays (pins too)"),
+    Command("pin", "TEXT", "keep a statement word for word in every request, never "
+                           "summarized (or select a message and press p)"),
+    Command("pins", "", "list the pins and what they cost"),
+    Command("unpin", "N", "remove pin N"),
     Command("stop", "", "stop the running answer (Esc)"),
     Command("undo", "", "take back the last turn from the context"),
     Command("retry", "", "take back the last turn and ask it again"),
