@@ -53,3 +53,11 @@ def pin_label(pin: Pin, width: int = 72) -> str:
     source = f", from message {pin.source_seq}" if pin.source_seq is not None else ""
     unit = "token" if pin.tokens == 1 else "tokens"
     return f"#{pin.number} ({pin.tokens:,} {unit}{source}): {flat}"
+
+
+def pins_stay(count: int, unpin: str = "/unpin N") -> str:
+    """What `/clear` says of the pins: they are not history, so they stay."""
+    if not count:
+        return ""
+    said = "your pin stays" if count == 1 else f"your {count} pins stay"
+    return f"; {said} in every request ({unpin} removes one)"

@@ -301,6 +301,8 @@ def test_pin_pins_and_unpin_from_the_shell(run_cli):
     data = json.loads(listed.stdout)
     assert [p["text"] for p in data["pins"]] == [RULE]
     assert 0 < data["pins_tokens"] <= data["pin_cap_tokens"]
+    cleared = run_cli("clear", "-s", "work")
+    assert cleared.status == 0 and "your pin stays in every request" in cleared.stdout
     info = json.loads(run_cli("info", "-s", "work", "--json").stdout)
     assert info["pins_tokens"] == data["pins_tokens"]
     text = run_cli("pins", "-s", "work").stdout
@@ -369,4 +371,10 @@ async def test_pin_in_the_app_by_command_and_by_p_on_a_selected_message(store):
         await settle(pilot, app, lambda: bool(panel.query("#cp-pins")))
         shown = str(panel.query_one("#cp-pins", Static).render())
         assert shown.startswith("1 in every request, never summarized") and "#2 (" in shown
+        await pilot.press("f2")
+        await say(pilot, "/clear")
+        await settle(pilot, app, lambda: any("Context cleared" in t for t in
+                                             texts(app, Notice)))
+        [cleared] = [t for t in texts(app, Notice) if "Context cleared" in t]
+        assert "your pin stays in every request" in cleared
         assert app.query_one(ChatView) is not None

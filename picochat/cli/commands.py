@@ -460,7 +460,11 @@ def cmd_export(app: App) -> int:
 def cmd_clear(app: App) -> int:
     session = app.session()
     cleared = app.store.clear_context(session.id)
-    out(f"Context cleared for {cleared.name}: the next turn starts fresh.")
+    from picochat.pins import pins_stay
+
+    pinned = len(app.store.pins(session.id))
+    out(for_terminal(f"Context cleared for {cleared.name}: the next turn starts fresh"
+                     f"{pins_stay(pinned, 'picochat unpin N')}."))
     out(f"Raw history unchanged: {cleared.message_count} messages stay in `picochat history`.")
     return 0
 

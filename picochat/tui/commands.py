@@ -19,7 +19,7 @@ from picochat.errors import PicochatError
 from picochat.export import FORMATS, export_to_file
 from picochat.failures import compaction_failure_line
 from picochat.opening import open_model
-from picochat.pins import pin_label
+from picochat.pins import pin_label, pins_stay
 from picochat.tui import turns
 from picochat.tui import status
 from picochat.tui.chat import ChatView
@@ -106,7 +106,8 @@ async def cmd_checkpoints(app: "PicochatApp", _: str) -> None:
 async def cmd_clear(app: "PicochatApp", _: str) -> None:
     await app.worker.clear()
     await app.query_one(ChatView).add_notice(
-        "Context cleared: the model starts afresh; the raw history above stays")
+        "Context cleared: the model starts afresh; the raw history above stays"
+        + pins_stay(len(app.worker.pins())))
     await app.checkpoint_moved()
 
 

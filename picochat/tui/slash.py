@@ -23,7 +23,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("uncompact", "", "undo the last compaction"),
     Command("info", "", "context usage: window, threshold, what is used"),
     Command("checkpoints", "", "show or hide the checkpoint panel"),
-    Command("clear", "", "start the context afresh; the raw history stays (pins too)"),
+    Command("clear", "", "start the context afresh; the raw history and the pins stay"),
     Command("pin", "TEXT", "keep a statement word for word in every request, never "
                            "summarized (or select a message and press p)"),
     Command("pins", "", "list the pins and what they cost"),
