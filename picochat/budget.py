@@ -61,15 +61,21 @@ def budget_limits(model_window: int, agent_limit: int | None, reserve_tokens: in
 MIN_ANSWER_TOKENS = 256
 
 
-def answer_cap(limits: BudgetLimits, request_tokens: int) -> int:
+ESTIMATE_SLACK = 0.05  # of an estimated request: what a server's tokenizer may count over it
+
+
+def answer_cap(limits: BudgetLimits, request_tokens: int, exact: bool = False) -> int:
     """`max_tokens` for a chat request: the reserve, the room the budget keeps for the answer,
     lowered so that request and answer together fit the window, and never below
     MIN_ANSWER_TOKENS (or the reserve, if that is smaller). Sent on every request, so a
     provider never fills in its own (litellm asks Anthropic for 64,000, more than the window
     leaves), and a server that counts the answer into its context (llama.cpp) is asked for
-    what fits."""
+    what fits. Unless the provider counted this very request (`exact`), the request is an
+    estimate, and a server's own tokenizer may count more (SmolLM2's counted a 6,607-token
+    estimate with access logs in it as 6,639): ESTIMATE_SLACK of it is left over."""
     floor = min(limits.reserve, MIN_ANSWER_TOKENS)
-    return max(floor, min(limits.reserve, limits.window - request_tokens))
+    slack = 0 if exact else math.ceil(request_tokens * ESTIMATE_SLACK)
+    return max(floor, min(limits.reserve, limits.window - request_tokens - slack))
 
 
 def should_compact(enabled: bool, context_tokens: int, threshold: int) -> bool:

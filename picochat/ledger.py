@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Iterable, Sequence
 
 from picochat import tokens
@@ -210,6 +210,13 @@ def _rank(f: Fact) -> int:
     return 2 if f.said_by == TOOL else 3
 
 
+@lru_cache(maxsize=16_384)
+def _value_tokens(value: str) -> int:
+    """A line's own count, kept: one compaction fits the same ledger three times (to size the
+    tail, to cap the prose, then for good), and carries most lines into the next."""
+    return tokens.count_text(value)
+
+
 def fit(ledger: Ledger, budget_tokens: int) -> Ledger:
     """The ledger within `budget_tokens`, and what went counted: the answers' lines go first,
     oldest first, then the tools', then the user's pastes, then the user's statements. A
@@ -227,7 +234,7 @@ def fit(ledger: Ledger, budget_tokens: int) -> Ledger:
     seen_lines: set[tuple[int, str]] = set()
     for i in order:
         f = ledger.facts[i]
-        cost = tokens.count_text(f.value) + 2
+        cost = _value_tokens(f.value) + 2
         if f.kind in _LINES or (f.seq, f.said_by) not in seen_lines:
             cost += 7  # "- #1234 answer: " and the line break
         if cost > room:

@@ -39,7 +39,7 @@ from picochat.agent_loop import (
     shorten_old_tool_results,
     this_turn_only,
 )
-from picochat.budget import FixedContextExceedsBudget, RequestDraft, answer_cap
+from picochat.budget import FixedContextExceedsBudget, RequestDraft, UsageSource, answer_cap
 from picochat.logs import where_details
 from picochat.compaction.compact import CompactMode, CompactOutcome
 from picochat.compaction.trim_failure import TrimImpossible
@@ -324,15 +324,16 @@ class TurnRun:
             handle._emit(delta)
             self._draft_soon()
 
-        used = worker.measure(draft).used_tokens
-        cap = answer_cap(worker.limits, used)
+        budget = worker.measure(draft)
+        cap = answer_cap(worker.limits, budget.used_tokens,
+                         exact=budget.usage_source == UsageSource.PROVIDER)
         request = ProviderRequest(messages=tuple(draft.messages()), tools=tuple(draft.tools),
                                   max_tokens=cap)
         try:
             reply = await collect(worker.provider, request, worker.total_timeout, on_text,
                                   handle._emit)
         except ContextOverflow as exc:
-            exc.asked = used + cap  # what the refused request asked of the window
+            exc.asked = budget.used_tokens + cap  # what the refused request asked of the window
             raise
         except TimeoutError:
             raise ProviderTimeout(f"no complete answer within {worker.total_timeout:g} s",

@@ -12,6 +12,7 @@ from picochat.budget import (
     FixedContextExceedsBudget,
     RequestDraft,
     RequestParts,
+    answer_cap,
     budget_limits,
     check_fixed,
     measure,
@@ -121,3 +122,17 @@ def test_a_long_system_prompt_is_reported_before_any_history_is_dropped():
     assert budget.fixed_exceeds_threshold  # /info can still show the card
     with pytest.raises(FixedContextExceedsBudget):
         check_fixed(limits, budget.parts)
+
+
+def test_an_estimated_request_leaves_slack_for_the_servers_own_tokenizer():
+    """Issue 30's real run: SmolLM2 counted a 6,607-token estimate as 6,639, so an answer cap
+    of exactly window - estimate asked llama.cpp for 32 tokens more than its context held."""
+    limits = budget_limits(8_192, None, 16_384, 20_000)
+    estimated = answer_cap(limits, 6_607)
+    assert 6_639 + estimated <= 8_192
+    assert estimated == 8_192 - 6_607 - 331
+    # a count the provider made of this very request needs none
+    assert answer_cap(limits, 6_607, exact=True) == 8_192 - 6_607
+    # small requests still get the whole reserve, and a full one the floor
+    assert answer_cap(limits, 500) == limits.reserve
+    assert answer_cap(limits, 8_000) == 256

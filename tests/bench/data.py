@@ -40,7 +40,10 @@ def fill(store: Store, session_id: str, messages: int, words: int = 30,
     """Append whole turns until the session holds at least `messages` messages; the seqs of
     the user messages that start the turns."""
     rng = random.Random(seed)
-    have, serial, batch, starts = store.max_seq(session_id), 0, [], []
+    have, batch, starts = store.max_seq(session_id), [], []
+    # turn ids go on from the last call's: a turn id used twice makes the rows between one
+    # unit (cutpoints: interleaved turns), and a 200k-token session one unfoldable turn
+    serial = have
 
     def flush() -> None:
         starts.extend(m.seq for m in store.append_messages(session_id, batch)

@@ -9,12 +9,14 @@ ids, URLs, versions, key=value) with user corrections that override some of them
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from statistics import median
 from typing import Any
 
 from picochat import ledger as L
+from picochat import statements as S
 from picochat import tokens
 from picochat.compaction.compactor import CompactionPlan, ContextCompactor
 from picochat.compaction.gate import check_summary
@@ -129,9 +131,10 @@ def span_of(n_tokens: int, seed: int = 19, first_seq: int = 1,
         nonlocal have, seq
         calls = kw.get("tool_calls")
         counted = tokens.count_message(role, text, calls, kw.get("tool_call_id"), kw.get("name"))
-        out.append(Message("bench", seq, role, text, calls, kw.get("tool_call_id"),
-                           kw.get("name"), f"t{turn}", kw.get("tool_status"), "complete",
-                           counted, 0))
+        row = Message("bench", seq, role, text, calls, kw.get("tool_call_id"),
+                      kw.get("name"), f"t{turn}", kw.get("tool_status"), "complete", counted, 0)
+        # its statements as the store takes them at append: a compaction reads these
+        out.append(dataclasses.replace(row, statements=S.to_json(S.statements_of(row))))
         have += counted
         seq += 1
 
