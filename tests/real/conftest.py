@@ -81,6 +81,12 @@ def server_2048(real_servers: ServerPool) -> LlamaServer:
     return real_servers.get(2048)
 
 
+@pytest.fixture(scope="session")
+def server_8192(real_servers: ServerPool) -> LlamaServer:
+    """The server with an 8,192-token context: SmolLM2's own, and issue 30's window."""
+    return real_servers.get(8192)
+
+
 @dataclass(frozen=True)
 class Turn:
     status: int
