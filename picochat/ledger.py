@@ -222,7 +222,12 @@ def fit(ledger: Ledger, budget_tokens: int) -> Ledger:
     oldest first, then the tools', then the user's pastes, then the user's statements. A
     small model's answers can hold dozens of invented commands a turn; they must not push out
     the port the user gave."""
-    if not ledger.facts or tokens.count_text(render_text(ledger)) <= budget_tokens:
+    if not ledger.facts:
+        return ledger
+    # A line costs at least its value's tokens less one (where a value's first token merges
+    # with the space before it): far over budget by that bound, the whole text needs no count.
+    least = sum(_value_tokens(f.value) - 1 for f in ledger.facts)
+    if least <= budget_tokens and tokens.count_text(render_text(ledger)) <= budget_tokens:
         return ledger
     n = len(ledger.facts)
     order = sorted(range(n), key=lambda i: (_rank(ledger.facts[i]), -i))  # newest first
