@@ -31,8 +31,9 @@ def export_session(store: Store, session_id: str, fmt: str) -> SessionExport:
     session = store.session(session_id)
     messages = store.history(session_id)
     checkpoints = store.checkpoints(session_id)
-    text = (render.export_markdown(session, messages, checkpoints) if fmt == "md"
-            else render.export_json(session, messages, checkpoints))
+    pins = store.pins(session_id)
+    text = (render.export_markdown(session, messages, checkpoints, pins) if fmt == "md"
+            else render.export_json(session, messages, checkpoints, pins))
     return SessionExport(session, len(messages), text)
 
 

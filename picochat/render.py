@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from picochat.ledger import counts, facts_line
 from picochat.messages import INTERRUPTED, Checkpoint, Message, Pin, Session
@@ -107,13 +107,18 @@ def history_text(session: Session, messages: list[Message], checkpoint: Checkpoi
 
 
 def export_markdown(session: Session, messages: list[Message],
-                    checkpoints: list[Checkpoint]) -> str:
+                    checkpoints: list[Checkpoint], pins: Sequence[Pin] = ()) -> str:
     active = next((c for c in checkpoints if c.id == session.active_context_checkpoint_id), None)
     lines = [f"# {session.name}", "",
              f"- session id: `{session.id}`",
              f"- created: {when(session.created_at)}",
              f"- messages: {len(messages)}",
              f"- checkpoints: {len(checkpoints)}", ""]
+    if pins:  # what every request carried, before the history
+        lines += ["## Pins (sent word for word in every request)", ""]
+        for pin in pins:
+            source = f" (from #{pin.source_seq})" if pin.source_seq is not None else ""
+            lines += [f"### Pin {pin.number}{source}", "", _fence(pin.text), ""]
     for m in messages:
         tag = marks(m, session, active)
         suffix = f" · _{', '.join(tag)}_" if tag else ""
@@ -148,10 +153,12 @@ def export_markdown(session: Session, messages: list[Message],
     return "\n".join(lines).rstrip() + "\n"
 
 
-def export_json(session: Session, messages: list[Message], checkpoints: list[Checkpoint]) -> str:
+def export_json(session: Session, messages: list[Message], checkpoints: list[Checkpoint],
+                pins: Sequence[Pin] = ()) -> str:
     active = next((c for c in checkpoints if c.id == session.active_context_checkpoint_id), None)
     return json.dumps({
         "session": session_json(session),
+        "pins": [pin_json(p) for p in pins],
         "messages": [message_json(m, session, active) for m in messages],
         "checkpoints": [checkpoint_json(c, session.active_context_checkpoint_id)
                         for c in checkpoints],

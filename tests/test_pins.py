@@ -311,6 +311,10 @@ def test_pin_pins_and_unpin_from_the_shell(run_cli):
     assert missing.status == 2
     assert missing.stderr.strip() == ("picochat: no pin #7 in this session (pins in force: "
                                       "#1)")
+    exported = json.loads(run_cli("export", "-s", "work", "--format", "json").stdout)
+    assert [p["text"] for p in exported["pins"]] == [RULE]
+    markdown = run_cli("export", "-s", "work", "--format", "md").stdout
+    assert "## Pins (sent word for word in every request)" in markdown and RULE in markdown
     gone = run_cli("unpin", "-s", "work", "1")
     assert gone.status == 0 and gone.stdout.startswith("Unpinned from work: #1 (")
     assert "No pins in work" in run_cli("pins", "-s", "work").stdout
