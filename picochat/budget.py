@@ -339,7 +339,8 @@ class FixedContextExceedsBudget(PicochatError):
             f"the system prompt ({parts.system:,} tokens), tool schemas ({parts.tools:,} "
             f"tokens){pins} and request framing ({parts.framing:,} tokens) alone reach the "
             f"compaction threshold of {threshold:,} tokens",
-            "shorten the system prompt, " + ("/unpin a pin, " if parts.pins else "")
+            "shorten the system prompt, " + ("unpin a pin (/pins lists them), "
+                                             if parts.pins else "")
             + "disable tools, or use a model with a larger window")
         self.parts = parts
         self.threshold = threshold

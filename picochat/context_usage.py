@@ -161,6 +161,9 @@ class ContextUsage:
                 "the system prompt and tools"
             rows.append(("Warning", f"{what} alone ({b.parts.fixed:,} tokens) reach the "
                                     "threshold: compaction cannot help"))
+        elif b.parts.pins > pin_cap(lim):
+            rows.append(("Warning", f"the pins take {b.parts.pins:,} tokens, over their cap of "
+                                    f"{pin_cap(lim):,} at this window: /unpin one"))
         rows.extend(("Warning", d) for d in self.projection.diagnostics)
         return rows
 
@@ -168,7 +171,7 @@ class ContextUsage:
         """The pins for the checkpoint panel: a headline with their cost, one line each."""
         pins, cap = self.projection.pins, pin_cap(self.budget.limits)
         if not pins:
-            return [f"None. /pin TEXT, or p on a selected message, keeps a statement word "
+            return [f"None. /pin TEXT, or alt+p on a selected message, keeps a statement word "
                     f"for word in every request (pins may take {cap:,} tokens)."]
         head = (f"{len(pins)} in every request, never summarized: "
                 f"{self.budget.parts.pins:,} of {cap:,} tokens · /unpin N removes one")

@@ -42,6 +42,7 @@ from picochat.statements import (
     from_json,
     statements_of,
 )
+from picochat.textsafe import LOOKALIKE_LETTERS
 
 FACTS_HEADING = "Exact Facts"
 _SAID_BY = {"user": USER, "assistant": ANSWER, "tool": TOOL}
@@ -224,9 +225,10 @@ def fit(ledger: Ledger, budget_tokens: int) -> Ledger:
     the port the user gave."""
     if not ledger.facts:
         return ledger
-    # A line costs at least its value's tokens less one (where a value's first token merges
-    # with the space before it): far over budget by that bound, the whole text needs no count.
-    least = sum(_value_tokens(f.value) - 1 for f in ledger.facts)
+    # A value costs at least its count after a space, less one, wherever it stands in the
+    # rendered text (a first word may merge with the space before it, or with `- #N: `):
+    # far over budget by that bound, the whole text needs no count.
+    least = sum(_value_tokens(" " + f.value) - 1 for f in ledger.facts)
     if least <= budget_tokens and tokens.count_text(render_text(ledger)) <= budget_tokens:
         return ledger
     n = len(ledger.facts)
@@ -366,8 +368,7 @@ _LOOKALIKE_TAG = re.compile(
 _LEDGER_LABELS = re.compile(r"\b(?:correction|paste|answer|tool|user)\b", re.I)
 _ANY_HEADING = re.compile(r"^\s{0,3}(?:#{1,6}\s|<h[1-6])", re.I)
 _TAG = re.compile(r"^\s*#\d+(?: \w+)?:\s*")  # a piece of a ledger line a model copied
-_LOOKALIKE_LETTERS = str.maketrans(
-    "АВЕКМНОРСТХаеорсхуіІЅѕΑΒΕΖΗΙΚΜΝΟΡΤΥΧаеіο", "ABEKMHOPCTXaeopcxyiISsABEZHIKMNOPTYXaeio")
+_LOOKALIKE_LETTERS = LOOKALIKE_LETTERS
 
 
 def merge_into(summary: str, ledger: Ledger) -> str:

@@ -360,10 +360,18 @@ class SessionWorker:
         pin_tokens = tokens.count_text(text)
         limits = self.limits
         cap = pin_cap(limits)
+        parts = self.budget().parts
+        unpinned = parts.fixed - parts.pins  # system prompt, tools, framing
 
         def fits(current: tuple[Pin, ...]) -> None:
             new = Pin(0, text, pin_tokens, source_seq, 0)
             cost = pins_cost(limits, current + (new,))
+            if unpinned + cost >= limits.threshold:
+                raise PinRefused(
+                    f"pin not added: the system prompt and tools ({unpinned:,} tokens) and "
+                    f"the pins ({cost:,}) would reach the {limits.threshold:,}-token "
+                    "compaction threshold, leaving no room for the conversation",
+                    "shorten the system prompt or the pin, or unpin one")
             if cost > cap:
                 held = pins_cost(limits, current)
                 raise PinRefused(

@@ -75,3 +75,9 @@ def json_for_terminal(text: str) -> str:
     escapes; json.dumps already escapes C0. Outside strings JSON text is ASCII, so the result
     parses to the same data."""
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+# Cyrillic and Greek letters that pass for Latin ones, as the Latin they pass for: a line that
+# only looks like one of picochat's own (a ledger heading, a pins frame) is read as it looks.
+LOOKALIKE_LETTERS = str.maketrans(
+    "АВЕКМНОРСТХаеорсхуіІЅѕΑΒΕΖΗΙΚΜΝΟΡΤΥΧаеіο", "ABEKMHOPCTXaeopcxyiISsABEZHIKMNOPTYXaeio")

@@ -58,6 +58,7 @@ import re
 from picochat import summary_contract as sc
 from picochat import tokens
 from picochat.compaction.candidate import RETRY_HINT, SummaryRejected
+from picochat.pins import PINS_CLOSE, PINS_OPEN
 
 CHECKS = ("echo", "continuation", "cut_off", "headings")
 HINT = RETRY_HINT
@@ -69,7 +70,8 @@ ECHO_MIN_CHARS = 20       # shorter lines ("Done.", "- (none)") are too common t
 NEAR_CAP = 0.75           # see the module docstring, check 3
 
 _DELIMITERS = (sc.TRANSCRIPT_BEGIN, sc.TRANSCRIPT_END, sc.PREVIOUS_SUMMARY_BEGIN,
-               sc.PREVIOUS_SUMMARY_END, sc.SUMMARY_OPEN, sc.SUMMARY_CLOSE)
+               sc.PREVIOUS_SUMMARY_END, sc.SUMMARY_OPEN, sc.SUMMARY_CLOSE,
+               PINS_OPEN, PINS_CLOSE)  # a summary passing for the user's pins
 _DELIMITER_SET = frozenset(_DELIMITERS)
 _NAMES = "|".join(re.escape(h).replace(r"\ ", r"\s+") for h in sc.HEADINGS)
 _CANONICAL = {h.lower(): h for h in sc.HEADINGS}

@@ -57,11 +57,13 @@ def trim_impossible(projection: ContextProjection, parts: RequestParts, limits: 
                 key=lambda part: part[1])[0]  # the first of equals
     if blame == "fixed":  # the system prompt and the tools apart: which to shorten
         items = [("the system prompt", parts.system), ("the tool schemas", parts.tools),
-                 (name, turn), of_summary]
+                 ("your pins", parts.pins), (name, turn), of_summary]
         tools = ", disable tools," if parts.tools else ","
-        hint = f"shorten the system prompt{tools} or {LARGER_MODEL}"
+        pins = " unpin a pin (/pins lists them)," if parts.pins else ""
+        hint = f"shorten the system prompt{tools}{pins} or {LARGER_MODEL}"
     else:
-        fixed = ("the system prompt and tools", parts.fixed)
+        fixed = ("the system prompt, tools and pins" if parts.pins else
+                 "the system prompt and tools", parts.fixed)
         if blame == "turn":
             items, hint = [(name, turn), of_summary, fixed], _turn_hint(newest)
         else:

@@ -148,7 +148,7 @@ def mark_gap(widget: Widget, block: Block, after: bool) -> None:
 
 
 class AssistantMessage(Pinnable, Widget):
-    """One answer. Selecting it and pressing c copies the whole answer; p pins it."""
+    """One answer. Selecting it and pressing c copies the whole answer; alt+p pins it."""
 
     BINDINGS = [COPY, PIN]
     DEFAULT_CSS = """

@@ -445,8 +445,9 @@ class PicochatApp(App[None]):
 
     async def on_pin_requested(self, event: PinRequested) -> None:
         """p on a selected message: pinned as /pin would, said in the transcript."""
-        event.stop()
-        await commands.pin(self, seq=event.seq)
+        event.stop()  # queued behind a running turn: never awaited here, or keys would wait
+        self.run_worker(commands.pin(self, seq=event.seq), group="commands",
+                        exit_on_error=False)
 
     async def on_checkpoint_panel_opened(self, event: CheckpointPanel.Opened) -> None:
         await self.refresh_panel()

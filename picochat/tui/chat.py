@@ -32,7 +32,7 @@ QUEUED = "queued · ↑ edits · sends after this answer"  # our words: no liter
 class UserMessage(Pinnable, Static):
     """The user's message; a long one (a paste) folded to its first and last lines and a
     note: selected, Enter expands it (a huge one still to its head and tail) and folds it
-    back; c copies all of it either way; p pins it."""
+    back; c copies all of it either way; alt+p pins it."""
 
     BINDINGS = [
         COPY,

@@ -142,7 +142,7 @@ async def cmd_pins(app: "PicochatApp", _: str) -> None:
     pins = usage.projection.pins
     if not pins:
         await app.query_one(ChatView).add_notice(
-            "No pins: /pin TEXT, or select a message (alt+↑) and press p, keeps a statement "
+            "No pins: /pin TEXT, or select a message (alt+↑) and press alt+p, keeps a statement "
             "word for word in every request")
         return
     lines = [f"Pins: {usage.budget.parts.pins:,} tokens of every request (cap "
@@ -154,7 +154,7 @@ async def cmd_pins(app: "PicochatApp", _: str) -> None:
 async def cmd_unpin(app: "PicochatApp", arg: str) -> None:
     chat = app.query_one(ChatView)
     number = arg.strip().lstrip("#")
-    if not number.isdigit():
+    if not (number.isascii() and number.isdigit()):
         await chat.add_notice("/unpin needs a pin's number: /unpin N (/pins lists them)",
                               "error")
         return

@@ -1,5 +1,5 @@
 """Transcript items the user can select (a click, or alt+up then up/down), copy with c and,
-for a message of the user's or an answer, pin with p."""
+for a message of the user's or an answer, pin with alt+p."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from textual.message import Message
 from picochat.tui.safe import literal
 
 COPY = Binding("c", "copy", "Copy", key_display="c")
-PIN = Binding("p", "pin", "Pin", key_display="p")
+# not a letter: typing on a selected message goes to the prompt, and "please" must not pin it
+PIN = Binding("alt+p", "pin", "Pin", key_display="alt+p")
 
 
 class PinRequested(Message):
-    """The user pressed p on a saved message: its owner (the app) pins it."""
+    """The user pressed alt+p on a saved message: its owner (the app) pins it."""
 
     def __init__(self, seq: int) -> None:
         super().__init__()
@@ -35,7 +36,7 @@ class Copyable:
 
 
 class Pinnable(Copyable):
-    """A saved message (it has a seq): p asks the app to pin it (`PinRequested`)."""
+    """A saved message (it has a seq): alt+p asks the app to pin it (`PinRequested`)."""
 
     seq: int | None
 

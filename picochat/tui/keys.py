@@ -20,7 +20,7 @@ KEYS: tuple[tuple[str, str], ...] = (
                                         "before)"),
     ("tab / shift+tab", "complete a slash command, then walk the list"),
     ("ctrl+z (in the panel)", "undo the summary in use, after asking"),
-    ("alt+↑ or click", "select a message or code block; then ↑ / ↓ move, c copies, p pins "
+    ("alt+↑ or click", "select a message or code block; then ↑ / ↓ move, c copies, alt+p pins "
                        "a message (kept word for word in every request), enter "
                        "expands or folds a long message of yours, enter elsewhere or typing "
                        "goes back to the prompt"),

@@ -25,7 +25,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("checkpoints", "", "show or hide the checkpoint panel"),
     Command("clear", "", "start the context afresh; the raw history and the pins stay"),
     Command("pin", "TEXT", "keep a statement word for word in every request, never "
-                           "summarized (or select a message and press p)"),
+                           "summarized (or select a message and press alt+p)"),
     Command("pins", "", "list the pins and what they cost"),
     Command("unpin", "N", "remove pin N"),
     Command("stop", "", "stop the running answer (Esc)"),
