@@ -425,3 +425,29 @@ async def test_pin_in_the_app_by_command_and_by_p_on_a_selected_message(store):
         [cleared] = [t for t in texts(app, Notice) if "Context cleared" in t]
         assert "your pin stays in every request" in cleared
         assert app.query_one(ChatView) is not None
+
+
+async def test_alt_p_while_an_answer_streams_queues_the_pin_and_keys_still_work(store):
+    """The pin waits for the running turn; the keys do not wait for the pin: Esc stops the
+    answer at once, and the pin lands after it."""
+    from picochat.tui.chat import Notice, UserMessage
+    from tests.test_tui import SIZE, Slow, make_app, say, short_turns, texts
+    from tests.waiting import settle
+
+    short_turns(store, 1)
+    never = asyncio.Event()  # the answer stays open until Esc stops it
+    app = make_app(store, provider=Slow(["one ", "two "], gap=0, hold=never))
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "go on")
+        await settle(pilot, app, lambda: app.worker.busy and any(
+            isinstance(w, UserMessage) and w.seq == 3 for w in app.query(UserMessage)))
+        await pilot.press("alt+up")
+        while not (isinstance(app.focused, UserMessage) and app.focused.seq == 3):
+            await pilot.press("up")
+        await pilot.press("alt+p")
+        await settle(pilot, app, lambda: any("/pin is queued" in t for t in texts(app, Notice)))
+        await pilot.press("escape")
+        await settle(pilot, app, lambda: any("Stopped" in t for t in texts(app, Notice)))
+        await settle(pilot, app, lambda: any(t.startswith("Message 3 pinned as #1") for t in
+                                             texts(app, Notice)))
+        assert [p.text for p in store.pins(app.session.id)] == ["go on"]
