@@ -213,9 +213,10 @@ def _rank(f: Fact) -> int:
 
 @lru_cache(maxsize=16_384)
 def _value_tokens(value: str) -> int:
-    """A line's own count, kept: one compaction fits the same ledger three times (to size the
-    tail, to cap the prose, then for good), and carries most lines into the next."""
-    return tokens.count_text(value)
+    """A value's count as it stands in a line, after a space, kept: one compaction fits the
+    same ledger three times (to size the tail, to cap the prose, then for good), and carries
+    most lines into the next."""
+    return tokens.count_text(" " + value)
 
 
 def fit(ledger: Ledger, budget_tokens: int) -> Ledger:
@@ -225,10 +226,10 @@ def fit(ledger: Ledger, budget_tokens: int) -> Ledger:
     the port the user gave."""
     if not ledger.facts:
         return ledger
-    # A value costs at least its count after a space, less one, wherever it stands in the
-    # rendered text (a first word may merge with the space before it, or with `- #N: `):
-    # far over budget by that bound, the whole text needs no count.
-    least = sum(_value_tokens(" " + f.value) - 1 for f in ledger.facts)
+    # A value costs at least its count after a space (`_value_tokens`), less one, wherever it
+    # stands in the rendered text (its first word may merge with `- #N: `): far over budget
+    # by that bound, the whole text needs no count.
+    least = sum(_value_tokens(f.value) - 1 for f in ledger.facts)
     if least <= budget_tokens and tokens.count_text(render_text(ledger)) <= budget_tokens:
         return ledger
     n = len(ledger.facts)
@@ -368,7 +369,6 @@ _LOOKALIKE_TAG = re.compile(
 _LEDGER_LABELS = re.compile(r"\b(?:correction|paste|answer|tool|user)\b", re.I)
 _ANY_HEADING = re.compile(r"^\s{0,3}(?:#{1,6}\s|<h[1-6])", re.I)
 _TAG = re.compile(r"^\s*#\d+(?: \w+)?:\s*")  # a piece of a ledger line a model copied
-_LOOKALIKE_LETTERS = LOOKALIKE_LETTERS
 
 
 def merge_into(summary: str, ledger: Ledger) -> str:
@@ -419,7 +419,7 @@ def _probe(line: str) -> str:
     control characters is itself."""
     if line.isascii() and line.isprintable():
         return line
-    norm = unicodedata.normalize("NFKC", line).translate(_LOOKALIKE_LETTERS)
+    norm = unicodedata.normalize("NFKC", line).translate(LOOKALIKE_LETTERS)
     return "".join(" " if unicodedata.category(c) == "Cc" else c for c in norm
                    if unicodedata.category(c) != "Cf")
 

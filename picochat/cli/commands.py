@@ -211,15 +211,21 @@ def cmd_ask(app: App) -> int:
     text = _message(app.args.text)
     from picochat.opening import open_model
 
-    ref = app.opt("session")
-    session = None
-    if app.paths.database.exists():  # else there is no session yet, and nothing to create early
-        session = app.store.find_session(ref) if ref else app.store.latest_session()
+    session = _named_or_latest(app)
     # fails before anything is written
     resolved, provider = open_model(app.config, session, app.opt("model"))
-    if session is None:
-        session = app.store.find_or_create_session(ref)  # another ask may be creating it too
+    if session is None:  # another ask may be creating it too
+        session = app.store.find_or_create_session(app.opt("session"))
     return asyncio.run(_ask(app, session, resolved, provider, text))
+
+
+def _named_or_latest(app: App) -> Session | None:
+    """The session `-s` names, or the most recently active one; None when there is none yet
+    (without a database: nothing is created early), for a command that then creates it."""
+    if not app.has_database:
+        return None
+    ref = app.opt("session")
+    return app.store.find_session(ref) if ref else app.store.latest_session()
 
 
 def _worker(app: App, session: Session, resolved: Any, provider: Any) -> Any:
@@ -556,13 +562,10 @@ def cmd_pin(app: App) -> int:
         raise UsageError("give the text or --message SEQ, not both",
                          'picochat pin "TEXT" or picochat pin --message 12')
     text = None if seq is not None else _message(app.args.text, "pin")
-    ref = app.opt("session")
     if seq is not None:
         session = app.session()  # a message to pin needs a session that has it
     else:
-        session = (app.store.find_session(ref) if ref else app.store.latest_session()) \
-            if app.has_database else None
-        session = session or app.store.find_or_create_session(ref)
+        session = _named_or_latest(app) or app.store.find_or_create_session(app.opt("session"))
     pin = _pins_worker(app, session).add_pin(text, seq)
     out(for_terminal(f"Pinned #{pin.number} in {session.name} ({pin.tokens:,} tokens): the "
                      "model reads it word for word in every request; "

@@ -302,13 +302,13 @@ class PicochatApp(App[None]):
             return
         checkpoints = self.store.checkpoints(self.session.id)
         session = self.store.session(self.session.id)
-        limits = self.worker.limits
+        usage = self.usage()  # the budget and the pins, from one read of the context
         series = context_series(self.store.history(self.session.id), checkpoints,
-                                self.worker.budget().parts.fixed, limits.token_factor)
+                                usage.budget.parts.fixed, usage.budget.limits.token_factor)
         await self.query_one(CheckpointPanel).show(checkpoints,
                                                    session.active_context_checkpoint_id,
                                                    series, session.context_floor_seq,
-                                                   self.usage().pins_lines())
+                                                   usage.pins_lines())
 
     async def checkpoint_moved(self) -> None:
         await self.query_one(ChatView).set_checkpoint(self.active_checkpoint())
@@ -444,7 +444,7 @@ class PicochatApp(App[None]):
         panel.is_open = False
 
     async def on_pin_requested(self, event: PinRequested) -> None:
-        """p on a selected message: pinned as /pin would, said in the transcript."""
+        """alt+p on a selected message: pinned as /pin would, said in the transcript."""
         event.stop()  # queued behind a running turn: never awaited here, or keys would wait
         self.run_worker(commands.pin(self, seq=event.seq), group="commands",
                         exit_on_error=False)

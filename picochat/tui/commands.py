@@ -120,7 +120,7 @@ async def cmd_pin(app: "PicochatApp", text: str) -> None:
 
 
 async def pin(app: "PicochatApp", text: str | None = None, seq: int | None = None) -> None:
-    """Pin typed text or a saved message (p on a selected one), and say what it costs."""
+    """Pin typed text or a saved message (alt+p on a selected one), and say what it costs."""
     chat = app.query_one(ChatView)
     if app.worker.busy:
         await chat.add_notice("/pin is queued: it applies from the next request")
