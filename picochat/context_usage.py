@@ -21,7 +21,7 @@ from picochat.budget import (
     compaction_room,
     pin_cap,
 )
-from picochat.compaction.report import DEGRADED_NOTE, headline
+from picochat.compaction.report import DEGRADED_NOTE, POINTERS_NOTE, headline
 from picochat.config import CompactionConfig
 from picochat.ledger import counts
 from picochat.messages import Checkpoint, Message, Session
@@ -144,6 +144,8 @@ class ContextUsage:
             rows.append(("Summary in use", headline(cp, self.summary_number, cleared_at)))
             if cp.degraded:
                 rows.append(("", DEGRADED_NOTE))
+            elif cp.pointers:
+                rows.append(("", POINTERS_NOTE))
             rows.append(("Compacted", f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens, "
                                       "when it was written"))
             facts = counts(cp.ledger)

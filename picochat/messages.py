@@ -112,6 +112,10 @@ class StoredLedger:
     dropped_up_to: int = 0   # the newest seq among them
 
 
+POINTERS_KIND = "picochat"       # provider_kind of a checkpoint tier one wrote (no model)
+POINTERS_MODEL = "tool-pointers"
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A row of `context_checkpoints` and its ledger: never changed once written."""
@@ -131,6 +135,12 @@ class Checkpoint:
     degraded: bool
     created_at: int
     ledger: StoredLedger = StoredLedger()
+
+    @property
+    def pointers(self) -> bool:
+        """Tier one wrote it, with no summary call: the older turns word for word, their tool
+        results as pointer lines (`compaction/pointers.py`)."""
+        return self.provider_kind == POINTERS_KIND
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,11 @@ compaction threshold (`budget.pin_cap`); a pin past that is refused, never trimm
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Sequence
 
 from picochat.messages import Pin
 from picochat.summary_contract import SUMMARY_CLOSE, SUMMARY_OPEN
-from picochat.textsafe import LOOKALIKE_LETTERS
+from picochat.textsafe import line_key
 
 PINS_OPEN = "[Pinned by the user: keep to these in every answer]"
 PINS_CLOSE = "[End pinned]"
@@ -26,18 +25,7 @@ MAX_PIN_CHARS = 4_000  # a statement, not a paste: a pasted file belongs in a me
 # Characters that hide text from the one who pins it: Unicode tags (invisible ASCII) and bidi
 # overrides and isolates. A pin is sent in every request as the user's own words.
 _HIDDEN = re.compile("[\U000E0000-\U000E007F\u202A-\u202E\u2066-\u2069]")
-_EDGES = re.compile(r"^[\W_]+|[\W_]+$")
-
-
-def _seen(line: str) -> str:
-    """A line as a reader would take it: compatibility forms, no invisible format characters,
-    case and spacing folded, the brackets and bullets around it gone."""
-    norm = unicodedata.normalize("NFKC", line).translate(LOOKALIKE_LETTERS)
-    norm = "".join(c for c in norm if unicodedata.category(c) not in ("Cf", "Cc"))
-    return _EDGES.sub("", " ".join(norm.casefold().split()))
-
-
-_FRAMES = frozenset(_seen(line) for line in FRAME_LINES)
+_FRAMES = frozenset(line_key(line) for line in FRAME_LINES)
 
 
 def pins_block(pins: Sequence[Pin]) -> str | None:
@@ -60,7 +48,7 @@ def pin_problem(text: str) -> str | None:
         return ("it holds invisible characters (Unicode tags or bidi controls) that would "
                 "send the model text you cannot see")
     for line in text.splitlines():
-        if _seen(line) in _FRAMES:
+        if line_key(line) in _FRAMES:
             return (f"a pin may not hold a line like {line.strip()!r}, which picochat uses "
                     "to frame what the model reads")
     return None

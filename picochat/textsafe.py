@@ -12,6 +12,7 @@ Both front ends show it only through this module (pure, standard library only).
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # CSI, OSC (up to BEL or ST), other two-byte escapes, then any C0/C1 control but tab and newline.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?"
@@ -81,3 +82,15 @@ def json_for_terminal(text: str) -> str:
 # only looks like one of picochat's own (a ledger heading, a pins frame) is read as it looks.
 LOOKALIKE_LETTERS = str.maketrans(
     "АВЕКМНОРСТХаеорсхуіІЅѕΑΒΕΖΗΙΚΜΝΟΡΤΥΧаеіο", "ABEKMHOPCTXaeopcxyiISsABEZHIKMNOPTYXaeio")
+
+
+_EDGES = re.compile(r"^[\W_]+|[\W_]+$")
+
+
+def line_key(line: str) -> str:
+    """A line as a reader would take it, for telling whether it passes for one of picochat's
+    own frame lines: compatibility forms, no invisible format or control characters, lookalike
+    letters as Latin, case and spacing folded, the brackets and bullets around it gone."""
+    norm = unicodedata.normalize("NFKC", line).translate(LOOKALIKE_LETTERS)
+    norm = "".join(c for c in norm if unicodedata.category(c) not in ("Cf", "Cc"))
+    return _EDGES.sub("", " ".join(norm.casefold().split()))

@@ -456,18 +456,28 @@ class CompactionMachine(RuleBasedStateMachine):
             limit = limits.window if degraded_fallback else limits.threshold
             assert cp.tokens_after < cp.tokens_before and cp.tokens_after <= limit
             assert (f"context_checkpoint:{cp.id}", cp.summary) in self.store.timeline(self.sid)
-            # §9.4: the summary read the previous summary and exactly the raw rows from the old
-            # boundary up to the new one, never one the old summary covered or the tail keeps
-            assert len(provider.summary_texts) == 1
-            seqs, omitted, has_prev = transcript_seqs(provider.summary_texts[0])
-            assert has_prev == (parent is not None)
             # the span is the raw rows before the cut plus the rows the tool-chain rule left
             # out of the context there (§9.3: they are summarized, not dropped)
             folded = sorted([m.seq for m in pre_raw if m.seq < cp.first_retained_seq]
                             + [r.seq for r in pre_projection.repairs
                                if r.seq < cp.first_retained_seq])
             assert all(lower <= s < cp.first_retained_seq for s in folded)
-            assert seqs == folded[omitted:], (seqs, folded, omitted)
+            if cp.pointers:  # tier one: no call; every folded tool result is one pointer line
+                assert not provider.summary_texts
+                rows = {m.seq: m for m in self.store.history(self.sid)}
+                results = [s for s in folded if rows[s].role == "tool"]
+                assert results and outcome.tool_pointers == len(results)
+                for s in results:
+                    assert cp.summary.count(f"tool result (#{s}) ") == 1
+                    assert f"history_search seq={s} reads it back" in cp.summary
+            else:
+                # §9.4: the summary read the previous summary and exactly the raw rows from
+                # the old boundary up to the new one, never one the old summary covered or
+                # the tail keeps
+                assert len(provider.summary_texts) == 1
+                seqs, omitted, has_prev = transcript_seqs(provider.summary_texts[0])
+                assert has_prev == (parent is not None)
+                assert seqs == folded[omitted:], (seqs, folded, omitted)
         assert cp.tokens_before == estimate(pre_projection)
         now = restore(self.store, self.sid)
         assert outcome.projection == now

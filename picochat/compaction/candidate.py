@@ -28,6 +28,7 @@ class CompactionCandidate:
     degraded: bool
     kept_turns: int
     ledger: StoredLedger = StoredLedger()  # the exact facts it carries, stored as rows
+    pointers: bool = False  # tier one: no summary call (`compaction/pointers.py`)
 
     def new_checkpoint(self, provider_kind: str, model: str) -> NewCheckpoint:
         return NewCheckpoint(

@@ -39,10 +39,17 @@ from picochat.compaction.compactor import (
     SummaryModel,
 )
 from picochat.compaction.degraded import trim_candidate
+from picochat.compaction.pointers import pointer_candidate
 from picochat.compaction.transcript import Transcript
 from picochat.compaction.trim_failure import trim_impossible
 from picochat.errors import PicochatError
-from picochat.messages import Checkpoint, CompactionWait, TriggerReason
+from picochat.messages import (
+    POINTERS_KIND,
+    POINTERS_MODEL,
+    Checkpoint,
+    CompactionWait,
+    TriggerReason,
+)
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider
 from picochat.statements import PASTE
@@ -111,6 +118,7 @@ class CompactOutcome:
     keep_tokens: int = 0              # the raw tail it meant to keep (the room's, see budget)
     deferred: str | None = None       # why an automatic compaction waits (no call was made)
     pastes_folded: int = 0            # pasted blocks this compaction kept as pointer lines
+    tool_pointers: int = 0            # tier one: tool results it folded as pointer lines
     waits_for: int = 0                # a failed automatic summary: tokens of growth before
     # the next automatic try (`CompactionWait`)
 
@@ -137,6 +145,7 @@ class CompactOutcome:
             "degraded": bool(cp.degraded) if cp else False,
             "facts_dropped": self.facts_dropped,
             "pastes_folded": self.pastes_folded,
+            "tool_pointers": self.tool_pointers,
             "deferred": self.deferred,
             "error": ({"kind": self.error.kind, "message": self.error.user_line()}
                       if self.error else None),
@@ -187,7 +196,14 @@ async def compact_context(store: Store, provider: Provider,
                      floor)
             return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before,
                                   deferred=wait)
-        if floor > limit:  # no summary can help: do not pay for a call bound to be rejected
+        if request.focus is None:  # tier one: no call, if that frees enough (a focus
+            # steers a summary, so it always gets one)
+            enough = min(limit, max(shares.target, _least_after(compactor, plan, floor, shares)))
+            candidate = pointer_candidate(compactor, plan, projection, before, shares, enough,
+                                          reason)
+        if candidate is not None:
+            log.info("compaction_pointers session=%s tokens_before=%d", sid, before)
+        elif floor > limit:  # no summary can help: do not pay for a call bound to be rejected
             summary_error = SummaryRejected(
                 f"the newest turns alone are {floor:,} tokens, over the limit of {limit:,}",
                 "shorten the message, /clear, or use a model with a larger window")
@@ -236,7 +252,7 @@ async def compact_context(store: Store, provider: Provider,
     try:
         checkpoint = await store.io(
             store.commit_context_checkpoint, sid, candidate.base_generation,
-            candidate.new_checkpoint(*_made_by(provider, request, candidate.degraded)))
+            candidate.new_checkpoint(*_made_by(provider, request, candidate)))
     except PicochatError as exc:  # StaleGeneration, StorageError: the old context stays
         return _failed(sid, reason, restore(store, sid), exc, summary_error, transcript,
                        before, summary_called)
@@ -264,7 +280,9 @@ async def compact_context(store: Store, provider: Provider,
     return CompactOutcome(COMPACTED, reason, now, checkpoint, candidate.kept_turns, before, None,
                           summary_error, transcript, summary_called,
                           max(0, checkpoint.ledger.dropped - projection.ledger.dropped),
-                          pastes_folded=pastes)
+                          pastes_folded=pastes,
+                          tool_pointers=sum(1 for m in plan.span if m.role == "tool")
+                          if candidate.pointers and plan is not None else 0)
 
 
 def _why_wait(compactor: ContextCompactor, plan: CompactionPlan, shares: CompactionRoom,
@@ -322,10 +340,13 @@ def _context_changed(error: PicochatError) -> None:
         error.hint = error.hint[len(UNCHANGED):].lstrip("; ") or None
 
 
-def _made_by(provider: Provider, request: CompactRequest, degraded: bool) -> tuple[str, str]:
+def _made_by(provider: Provider, request: CompactRequest,
+             candidate: CompactionCandidate) -> tuple[str, str]:
     """The checkpoint's provider_kind and model: whoever wrote the summary (the offline trim
-    is credited to the chat model, which it stood in for)."""
-    if request.summary_model is not None and not degraded:
+    is credited to the chat model, which it stood in for; tier one to picochat: no model)."""
+    if candidate.pointers:
+        return POINTERS_KIND, POINTERS_MODEL
+    if request.summary_model is not None and not candidate.degraded:
         provider = request.summary_model.provider
     return provider.info.provider_kind, provider.info.model
 

@@ -12,6 +12,8 @@ from picochat.messages import Checkpoint
 
 DEGRADED_NOTE = ("no summary could be written: the older turns were left out, "
                  "their exact facts kept")
+POINTERS_NOTE = ("no summary call: the older turns are kept word for word, their tool results "
+                 "as pointer lines (history_search reads them back)")
 
 
 def numbers(checkpoints: Sequence[Checkpoint]) -> dict[str, int]:
@@ -42,7 +44,11 @@ def dropped_note(outcome: Any, finder: str = "history_search") -> str | None:
     a compaction had to evict facts from its ledger, and "1 pasted block kept as a pointer
     line" when it folded a paste: never silently."""
     pastes, n = getattr(outcome, "pastes_folded", 0), getattr(outcome, "facts_dropped", 0)
+    tools = getattr(outcome, "tool_pointers", 0)
     parts = []
+    if tools:
+        parts.append(f"{tools:,} tool {'result' if tools == 1 else 'results'} kept as "
+                     f"{'a pointer line' if tools == 1 else 'pointer lines'}, no summary call")
     if pastes:
         parts.append(f"{pastes:,} pasted {'block' if pastes == 1 else 'blocks'} kept as "
                      f"{'a pointer line' if pastes == 1 else 'pointer lines'}")
@@ -50,8 +56,8 @@ def dropped_note(outcome: Any, finder: str = "history_search") -> str | None:
         parts.append(f"{n:,} older exact {'fact' if n == 1 else 'facts'} dropped to fit")
     if not parts:
         return None
-    return "; ".join(parts) + (f"; {finder} finds {'it' if pastes + n == 1 else 'them'} in the "
-                               "raw history")
+    return "; ".join(parts) + (f"; {finder} finds {'it' if pastes + n + tools == 1 else 'them'} "
+                               "in the raw history")
 
 
 def compacted_lines(outcome: Any) -> str:
@@ -100,7 +106,8 @@ def compaction_note(outcome: Any, finder: str = "history_search") -> str | None:
     cp = outcome.checkpoint
     if outcome.compacted:
         kind = ("degraded: older turns left out with their exact facts, no summary"
-                if cp.degraded else outcome.reason)
+                if cp.degraded else f"{outcome.reason}, tool results as pointers"
+                if cp.pointers else outcome.reason)
         turns = outcome.kept_turns
         line = (f"context compacted ({kind}): {cp.tokens_before:,} -> {cp.tokens_after:,} "
                 f"tokens; kept {turns} turn{'s' if turns != 1 else ''} from seq "

@@ -10,7 +10,12 @@ from picochat.tools.base import Tool, ToolContext, int_arg, str_arg
 SNIPPET_NOTE = "matches are between « and »"
 
 
+READ_CHARS = 12_000  # of one message read back by `seq`: a page, not the whole of a big file
+
+
 def _history_search(args: Mapping[str, Any], ctx: ToolContext) -> str:
+    if args.get("seq") is not None:
+        return _read_back(args, ctx)
     query = str_arg(args, "query")
     limit = int_arg(args, "limit", 8, 1, 25)
     hits = ctx.store.search_messages(ctx.session_id, query, limit, ctx.before_seq)
@@ -21,6 +26,29 @@ def _history_search(args: Mapping[str, Any], ctx: ToolContext) -> str:
         mark = " (undone by the user)" if h.retracted else ""
         lines.append(f"- #{h.seq} {h.role}{mark}: {' '.join(h.snippet.split())}")
     return "\n".join(lines)
+
+
+def _read_back(args: Mapping[str, Any], ctx: ToolContext) -> str:
+    """Message #seq in full, a page at a time: what a compacted context's pointer line
+    ("history_search seq=14 reads it back") promises."""
+    seq = int_arg(args, "seq", 0, 0, 2**62)
+    offset = int_arg(args, "offset", 0, 0, 2**62)
+    m = ctx.store.message(ctx.session_id, seq)
+    if m is None or (ctx.before_seq is not None and seq >= ctx.before_seq):
+        return f"No message #{seq} in the history of this conversation before this turn."
+    text = m.content
+    if m.tool_calls:
+        names = ", ".join(str((c.get("function") or {}).get("name") or "?") for c in m.tool_calls)
+        text = f"{text}\n[called: {names}]" if text else f"[called: {names}]"
+    page = text[offset:offset + READ_CHARS]
+    what = f"#{m.seq} {m.role}" + (f" {m.name}" if m.role == "tool" and m.name else "")
+    mark = " (undone by the user)" if m.retracted else ""
+    if offset == 0 and len(text) <= READ_CHARS:
+        return f"{what}{mark}, {len(text):,} characters:\n{text}"
+    end = offset + len(page)
+    more = (f"; offset={end} reads on" if end < len(text) else "; the end")
+    return (f"{what}{mark}, characters {min(offset, len(text)):,}–{end:,} of {len(text):,}"
+            f"{more}:\n{page}")
 
 
 def _timeline_recall(args: Mapping[str, Any], ctx: ToolContext) -> str:
@@ -37,12 +65,16 @@ def _timeline_recall(args: Mapping[str, Any], ctx: ToolContext) -> str:
 HISTORY_SEARCH = Tool(
     "history_search",
     "Search the full raw history of this conversation, including parts that were summarized "
-    "out of your context. Returns message numbers, roles and matching passages.",
+    "out of your context. Returns message numbers, roles and matching passages. With `seq` "
+    "instead of `query`, reads that message back in full (a tool result the summary points "
+    "to), a page at a time.",
     {"type": "object", "properties": {
         "query": {"type": "string", "description": "words to look for"},
         "limit": {"type": "integer", "description": "at most this many results (1-25)",
-                  "default": 8}},
-     "required": ["query"]},
+                  "default": 8},
+        "seq": {"type": "integer", "description": "read message #seq back instead of searching"},
+        "offset": {"type": "integer", "description": "with seq: the first character to read",
+                   "default": 0}}},
     _history_search,
 )
 

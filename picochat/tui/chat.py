@@ -178,6 +178,8 @@ def divider_text(cp: Checkpoint) -> str:
     """Where the summary in use ends, in the reader's words (F2 has the details)."""
     saved = cp.tokens_before - cp.tokens_after
     above = ("▲ above: left out, no summary (their exact facts kept)" if cp.degraded else
+             f"▲ above: tool results as pointers · {cp.trigger_reason} · saved {saved:,} tokens"
+             if cp.pointers else
              f"▲ above: summarized · {cp.trigger_reason} · saved {saved:,} tokens")
     return f"{above} · ▼ below: messages {cp.first_retained_seq} onward, sent as they are"
 

@@ -74,7 +74,9 @@ def compacted_card(outcome) -> str:
     cp = outcome.checkpoint
     first = cp.first_retained_seq
     how = ("older turns left out, their exact facts kept (no summary could be written)"
-           if cp.degraded else f"a summary of the messages before {first}")
+           if cp.degraded else f"the messages before {first} word for word, their tool "
+           "results as pointer lines (no summary call)"
+           if cp.pointers else f"a summary of the messages before {first}")
     dropped = report.dropped_note(outcome, "/search")
     return (f"Context compacted: {cp.tokens_before:,} → {cp.tokens_after:,} tokens\n"
             f"The model now reads {how}, then messages {first} onward as they are\n"

@@ -16,7 +16,13 @@ from textual.containers import VerticalScroll
 from textual.widgets import Collapsible, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from picochat.compaction.report import DEGRADED_NOTE, covered, headline, numbers
+from picochat.compaction.report import (
+    DEGRADED_NOTE,
+    POINTERS_NOTE,
+    covered,
+    headline,
+    numbers,
+)
 from picochat.ledger import facts_line
 from picochat.messages import Checkpoint
 from picochat.tui.answer import ProseBlock
@@ -49,6 +55,8 @@ def checkpoint_lines(cp: Checkpoint, number: int, use: str, cleared_at: int = 0)
              f"context {cp.tokens_before:,} → {cp.tokens_after:,} tokens"]
     if cp.degraded:
         lines.append(DEGRADED_NOTE)
+    elif cp.pointers:
+        lines.append(POINTERS_NOTE)
     lines += [facts_line(cp.ledger), f"made {created}"]
     return "\n".join(lines)
 
