@@ -91,6 +91,12 @@ def line_key(line: str) -> str:
     """A line as a reader would take it, for telling whether it passes for one of picochat's
     own frame lines: compatibility forms, no invisible format or control characters, lookalike
     letters as Latin, case and spacing folded, the brackets and bullets around it gone."""
-    norm = unicodedata.normalize("NFKC", line).translate(LOOKALIKE_LETTERS)
-    norm = "".join(c for c in norm if unicodedata.category(c) not in ("Cf", "Cc"))
+    if line.isascii():  # nothing to normalize but control characters: the common line, fast
+        norm = line if line.isprintable() else _ASCII_CONTROL.sub("", line)
+    else:
+        norm = unicodedata.normalize("NFKC", line).translate(LOOKALIKE_LETTERS)
+        norm = "".join(c for c in norm if unicodedata.category(c) not in ("Cf", "Cc"))
     return _EDGES.sub("", " ".join(norm.casefold().split()))
+
+
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -22,7 +22,8 @@ from typing import Sequence
 
 from picochat import ledger as fact_ledger
 from picochat import summary_contract as sc
-from picochat.budget import CompactionRoom
+from picochat import tokens
+from picochat.budget import CompactionRoom, worth_compacting
 from picochat.compaction.candidate import CompactionCandidate, validate
 from picochat.compaction.compactor import CompactionPlan, ContextCompactor
 from picochat.compaction.transcript import describe_binary
@@ -35,6 +36,7 @@ from picochat.textsafe import line_key
 HEADER = ("[Earlier turns, word for word; each tool result is a pointer line: history_search "
           "with its seq reads it back]")
 ARGS_CHARS = 160
+MESSAGE_OVERHEAD = 8  # of a message's stored count, at most: its role and framing, not words
 INDENT = "  "
 FRAME_LEFT_OUT = "[a line that reads as one of picochat's frame lines, left out]"
 _FRAMES = frozenset(line_key(line) for line in (
@@ -88,19 +90,36 @@ def pointer_candidate(compactor: ContextCompactor, plan: CompactionPlan,
                       projection: ContextProjection, tokens_before: int, shares: CompactionRoom,
                       enough: int, reason: str) -> CompactionCandidate | None:
     """The tier-one candidate of `plan`, or None when a summary is needed: the span ran no
-    tool, or its digest leaves the context over `enough` (the compaction's target, or the
-    least a summary of `plan` could leave when the kept tail alone is over that), or it would
-    keep fewer exact facts than the ledger's share holds."""
+    tool; or its digest leaves the context over `enough` (the compaction's target, or the
+    least a summary of `plan` could leave when the kept tail alone is over that); or it frees
+    less than the gain an automatic summary must bring (`worth_compacting`: a long history
+    with a little tool output wants a summary, not a dent); or it would keep fewer exact facts
+    than the ledger's share holds. The cheap bounds come first, so a history that cannot
+    qualify costs no digest."""
     if not any(m.role == "tool" for m in plan.span):
+        return None
+    limits = compactor.limits
+    # what it could free at most: every tool result and call whole (a pointer line costs some)
+    calls = sum(m.tokens for m in plan.span if m.role == "tool" or m.tool_calls)
+    if not worth_compacting(limits, tokens_before, tokens_before - tokens.scale(
+            calls, limits.token_factor)):
+        return None  # a dent the summary's gain rule calls too small: summarize instead
+    target = min(enough, tokens_before - 1)
+    # the words it keeps whole cost at least their stored counts: where those alone are over,
+    # no digest need be built (a long history of prose is summarized, at no extra cost here)
+    words = sum(max(0, m.tokens - MESSAGE_OVERHEAD) for m in plan.span
+                if m.role != "tool" and not m.tool_calls)
+    if compactor.kept_alone(plan, projection) + tokens.scale(words, limits.token_factor) > target:
         return None
     text = pointer_digest(plan.previous_summary, plan.span)
     after = dataclasses.replace(projection, raw=plan.kept, first_raw_seq=plan.first_retained_seq)
-    target = min(enough, tokens_before - 1)
     ledger = compactor.ledger_of(plan)
     merged, fitted = compactor.with_ledger(text, ledger, after, target, shares.ledger)
-    if fitted.dropped > fact_ledger.fit(ledger, compactor.limits.counted(shares.ledger)).dropped:
+    if fitted.dropped > fact_ledger.fit(ledger, limits.counted(shares.ledger)).dropped:
         return None  # it fits only by evicting facts a summary would keep
     size = compactor.tokens_of(dataclasses.replace(after, summary=merged))
+    if not worth_compacting(limits, tokens_before, size):
+        return None
     candidate = CompactionCandidate(
         parent_checkpoint_id=plan.parent_checkpoint_id, base_generation=plan.base_generation,
         summary=merged, first_retained_seq=plan.first_retained_seq,
