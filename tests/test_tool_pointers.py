@@ -263,3 +263,23 @@ def test_the_app_and_info_say_the_tool_results_became_pointers(store):
     assert "3 tool results kept as pointer lines, no summary call" in card
     assert divider_text(cp).startswith("▲ above: tool results as pointers · auto · saved ")
     assert report.POINTERS_NOTE in checkpoint_lines(cp, 1, "In use")
+
+
+def test_when_a_summary_would_do_better_but_is_refused_the_pointer_fold_is_kept(store):
+    """The fold is over the 60 % target (long answers kept word for word), so a summary is
+    asked for first; the model's reply is no summary, and the lossless fold is what is left,
+    instead of a context that stays over the threshold."""
+    sid = store.create_session("s").id
+    for i in range(4):
+        read_turn(store, sid, i, f"Please read mod{i}.py.",
+                  answer=f"mod{i}.py: " + "a long answer about handlers and modes. " * 25)
+    refused = Recorder(summaries=["Sure! I can summarize that for you."])
+    outcome, provider = compact(store, sid, provider=refused)
+    assert len(provider.summary_requests) == 1
+    cp = outcome.checkpoint
+    assert outcome.compacted and cp.pointers and outcome.summary_error is not None
+    assert int(0.6 * 4_096) < cp.tokens_after <= 4_096 < cp.tokens_before
+    note = report.compaction_note(outcome)
+    assert note.startswith("context compacted (auto, tool results as pointers)")
+    assert "no summary because" in note and "previous context is unchanged" not in note
+    assert restore(store, sid).summary == cp.summary

@@ -184,6 +184,7 @@ async def compact_context(store: Store, provider: Provider,
     # threshold, so the next turn does not compact again at once.
     limit = limits.window if request.mode.may_trim else limits.threshold
     candidate: CompactionCandidate | None = None
+    pointed: CompactionCandidate | None = None
     summary_error: PicochatError | None = None
     transcript: Transcript | None = None
     summary_called = False
@@ -196,11 +197,14 @@ async def compact_context(store: Store, provider: Provider,
                      floor)
             return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before,
                                   deferred=wait)
-        if request.focus is None:  # tier one: no call, if that frees enough (a focus
-            # steers a summary, so it always gets one)
-            enough = min(limit, max(shares.target, _least_after(compactor, plan, floor, shares)))
-            candidate = pointer_candidate(compactor, plan, projection, before, shares, enough,
-                                          reason)
+        # tier one, no call: taken when it leaves the context where a compaction should (the
+        # target, or the least a summary could when the newest turns alone are over that),
+        # else kept for when the summary fails. A focus steers a summary: it always gets one.
+        pointed = (pointer_candidate(compactor, plan, projection, before, shares, limit, reason)
+                   if request.focus is None else None)
+        if pointed is not None and pointed.tokens_after <= max(
+                shares.target, _least_after(compactor, plan, floor, shares)):
+            candidate = pointed
         if candidate is not None:
             log.info("compaction_pointers session=%s tokens_before=%d", sid, before)
         elif floor > limit:  # no summary can help: do not pay for a call bound to be rejected
@@ -219,6 +223,10 @@ async def compact_context(store: Store, provider: Provider,
                 summary_error = exc
                 log.warning("summary_failed session=%s reason=%s kind=%s", sid, reason,
                             exc.kind)
+        if candidate is None and pointed is not None:  # the summary failed or would not
+            candidate = pointed  # shrink: the lossless fold, roomier than a summary would be
+            if summary_error is not None:
+                _context_changed(summary_error)
     if candidate is None and request.mode.may_trim:
         candidate = trim_candidate(compactor, projection, before, TriggerReason.OVERFLOW)
         if candidate is None:

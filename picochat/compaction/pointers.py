@@ -88,14 +88,14 @@ def pointer_line(result: Message, call: dict | None) -> str:
 
 def pointer_candidate(compactor: ContextCompactor, plan: CompactionPlan,
                       projection: ContextProjection, tokens_before: int, shares: CompactionRoom,
-                      enough: int, reason: str) -> CompactionCandidate | None:
-    """The tier-one candidate of `plan`, or None when a summary is needed: the span ran no
-    tool; or its digest leaves the context over `enough` (the compaction's target, or the
-    least a summary of `plan` could leave when the kept tail alone is over that); or it frees
+                      limit: int, reason: str) -> CompactionCandidate | None:
+    """The tier-one candidate of `plan`, or None: the span ran no tool; or its digest leaves
+    the context over `limit` (the threshold, or the window in overflow recovery); or it frees
     less than the gain an automatic summary must bring (`worth_compacting`: a long history
     with a little tool output wants a summary, not a dent); or it would keep fewer exact facts
     than the ledger's share holds. The cheap bounds come first, so a history that cannot
-    qualify costs no digest."""
+    qualify costs no digest. Whether it is enough, or only what is left when the summary
+    fails, is the caller's choice (`compact_context`)."""
     if not any(m.role == "tool" for m in plan.span):
         return None
     limits = compactor.limits
@@ -104,7 +104,7 @@ def pointer_candidate(compactor: ContextCompactor, plan: CompactionPlan,
     if not worth_compacting(limits, tokens_before, tokens_before - tokens.scale(
             calls, limits.token_factor)):
         return None  # a dent the summary's gain rule calls too small: summarize instead
-    target = min(enough, tokens_before - 1)
+    target = min(limit, tokens_before - 1)
     # the words it keeps whole cost at least their stored counts: where those alone are over,
     # no digest need be built (a long history of prose is summarized, at no extra cost here)
     words = sum(max(0, m.tokens - MESSAGE_OVERHEAD) for m in plan.span
@@ -129,7 +129,7 @@ def pointer_candidate(compactor: ContextCompactor, plan: CompactionPlan,
     try:
         validate(candidate, [m.seq for m in projection.raw], plan.kept, target, target)
     except PicochatError:
-        return None  # over the target, or no smaller: the summary call decides
+        return None  # over the limit, or no smaller
     return candidate
 
 

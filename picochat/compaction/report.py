@@ -112,7 +112,7 @@ def compaction_note(outcome: Any, finder: str = "history_search") -> str | None:
         line = (f"context compacted ({kind}): {cp.tokens_before:,} -> {cp.tokens_after:,} "
                 f"tokens; kept {turns} turn{'s' if turns != 1 else ''} from seq "
                 f"{cp.first_retained_seq}")
-        if cp.degraded and outcome.summary_error is not None:  # why there is no summary
+        if (cp.degraded or cp.pointers) and outcome.summary_error is not None:  # why none
             line += f"; no summary because {outcome.summary_error.user_line()}"
         if dropped := dropped_note(outcome, finder):
             line += f"; {dropped}"

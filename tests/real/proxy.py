@@ -16,6 +16,10 @@ and can make the real server behave like other real servers do.
   before any byte of a stream, as vLLM, OpenAI and llama.cpp's own server do; an answer is sent
   on as a stream, with the usage the server counted (those servers report it in the stream,
   llama-cpp-python's does not);
+- `calls_first=fn`: a turn's first request (its last message the user's) is answered by the
+  proxy with the one tool call `fn(user_text)` names, `(name, arguments)`, when it names one;
+  the request that carries the result goes to the real model. SmolLM2 calls no tool by itself,
+  so this is how a real session gets tool results in its history;
 - `answer_cap=N`: the server writes at most N tokens of a chat answer (summary requests keep
   picochat's own cap). SmolLM2 ignores "answer in one short sentence" now and then and writes
   300 tokens, seconds each: the cap keeps a session's cost steady. What picochat sent is
@@ -30,7 +34,7 @@ import http.client
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from tests.fake_openai import is_summary_request
@@ -49,12 +53,14 @@ _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-leng
 
 class Proxy:
     def __init__(self, upstream: str, *, reject_tools: tuple[int, dict[str, Any]] | None = None,
-                 length_first: bool = False, answer_cap: int | None = None) -> None:
+                 length_first: bool = False, answer_cap: int | None = None,
+                 calls_first: Callable[[str], tuple[str, str] | None] | None = None) -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.reject_tools = reject_tools
         self.length_first = length_first
         self.answer_cap = answer_cap
+        self.calls_first = calls_first
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
         self.answers: list[bytes] = []
@@ -98,6 +104,9 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 if proxy.reject_tools and body.get("tools"):
                     status, answer = proxy.reject_tools
                     self._send(status, json.dumps(answer).encode())
+                    return
+                if (call := _call_first(proxy, body)) is not None:
+                    self._send(200, _as_stream(call, False), "text/event-stream")
                     return
                 if proxy.answer_cap and not is_summary_request(body):
                     body = {**body, "max_tokens": min(body.get("max_tokens") or proxy.answer_cap,
@@ -168,6 +177,24 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
     return Handler
+
+
+def _call_first(proxy: Proxy, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The completion that calls the tool `proxy.calls_first` names for this turn, or None."""
+    messages = body.get("messages") or []
+    if (proxy.calls_first is None or not body.get("tools") or is_summary_request(body)
+            or not messages or messages[-1].get("role") != "user"):
+        return None
+    named = proxy.calls_first(str(messages[-1].get("content") or ""))
+    if named is None:
+        return None
+    name, arguments = named
+    call = {"id": f"call_{len(proxy.requests)}", "type": "function",
+            "function": {"name": name, "arguments": arguments}}
+    return {"id": "proxy", "created": 0, "model": body.get("model"),
+            "choices": [{"index": 0, "finish_reason": "tool_calls",
+                         "message": {"role": "assistant", "content": None,
+                                     "tool_calls": [call]}}]}
 
 
 def _exchange(path: str, data: bytes, upstream: tuple[str, int]) -> tuple[int, bytes]:
