@@ -259,7 +259,7 @@ def test_the_app_and_info_say_the_tool_results_became_pointers(store):
     outcome, _ = compact(store, sid)
     cp = outcome.checkpoint
     card = compacted_card(outcome)
-    assert "word for word, their tool results as pointer lines (no summary call)" in card
+    assert "word for word, their tool results as pointer lines (not a summary)" in card
     assert "3 tool results kept as pointer lines, no summary call" in card
     assert divider_text(cp).startswith("▲ above: tool results as pointers · auto · saved ")
     assert report.POINTERS_NOTE in checkpoint_lines(cp, 1, "In use")
@@ -281,5 +281,22 @@ def test_when_a_summary_would_do_better_but_is_refused_the_pointer_fold_is_kept(
     assert int(0.6 * 4_096) < cp.tokens_after <= 4_096 < cp.tokens_before
     note = report.compaction_note(outcome)
     assert note.startswith("context compacted (auto, tool results as pointers)")
+    assert "pointer lines, no summary call" not in note  # one was made, and refused
     assert "no summary because" in note and "previous context is unchanged" not in note
     assert restore(store, sid).summary == cp.summary
+
+
+def test_the_panel_shows_the_words_kept_line_by_line_and_the_facts_as_markdown(store):
+    from picochat.tui.panel import summary_source
+
+    sid = store.create_session("s").id
+    for i in range(4):
+        read_turn(store, sid, i, f"Please read mod{i}.py.\n```\ncode {i}\n```",
+                  answer="| a | table |\n|---|---|\n# a heading in an answer")
+    cp = compact(store, sid)[0].checkpoint
+    source = summary_source(cp)
+    fence, rest = source.split("\n", 1)
+    assert fence == "````text" and source.count("\n````") == 1  # longer than the message's
+    words, facts = rest.split("\n````", 1)
+    assert HEADER in words and "  # a heading in an answer" in words
+    assert facts.lstrip("\n").startswith("## Exact Facts\n- #1:")

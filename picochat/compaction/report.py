@@ -12,7 +12,7 @@ from picochat.messages import Checkpoint
 
 DEGRADED_NOTE = ("no summary could be written: the older turns were left out, "
                  "their exact facts kept")
-POINTERS_NOTE = ("no summary call: the older turns are kept word for word, their tool results "
+POINTERS_NOTE = ("not a summary: the older turns are kept word for word, their tool results "
                  "as pointer lines (history_search reads them back)")
 
 
@@ -48,7 +48,8 @@ def dropped_note(outcome: Any, finder: str = "history_search") -> str | None:
     parts = []
     if tools:
         parts.append(f"{tools:,} tool {'result' if tools == 1 else 'results'} kept as "
-                     f"{'a pointer line' if tools == 1 else 'pointer lines'}, no summary call")
+                     f"{'a pointer line' if tools == 1 else 'pointer lines'}"
+                     + ("" if getattr(outcome, "summary_called", False) else ", no summary call"))
     if pastes:
         parts.append(f"{pastes:,} pasted {'block' if pastes == 1 else 'blocks'} kept as "
                      f"{'a pointer line' if pastes == 1 else 'pointer lines'}")

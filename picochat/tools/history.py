@@ -65,16 +65,14 @@ def _timeline_recall(args: Mapping[str, Any], ctx: ToolContext) -> str:
 HISTORY_SEARCH = Tool(
     "history_search",
     "Search the full raw history of this conversation, including parts that were summarized "
-    "out of your context. Returns message numbers, roles and matching passages. With `seq` "
-    "instead of `query`, reads that message back in full (a tool result the summary points "
-    "to), a page at a time.",
+    "out of your context. Returns message numbers, roles and matching passages; `seq` instead "
+    "reads one message back whole.",
     {"type": "object", "properties": {
         "query": {"type": "string", "description": "words to look for"},
         "limit": {"type": "integer", "description": "at most this many results (1-25)",
                   "default": 8},
-        "seq": {"type": "integer", "description": "read message #seq back instead of searching"},
-        "offset": {"type": "integer", "description": "with seq: the first character to read",
-                   "default": 0}}},
+        "seq": {"type": "integer"},
+        "offset": {"type": "integer", "description": "with seq: first character"}}},
     _history_search,
 )
 

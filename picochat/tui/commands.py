@@ -75,7 +75,7 @@ def compacted_card(outcome) -> str:
     first = cp.first_retained_seq
     how = ("older turns left out, their exact facts kept (no summary could be written)"
            if cp.degraded else f"the messages before {first} word for word, their tool "
-           "results as pointer lines (no summary call)"
+           "results as pointer lines (not a summary)"
            if cp.pointers else f"a summary of the messages before {first}")
     dropped = report.dropped_note(outcome, "/search")
     return (f"Context compacted: {cp.tokens_before:,} → {cp.tokens_after:,} tokens\n"

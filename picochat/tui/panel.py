@@ -6,6 +6,7 @@ message numbers; a checkpoint's id shows only in its details, when opened."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from textual import events
 from textual.message import Message
@@ -23,7 +24,7 @@ from picochat.compaction.report import (
     headline,
     numbers,
 )
-from picochat.ledger import facts_line
+from picochat.ledger import FACTS_HEADING, facts_line
 from picochat.messages import Checkpoint
 from picochat.tui.answer import ProseBlock
 from picochat.tui.context_chart import ContextChart
@@ -59,6 +60,21 @@ def checkpoint_lines(cp: Checkpoint, number: int, use: str, cleared_at: int = 0)
         lines.append(POINTERS_NOTE)
     lines += [facts_line(cp.ledger), f"made {created}"]
     return "\n".join(lines)
+
+
+def summary_source(cp: Checkpoint) -> str:
+    """The Markdown the panel renders for a checkpoint's text. Tier one's turns, kept word for
+    word, go in a fence: as Markdown their lines would run together into one paragraph, and
+    what they hold (headings, tables) would be rendered as if it were the summary's."""
+    text = clean(cp.summary)
+    if not cp.pointers:
+        return text
+    facts = f"\n\n## {FACTS_HEADING}\n"
+    words, sep, ledger = text.rpartition(facts)
+    if not sep:
+        words, ledger = text, ""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", words)), default=0))
+    return f"{fence}text\n{words}\n{fence}" + (f"{facts}{ledger}" if sep else "")
 
 
 def undo_question(cp: Checkpoint, number: int, parent: Checkpoint | None,
@@ -185,7 +201,7 @@ class CheckpointPanel(VerticalScroll):
             f"checkpoint {cp.id}\nwritten by {cp.model} ({cp.provider_kind})"))
         title.update(literal(f"Summary {number}: what the model reads instead of "
                              f"{covered(cp, self.cleared_at)}"))
-        summary.show(Block("text", clean(cp.summary)))
+        summary.show(Block("text", summary_source(cp)))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.reading = event.option.id

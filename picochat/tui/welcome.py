@@ -34,8 +34,8 @@ def welcome_text(model: ResolvedModel, window: int) -> str:
         "Welcome to picochat.",
         "",
         f"You are talking to {model.label}, with a window of {window:,} tokens. Long chats are "
-        "compacted as they grow: your statements kept with their subject and pastes as pointer "
-        "lines beside the summary (past their share the oldest are counted, and /search finds "
+        "compacted as they grow: your statements kept with their subject, pastes and old tool "
+        "results as pointer lines (past their share the oldest are counted, and /search finds "
         "them); /pin TEXT keeps a statement word for word in every request, never dropped. F2 "
         "shows what was summarized.",
         "",
