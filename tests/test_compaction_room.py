@@ -132,8 +132,13 @@ def conversations(draw):
     limits = budget_limits(window, None, reserve, 20_000)
     # a turn is at most a twentieth of the threshold: the newest turns always fit the tail
     most = max(20, limits.threshold // 20)
-    turns = draw(st.lists(st.tuples(st.integers(5, most), st.integers(5, most)),
-                          min_size=30, max_size=60))
+    # a third element: the words of a file the model read in that turn (0: no tool ran); a
+    # turn that reads one is mostly the file, within its twentieth. A long run of them is
+    # where compaction folds tool results as pointer lines instead of summarizing.
+    turns = [(5, 5, most - 20) if read else (a, b, 0)
+             for a, b, read in draw(st.lists(st.tuples(
+                 st.integers(5, most), st.integers(5, most),
+                 st.sampled_from([True, True, True, False])), min_size=30, max_size=60))]
     return limits, turns, draw(st.sampled_from([0.1, 0.6, 1.0]))
 
 
@@ -146,9 +151,16 @@ def test_every_automatic_compaction_leaves_at_most_sixty_percent_and_frees_a_qua
     provider = Filler(fill)
     try:
         sid = store.create_session("p").id
-        compactions = 0
-        for n, (asked, answered) in enumerate(turns):
+        compactions = pointers = 0
+        for n, (asked, answered, read) in enumerate(turns):
             store.append_message(sid, "user", sentence(n, asked), turn_id=f"t{n}")
+            if read:
+                call = {"id": f"c{n}", "type": "function", "function": {
+                    "name": "read_file", "arguments": f'{{"path": "f{n}.txt"}}'}}
+                store.append_message(sid, "assistant", "", tool_calls=[call], turn_id=f"t{n}")
+                store.append_message(sid, "tool", f"file {n}: " + WORD * read,
+                                     tool_call_id=f"c{n}", name="read_file", tool_status="ok",
+                                     turn_id=f"t{n}")
             store.append_message(sid, "assistant", "Noted. " + WORD * answered,
                                  turn_id=f"t{n}")
             projection = project(store.context_snapshot(sid))
@@ -161,6 +173,7 @@ def test_every_automatic_compaction_leaves_at_most_sixty_percent_and_frees_a_qua
                                                                          projection)).fixed)
             if outcome.compacted:
                 compactions += 1
+                pointers += outcome.checkpoint.pointers
                 cp = outcome.checkpoint
                 assert cp.tokens_after <= room.target, (limits, cp.tokens_after, room)
                 assert cp.tokens_before - cp.tokens_after >= GAIN_SHARE * limits.threshold
@@ -169,6 +182,7 @@ def test_every_automatic_compaction_leaves_at_most_sixty_percent_and_frees_a_qua
             else:
                 assert outcome.status == "nothing_to_compact", outcome.error
         event(f"window {limits.window}: {'some' if compactions else 'no'} compactions")
+        event(f"{'some' if pointers else 'no'} folds of tool results as pointer lines")
         # a compaction frees a quarter of the threshold and a turn adds a twentieth at most:
         # at least five turns pass between two
         assert compactions <= len(turns) // 5 + 1
