@@ -353,6 +353,9 @@ class SessionWorker:
             if message.role not in ("user", "assistant"):
                 raise PinRefused(f"pin not added: message {source_seq} is a tool result",
                                  "pin one of your messages or an answer")
+            if message.retracted:
+                raise PinRefused(f"pin not added: message {source_seq} was undone",
+                                 "pin the statement itself: /pin TEXT")
             text = message.content
         text = (text or "").strip()
         if problem := pin_problem(text):
@@ -364,6 +367,9 @@ class SessionWorker:
         unpinned = parts.fixed - parts.pins  # system prompt, tools, framing
 
         def fits(current: tuple[Pin, ...]) -> None:
+            if same := next((p for p in current if p.text == text), None):
+                raise PinRefused(f"pin not added: pin #{same.number} already says this, "
+                                 "word for word", "/pins lists them")
             new = Pin(0, text, pin_tokens, source_seq, 0)
             cost = pins_cost(limits, current + (new,))
             if unpinned + cost >= limits.threshold:
