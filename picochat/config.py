@@ -57,6 +57,7 @@ class CompactionConfig:
 @dataclass(frozen=True)
 class ToolsConfig:
     enabled: tuple[str, ...] = BUILTIN_TOOLS
+    roots: tuple[Path, ...] = ()  # the folders read_file may read; () the start folder
 
 
 @dataclass(frozen=True)
@@ -294,9 +295,10 @@ class _Validator:
         )
 
     def tools(self, entry: dict[str, Any]) -> ToolsConfig:
-        self.unknown_keys("tools", entry, ("enabled",))
+        self.unknown_keys("tools", entry, ("enabled", "roots"))
+        roots = self.roots(entry.get("roots", []))
         if "enabled" not in entry:
-            return ToolsConfig()
+            return ToolsConfig(roots=roots)
         enabled = entry["enabled"]
         if not isinstance(enabled, list) or not all(isinstance(t, str) for t in enabled):
             raise self.fail("tools", "enabled", f"expected a list of tool names, got {_show(enabled)}",
@@ -305,7 +307,24 @@ class _Validator:
             if tool not in BUILTIN_TOOLS:
                 raise self.fail("tools", "enabled", f"unknown tool {tool!r}",
                                 "valid: " + ", ".join(BUILTIN_TOOLS))
-        return ToolsConfig(enabled=tuple(dict.fromkeys(enabled)))
+        return ToolsConfig(enabled=tuple(dict.fromkeys(enabled)), roots=roots)
+
+    def roots(self, value: Any) -> tuple[Path, ...]:
+        """`[tools] roots`: folders that exist, given absolute or from `~`."""
+        if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
+            raise self.fail("tools", "roots", f"expected a list of folders, got {_show(value)}",
+                            'e.g. roots = ["~/src/project"]')
+        out = []
+        for root in value:
+            path = Path(root).expanduser()
+            if not path.is_absolute():
+                raise self.fail("tools", "roots", f"{root!r} is not an absolute path",
+                                "give it from / or ~")
+            if not path.is_dir():
+                raise self.fail("tools", "roots", f"{root!r} is not a folder",
+                                "name a folder that exists")
+            out.append(path)
+        return tuple(dict.fromkeys(out))
 
     def ui(self, entry: dict[str, Any]) -> UiConfig:
         self.unknown_keys("ui", entry, ("theme",))
@@ -388,6 +407,8 @@ def effective_config_text(config: Config) -> str:
         body["agents"] = {n: drop_none(vars(a)) for n, a in config.agents.items()}
     body["context_compaction"] = drop_none(vars(config.context_compaction))
     body["tools"] = {"enabled": list(config.tools.enabled)}
+    if config.tools.roots:
+        body["tools"]["roots"] = [str(r) for r in config.tools.roots]
     body["ui"] = {"theme": config.ui.theme}
     source = str(config.source) if config.source else "built-in defaults (no config file)"
     return f"# source: {source}\n" + tomli_w.dumps(body)

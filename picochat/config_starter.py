@@ -115,8 +115,13 @@ TEMPLATE = """\
 #   read_file        read a text file under the folder picochat started in
 # enabled: the tools offered; an empty list [] offers none, for a server
 # that refuses requests with tools.
+# roots: the folders read_file may read, e.g. ["~/src/project"]; unset, the
+# folder picochat started in, and none at all when that is your home folder
+# or /. Keys and credentials (.ssh, .aws, .env*, *.pem, id_rsa …) and
+# picochat's own data are never read, wherever they are.
 [tools]
 {tools}
+# roots = ["~/src/project"]
 
 
 # --- [ui]: the chat app -----------------------------------------------------

@@ -55,6 +55,7 @@ class ContextUsage:
     checkpoint: Checkpoint | None
     summary_model: ResolvedModel | None = None  # None: the chat model writes the summaries
     summary_number: int = 0  # the active checkpoint's number from the first ("Summary 3")
+    files: str = ""  # where read_file may read, or why it is off ("": not offered)
 
     @property
     def room(self) -> CompactionRoom:
@@ -136,6 +137,7 @@ class ContextUsage:
              f"threshold): summary {self.room.prose:,}, exact facts {self.room.ledger:,}, "
              f"recent turns {self.room.tail:,}"),
             ("Pins", self._pins()),
+            *((("Files", self.files),) if self.files else ()),
             ("Used", f"{b.used_tokens:,}  ({_source(b)})"),
             ("Left before auto", f"{b.remaining_tokens:,}"),
         ]

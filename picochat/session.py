@@ -57,6 +57,7 @@ from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider, TextDelta, ThinkingDelta, Usage
 from picochat.providers.errors import ContextOverflow
 from picochat.storage.store import Store, UncompactResult, UndoResult
+from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
 from picochat.turn import TurnRun, internal_error, settle
 from picochat.turn_events import (
@@ -131,6 +132,7 @@ class SessionWorker:
                  system_prompt: str, total_timeout: float = TOTAL_TIMEOUT_S,
                  compaction: CompactionConfig = CompactionConfig(),
                  tools: tuple[dict[str, Any], ...] = (), tool_root: Path | None = None,
+                 file_access: FileAccess | None = None,
                  summary_model: ResolvedModel | None = None,
                  summary_provider: Provider | None = None) -> None:
         self.store = store
@@ -144,8 +146,12 @@ class SessionWorker:
         self.system_prompt = system_prompt
         self.total_timeout = total_timeout
         self.compaction = compaction
-        self.tools = tools            # OpenAI-format schemas of the enabled built-in tools
         self.tool_root = tool_root or Path.cwd()
+        # where read_file may read; off (and not offered) when started in ~ or / unconfigured
+        self.file_access = file_access or FileAccess((self.tool_root,))
+        self.reads_files = any(t["function"]["name"] == "read_file" for t in tools)
+        self.tools = tools if self.file_access.on else tuple(  # OpenAI-format schemas
+            t for t in tools if t["function"]["name"] != "read_file")
         self.last_usage: Usage | None = None
         self.calibration: Calibration | None = None  # the last request's reported prompt size
         self._jobs = JobQueue(f"session-{session_id}")
@@ -163,6 +169,9 @@ class SessionWorker:
                    config.agent.system_prompt if own is None else own,
                    total_timeout=model.timeout or TOTAL_TIMEOUT_S,
                    compaction=config.context_compaction, tools=schemas(config.tools.enabled),
+                   file_access=file_access(
+                       Path.cwd(), config.tools.roots,
+                       (store.path.parent,) + ((config.source.parent,) if config.source else ())),
                    summary_model=resolve_summary_model(config))
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -324,7 +333,18 @@ class SessionWorker:
         number = numbers(self.store.checkpoints(self.session_id)).get(cp.id, 0) if cp else 0
         return ContextUsage(snapshot.session, self.model, self.compaction.enabled,
                             self.budget(projection), projection, cp, self.summary_model,
-                            number)
+                            number, self.files_line())
+
+    def files_line(self) -> str:
+        """Where read_file may read, for /info; why it is off; "" when it is not enabled."""
+        access = self.file_access
+        if not self.reads_files:
+            return ""
+        if not access.on:
+            return access.off_reason or ""
+        where = (", ".join(str(r) for r in access.roots) if access.configured
+                 else "the folder picochat started in")
+        return f"read_file reads {where} (never keys, credentials or picochat's own data)"
 
     def set_system_prompt(self, prompt: str | None, default: str) -> "asyncio.Future[str]":
         """`/system`: saved with the session (None: back to `default`), queued so a running

@@ -56,7 +56,7 @@ from picochat.providers.errors import (
 )
 from picochat.storage.store import Store
 from picochat.tools.base import ToolContext
-from picochat.tools.registry import run_tool
+from picochat.tools.registry import call_detail, run_tool
 from picochat.turn_events import (
     Compacted,
     CompactionStarted,
@@ -379,7 +379,7 @@ class TurnRun:
         assert self.user is not None
         worker, calls = self.worker, step.calls
         context = ToolContext(self.store, self.session_id, worker.tool_root,
-                              before_seq=self.user.seq)
+                              before_seq=self.user.seq, access=worker.file_access)
         names = [t["function"]["name"] for t in worker.tools]
         results = [run_tool(call.name, call.arguments, context, enabled=names) for call in calls]
         rows, stopped = await self._settle(self.store.append_messages, self.session_id, [
@@ -393,7 +393,8 @@ class TurnRun:
             log.info("tool_ran session=%s turn=%s tool=%s status=%s seq=%d chars=%d",
                      self.session_id, self.turn_id, call.name, result.status, row.seq,
                      len(result.content))
-            self.handle._emit(ToolRan(call.id, call.name, result.status, row.seq))
+            self.handle._emit(ToolRan(call.id, call.name, result.status, row.seq,
+                                      call_detail(call.name, call.arguments, result.content)))
         if stopped:
             raise asyncio.CancelledError
 

@@ -115,6 +115,7 @@ class ToolRan:
     name: str
     status: str
     seq: int
+    detail: str = ""  # what it read or searched (`registry.call_detail`)
 
 
 TurnEvent = Union[TurnStarted, ThinkingDelta, TextDelta, CompactionStarted, Compacted, Notice,

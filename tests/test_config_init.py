@@ -90,7 +90,9 @@ def test_the_defaults_it_states_are_the_codes(run_cli, config_file):
 
 
 def test_the_examples_uncommented_are_a_valid_config_that_means_what_it_says(
-        run_cli, config_file, monkeypatch):
+        run_cli, config_file, monkeypatch, tmp_path):
+    (tmp_path / "home" / "src" / "project").mkdir(parents=True)  # the example's read_file root
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     text = _init(run_cli, config_file)
     examples = [line for line in text.splitlines() if EXAMPLE_LINE.match(line)]
     assert len(examples) >= 15
@@ -103,6 +105,7 @@ def test_the_examples_uncommented_are_a_valid_config_that_means_what_it_says(
     server = config.models["server"]
     assert server.api_base and server.api_key_env and server.token_limit and server.timeout
     assert config.context_compaction.summary_model == "offline"
+    assert config.tools.roots == (tmp_path / "home" / "src" / "project",)
     llama = resolve_model(config, "llama")  # configured window: no server is asked
     assert llama.provider_options == {"num_ctx": config.models["llama"].token_limit}
 

@@ -174,7 +174,7 @@ def test_a_tool_call_round_trip_through_the_chat_api(run_cli, fake_ollama):
     result = run_cli("ask", "--session", "s", "which host is the canary?", env=env)
     assert result.status == 0, result.stderr
     assert result.stdout.strip() == "The canary host is cn-west-12."
-    assert "ran history_search (ok)" in result.stderr
+    assert "ran history_search “canary host” (ok)" in result.stderr
     _, call_turn, answer_turn = fake_ollama.chat_requests
     assert "format" not in call_turn and "format" not in answer_turn
     call, tool = answer_turn["messages"][-2:]

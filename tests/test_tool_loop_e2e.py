@@ -30,7 +30,9 @@ def test_streamed_parallel_tool_calls_run_and_go_back_whole(run_cli, fake):
     result = run_cli("ask", "--session", "s", "which host is the canary?", env=ENV)
     assert result.status == 0, result.stderr
     assert result.stdout.strip() == "The canary host is cn-west-12."
-    assert "ran history_search (ok)" in result.stderr and "ran read_file (error)" in result.stderr
+    # each line says what was searched or read
+    assert "ran history_search “canary host” (ok)" in result.stderr
+    assert "ran read_file ../../etc/passwd (error)" in result.stderr
     for word in NOISE:
         assert word not in result.stderr
     turns = fake.requests[1:]

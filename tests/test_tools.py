@@ -60,9 +60,9 @@ def test_read_file_reads_text_inside_the_root_and_bounds_it(ctx):
 @pytest.mark.parametrize("make, path, words", [
     (None, "../secret.txt", "`..` is not allowed"),
     (None, "sub/../../secret.txt", "`..` is not allowed"),
-    ("outside_abs", None, "outside the directory"),
-    ("symlink_out", "link.txt", "outside the directory"),
-    (None, "/dev/zero", "outside the directory"),
+    ("outside_abs", None, "outside the folders read_file may read"),
+    ("symlink_out", "link.txt", "outside the folders read_file may read"),
+    (None, "/dev/zero", "outside the folders read_file may read"),
     ("fifo", "pipe", "not a regular file"),
     ("dir", "adir", "is a directory"),
     ("binary", "blob.bin", "binary file"),

@@ -699,7 +699,8 @@ async def test_tool_calls_show_as_collapsible_blocks_with_their_result(store, tm
                      and len(provider.turn_requests) == 2 and answered(app, store))
         await pilot.pause()  # the block and the answer's last blocks are composed
         block = app.query_one(ToolBlock)
-        assert "read_file" in str(block.title) and block.collapsed
+        # the line says what was read, as `ask` does (issue 31)
+        assert str(block.title) == "⚙ read_file notes.txt · 30 chars (ok)" and block.collapsed
         assert "cn-west-12" in block.result
         block.query_one("CollapsibleTitle").focus()
         await pilot.press("enter")
@@ -712,6 +713,7 @@ async def test_tool_calls_show_as_collapsible_blocks_with_their_result(store, tm
         await settle(pilot, reopened, reopened.transcript_ready.is_set)
         assert len(reopened.query(ToolBlock)) == 1
         assert isinstance(reopened.query_one(ToolBlock), Collapsible)
+        assert str(reopened.query_one(ToolBlock).title) == "⚙ read_file notes.txt · 30 chars (ok)"
 
 
 async def test_an_overflow_compaction_announces_itself_and_the_answer_follows(store):

@@ -265,7 +265,8 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
                         stdout.write(piece)
                         streamed_newline = piece.endswith("\n")
                 elif isinstance(event, ToolRan) and not as_json:
-                    err(f"ran {event.name} ({event.status}), result saved as message #{event.seq}")
+                    what = f"{event.name} {event.detail}" if event.detail else event.name
+                    err(f"ran {what} ({event.status}), result saved as message #{event.seq}")
                 elif isinstance(event, Compacted) and not as_json:
                     note = report.compaction_note(event.outcome)
                     if note:

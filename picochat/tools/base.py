@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from picochat.storage.store import Store
+from picochat.tools.access import FileAccess
 
 OK = "ok"
 ERROR = "error"
@@ -19,6 +20,11 @@ class ToolContext:
     session_id: str
     root: Path  # read_file is confined to this directory (where picochat was started)
     before_seq: int | None = None  # the running turn's first seq: searches leave it out
+    access: FileAccess | None = None  # the roots and refusals in force (None: `root` alone)
+
+    @property
+    def files(self) -> FileAccess:
+        return self.access or FileAccess((self.root,))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import stat
 from pathlib import Path, PurePath
 from typing import Any, Mapping
 
+from picochat.tools.access import FileAccess, secret_reason
 from picochat.tools.base import Tool, ToolContext, ToolError, int_arg, str_arg
 
 DEFAULT_BYTES = 64 * 1024
@@ -34,14 +35,42 @@ def resolve_inside(root: Path, requested: str) -> Path:
     except (OSError, RuntimeError) as exc:  # symlink loops, permissions
         raise ToolError(f"{requested}: cannot be resolved ({exc.__class__.__name__})") from None
     if real != base and base not in real.parents:
-        raise ToolError(f"{requested}: outside the directory picochat was started in ({base})")
+        raise ToolError(f"{requested}: outside the folders read_file may read ({base})")
     return real
+
+
+def resolve_in(access: FileAccess, requested: str) -> Path:
+    """The real path of `requested` in one of the roots (a relative path: the first), never a
+    secret or picochat's own files; a `ToolError` saying why not."""
+    if not access.on:
+        raise ToolError(access.off_reason or "read_file is off")
+    if why := secret_reason(PurePath(requested)):
+        raise ToolError(f"{requested}: refused, {why}")
+    candidate = Path(requested).expanduser()
+    roots = access.roots
+    if candidate.is_absolute():
+        real = _real_or_none(candidate)
+        roots = tuple(r for r in roots if real is not None and (real == r or r in real.parents)) \
+            or roots[:1]
+    path = resolve_inside(roots[0], requested)
+    if why := secret_reason(path):
+        raise ToolError(f"{requested}: refused, {why}")
+    if any(path == p or p in path.parents for p in access.private):
+        raise ToolError(f"{requested}: refused, picochat's own data or config")
+    return path
+
+
+def _real_or_none(path: Path) -> Path | None:
+    try:
+        return path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
 
 
 def _read_file(args: Mapping[str, Any], ctx: ToolContext) -> str:
     requested = str_arg(args, "path")
     limit = int_arg(args, "max_bytes", DEFAULT_BYTES, 1, MAX_BYTES)
-    path = resolve_inside(ctx.root, requested)
+    path = resolve_in(ctx.files, requested)
     try:
         info = os.stat(path)
     except OSError as exc:

@@ -6,6 +6,7 @@ import json
 import logging
 from typing import Any, Iterable
 
+from picochat.textsafe import clean
 from picochat.tools.base import ERROR, OK, Tool, ToolContext, ToolError, ToolResult
 from picochat.tools.files import READ_FILE
 from picochat.tools.history import HISTORY_SEARCH, TIMELINE_RECALL
@@ -41,3 +42,31 @@ def run_tool(name: str, arguments: str | None, ctx: ToolContext,
     except Exception as exc:  # a bug in a tool must not kill the turn
         log.error("tool_crashed tool=%s kind=%s", name, type(exc).__name__)
         return ToolResult(ERROR, f"error: the tool failed ({type(exc).__name__})")
+
+
+DETAIL_CHARS = 60
+
+
+def call_detail(name: str, arguments: str | None, result: str) -> str:
+    """What a tool line shows beside the tool's name, so a user sees what was read or
+    searched: `notes.md · 2,345 chars`, `“canary host”`, `#14`. The arguments are the model's
+    words: shown cleaned and cut, never trusted."""
+    try:
+        args = json.loads(arguments) if arguments and arguments.strip() else {}
+    except ValueError:
+        args = {}
+    if not isinstance(args, dict):
+        args = {}
+    size = "" if result.startswith("error:") else f" · {len(result):,} chars"  # a refusal
+    if name == "read_file" and args.get("path") is not None:
+        return f"{_shown(args.get('path'))}{size}"
+    if name == "history_search" and args.get("seq") is not None:
+        return f"#{_shown(args.get('seq'))}{size}"
+    if args.get("query") is not None:
+        return f"“{_shown(args.get('query'))}”"
+    return size.removeprefix(" · ")
+
+
+def _shown(value: object) -> str:
+    flat = " ".join(clean(str(value)).split())
+    return flat if len(flat) <= DETAIL_CHARS else flat[: DETAIL_CHARS - 1] + "…"

@@ -153,6 +153,8 @@ class PicochatApp(App[None]):
         await self.worker.start()
         for note in self.worker.recovered_notes():
             self.notify(literal(note), severity="warning", timeout=10)
+        if self.worker.reads_files and not self.worker.file_access.on:
+            self.notify(literal(self.worker.file_access.off_reason or ""), timeout=10)
         self._gc.start()
         prompt = self.query_one(Prompt)
         self.watch(self.query_one(SlashHints), "is_open",

@@ -14,6 +14,7 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Static
 
 from picochat.messages import INTERRUPTED, Checkpoint, Message
+from picochat.tools.registry import call_detail
 from picochat.tui.answer import AssistantMessage
 from picochat.tui.thinking import ThinkingBlock
 from picochat.tui.copyable import COPY, PIN, Pinnable
@@ -131,9 +132,11 @@ class ToolBlock(Collapsible):
     ToolBlock.error CollapsibleTitle { color: $error; }
     """
 
-    def __init__(self, name: str, status: str | None, result: str, seq: int | None) -> None:
+    def __init__(self, name: str, status: str | None, result: str, seq: int | None,
+                 detail: str = "") -> None:
         shown = literal(preview(result, head=TOOL_PREVIEW_CHARS, tail=0))
-        title = literal(f"⚙ {name or 'tool'} ({status or 'done'})")  # the model names tools
+        what = f"{name or 'tool'} {detail}" if detail else (name or "tool")
+        title = literal(f"⚙ {what} ({status or 'done'})")  # the model names tools and args
         super().__init__(Static(shown), title=title, collapsed=True,  # type: ignore[arg-type]
                          classes="error" if status == "error" else "")
         self.seq = seq
@@ -247,7 +250,7 @@ class ChatView(VerticalScroll):
         self._fetch = older
         self._first_seq = newest[0].seq if newest else 1
         self._checkpoint = checkpoint
-        widgets = [w for w in map(message_widget, newest) if w is not None]
+        widgets = message_widgets(newest)
         if self.has_older:
             widgets.insert(0, Static(literal(self._older_text()), classes="older"))
         await self.mount_all(widgets)
@@ -287,7 +290,7 @@ class ChatView(VerticalScroll):
         page = self._fetch(self._first_seq, PAGE)  # type: ignore[misc]
         self._first_seq = page[0].seq if page else 1
         marker = self.query(".older").first()
-        widgets = [w for w in map(message_widget, page) if w is not None]
+        widgets = message_widgets(page)
         first = next((w for w in self.children if w is not marker), None)
         offset = first.virtual_region.y - self.scroll_y if first is not None else 0
         if first is not None:
@@ -444,7 +447,16 @@ def newest_filling(messages: list[Message], width: int, rows: int) -> list[Messa
     return messages[start:]
 
 
-def message_widget(m: Message) -> Widget | None:
+def message_widgets(messages: list[Message]) -> list[Widget]:
+    """The widgets of `messages`, oldest first; a tool result's line names what it read from
+    its call's arguments, when the call is among them."""
+    calls = {c.get("id"): (c.get("function") or {}).get("arguments")
+             for m in messages for c in (m.tool_calls or ())}
+    return [w for m in messages
+            if (w := message_widget(m, calls.get(m.tool_call_id))) is not None]
+
+
+def message_widget(m: Message, arguments: str | None = None) -> Widget | None:
     if m.role == "user":
         return UserMessage(m.content, m.seq, retracted=m.retracted)
     if m.role == "assistant":
@@ -453,7 +465,8 @@ def message_widget(m: Message) -> Widget | None:
         return AssistantMessage(m.content, m.seq, interrupted=m.status == INTERRUPTED,
                                 retracted=m.retracted)
     if m.role == "tool":
-        return ToolBlock(m.name or "tool", m.tool_status, m.content, m.seq)
+        return ToolBlock(m.name or "tool", m.tool_status, m.content, m.seq,
+                         call_detail(m.name or "", arguments, m.content))
     return None
 
 

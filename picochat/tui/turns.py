@@ -197,7 +197,7 @@ async def _show(app: "PicochatApp", chat: ChatView, user: UserMessage,
                 answer = None
             row = app.store.message(app.session.id, event.seq)
             await chat.add(ToolBlock(event.name, event.status,
-                                     row.content if row else "", event.seq))
+                                     row.content if row else "", event.seq, event.detail))
             await waiting.show(WAITING)  # the model reads the results now
         elif isinstance(event, TurnFinished):
             if answer is not None:
