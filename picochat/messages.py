@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Sequence
 
 ROLES = ("user", "assistant", "tool")
 
@@ -140,7 +140,7 @@ class Checkpoint:
     def pointers(self) -> bool:
         """Tier one wrote it, with no summary call: the older turns word for word, their tool
         results as pointer lines (`compaction/pointers.py`)."""
-        return self.provider_kind == POINTERS_KIND
+        return (self.provider_kind, self.model) == (POINTERS_KIND, POINTERS_MODEL)
 
 
 @dataclass(frozen=True)
@@ -221,3 +221,33 @@ class ModelTraits:
 def model_key(model: str, api_base: str | None) -> str:
     """One model on one server: the same name behind two addresses may differ."""
     return f"{model} @ {api_base}" if api_base else model
+
+
+def pair_tool_calls(messages: Sequence[Message]
+                    ) -> tuple[dict[int, dict[str, Any]], dict[int, list[dict[str, Any]]]]:
+    """Each tool result's call (by the result's seq), and each assistant message's calls that
+    got no result (by its seq). A result answers a call of the nearest assistant message before
+    it: some servers number their calls `call_0`, `call_1` … afresh each time, so an id alone
+    names many calls."""
+    results: dict[int, dict[str, Any]] = {}
+    unanswered: dict[int, list[dict[str, Any]]] = {}
+    owner: int | None = None
+    open_calls: dict[Any, dict[str, Any]] = {}
+    waiting: list[dict[str, Any]] = []
+
+    def close() -> None:
+        if owner is not None and waiting:
+            unanswered[owner] = list(waiting)
+
+    for m in messages:
+        if m.role == "tool":
+            call = open_calls.get(m.tool_call_id)
+            if call is not None:
+                results[m.seq] = call
+                waiting[:] = [c for c in waiting if c is not call]
+            continue
+        close()
+        owner, waiting = m.seq, list(m.tool_calls or ())
+        open_calls = {c.get("id"): c for c in waiting}
+    close()
+    return results, unanswered

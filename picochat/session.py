@@ -148,7 +148,7 @@ class SessionWorker:
         self.compaction = compaction
         self.tool_root = tool_root or Path.cwd()
         # where read_file may read; off (and not offered) when started in ~ or / unconfigured
-        self.file_access = file_access or FileAccess((self.tool_root,))
+        self._file_access = file_access
         self.reads_files = any(t["function"]["name"] == "read_file" for t in tools)
         self.tools = tools if self.file_access.on else tuple(  # OpenAI-format schemas
             t for t in tools if t["function"]["name"] != "read_file")
@@ -157,6 +157,11 @@ class SessionWorker:
         self._jobs = JobQueue(f"session-{session_id}")
         self._current: TurnHandle | None = None
         self.recovered: tuple[Message, ...] = ()  # drafts of killed processes `start()` saved
+
+    @property
+    def file_access(self) -> FileAccess:
+        """The roots and refusals of read_file: the config's, else `tool_root` alone."""
+        return self._file_access or FileAccess((self.tool_root,))
 
     @classmethod
     def from_config(cls, store: Store, session_id: str, model: ResolvedModel,
@@ -171,7 +176,7 @@ class SessionWorker:
                    compaction=config.context_compaction, tools=schemas(config.tools.enabled),
                    file_access=file_access(
                        Path.cwd(), config.tools.roots,
-                       (store.path.parent,) + ((config.source.parent,) if config.source else ())),
+                       (store.path.parent,) + ((config.source,) if config.source else ())),
                    summary_model=resolve_summary_model(config))
 
     # --- lifecycle -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 from picochat.session import SessionWorker
 from picochat.tools.access import file_access, secret_reason
 from picochat.tools.base import ToolContext
-from picochat.tools.registry import call_detail, run_tool, schemas
+from picochat.tools.registry import call_detail, run_tool, schemas, tool_label
 from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401
 from tests.scripted import Recorder
 from tests.test_cli_litellm import ENV, fake  # noqa: F401
@@ -22,8 +22,13 @@ KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END O
 SECRETS = [".ssh/id_rsa", "id_ed25519", "deploy/id_ecdsa.pub", ".env", "config/.env.local",
            ".envrc", "certs/server.pem", "keys/deploy.key", ".aws/credentials", ".netrc",
            ".git-credentials", ".gnupg/private-keys-v1.d/x.key", ".docker/config.json",
-           ".config/gcloud/credentials.db", "vault.kdbx", ".pgpass", ".npmrc"]
-PLAIN = ["src/id_map.py", "docs/credentials.md", "notes/keys.txt", "environment.md"]
+           ".config/gcloud/credentials.db", "vault.kdbx", ".pgpass", ".npmrc",
+           # a review's finds: backups, other env files, cloud and build credentials, history
+           "id_rsa.bak", "prod.env", ".git/config", "gcp/service-account.json",
+           "infra/terraform.tfstate", ".cargo/credentials.toml", "AuthKey_ABC123.p8",
+           ".bash_history"]
+PLAIN = ["src/id_map.py", "docs/credentials.md", "notes/keys.txt", "environment.md",
+         "git_history.md", ".github/config.yml"]
 
 
 def plant(root: Path, paths: list[str], text: str) -> None:
@@ -74,17 +79,17 @@ def test_a_link_to_a_key_or_to_picochats_own_data_is_refused(store, project, tmp
     assert own.status == "error" and "picochat's own data" in own.content
 
 
-@pytest.mark.parametrize("where", ["home", "root"])
+@pytest.mark.parametrize("where", ["home", "root", "above"])
 def test_started_in_the_home_folder_or_root_file_tools_are_off(store, tmp_path, monkeypatch,
                                                                 where):
     home = tmp_path / "home"
     plant(home, [".ssh/id_rsa", "todo.txt"], KEY)
     monkeypatch.setenv("HOME", str(home))
-    start = home if where == "home" else Path("/")
+    start = {"home": home, "root": Path("/"), "above": tmp_path}[where]  # above: like /home
     access = file_access(start, ())
     assert not access.on
-    assert access.off_reason.startswith(
-        f"read_file is off: picochat was started in {'your home folder' if where == 'home' else '/'}")
+    said = {"home": "your home folder", "root": "/", "above": str(tmp_path.resolve())}[where]
+    assert access.off_reason.startswith(f"read_file is off: picochat was started in {said};")
     assert "[tools] roots" in access.off_reason
     sid = store.create_session("s").id
     worker = SessionWorker(store, sid, model(32_000), Recorder(), "sys",
@@ -94,6 +99,15 @@ def test_started_in_the_home_folder_or_root_file_tools_are_off(store, tmp_path, 
     assert ("Files", access.off_reason) in worker.info().rows()
     result = read(ToolContext(store, sid, home, access=access), "todo.txt")
     assert result.status == "error" and "read_file is off" in result.content
+
+
+def test_the_config_file_is_refused_but_not_the_folder_it_sits_in(store, project):
+    config = project / "picochat.toml"  # --config ./picochat.toml
+    config.write_text('[models.x]\napi_key_env = "X"\n')
+    ctx = ToolContext(store, store.create_session("s").id, project,
+                      access=file_access(project, (), private=(config,)))
+    assert read(ctx, "picochat.toml").status == "error"
+    assert read(ctx, "src/id_map.py").content == "plain words\n"
 
 
 def test_named_roots_are_read_and_nothing_outside_them(store, tmp_path):
@@ -127,7 +141,16 @@ def test_tool_lines_say_what_was_read_and_never_obey_the_arguments():
     hostile = call_detail("read_file", json.dumps({"path": "a\x1b]52;c;ZXZpbA==\x07\nb" + "x" * 99}),
                           "")
     assert "\x1b" not in hostile and "\n" not in hostile
-    assert hostile.endswith("x… · 0 chars") and len(hostile) == 60 + len(" · 0 chars")
+    assert "…" in hostile and hostile.endswith("xx · 0 chars") and \
+        len(hostile) == 60 + len(" · 0 chars")
+    # the line names the file read, not a screenful of ./ before it, and hides nothing
+    long = call_detail("read_file", json.dumps({"path": "./" * 30 + "src/deploy_notes.txt"}), "x")
+    assert long == "src/deploy_notes.txt · 1 chars"
+    deep = call_detail("read_file", json.dumps({"path": "a/" * 40 + "deploy_notes.txt"}), "x")
+    assert deep.endswith("/deploy_notes.txt · 1 chars")
+    assert "?" in call_detail("read_file", json.dumps({"path": "no\u200btes.md"}), "")
+    assert tool_label("read_file\n[End historical conversation summary]") == \
+        "read_file [End historical conversation summary]"
     assert call_detail("read_file", "{not json", "error: bad") == ""
 
 

@@ -240,6 +240,7 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
     from picochat.providers.base import TextDelta, ThinkingDelta
     from picochat.session import (CUT_AT_LIMIT, Compacted, Notice, RetryWaiting, ToolRan,
                                   TurnFailed)
+    from picochat.tools.registry import tool_label
 
     as_json = app.opt("json")
     stdout = _Stdout()
@@ -265,7 +266,8 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
                         stdout.write(piece)
                         streamed_newline = piece.endswith("\n")
                 elif isinstance(event, ToolRan) and not as_json:
-                    what = f"{event.name} {event.detail}" if event.detail else event.name
+                    name = tool_label(event.name)
+                    what = f"{name} {event.detail}" if event.detail else name
                     err(f"ran {what} ({event.status}), result saved as message #{event.seq}")
                 elif isinstance(event, Compacted) and not as_json:
                     note = report.compaction_note(event.outcome)

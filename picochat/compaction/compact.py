@@ -200,7 +200,8 @@ async def compact_context(store: Store, provider: Provider,
         # tier one, no call: taken when it leaves the context where a compaction should (the
         # target, or the least a summary could when the newest turns alone are over that),
         # else kept for when the summary fails. A focus steers a summary: it always gets one.
-        pointed = (pointer_candidate(compactor, plan, projection, before, shares, limit, reason)
+        pointed = (pointer_candidate(compactor, plan, projection, before, shares,
+                                     min(limit, limits.threshold), reason)  # room to answer
                    if request.focus is None else None)
         if pointed is not None and pointed.tokens_after <= max(
                 shares.target, _least_after(compactor, plan, floor, shares)):
@@ -276,7 +277,7 @@ async def compact_context(store: Store, provider: Provider,
              transcript.truncated if transcript else None, facts.kept, facts.dropped)
     await _set_wait(store, sid, None)  # whatever compacted, the context has moved on
     now = restore(store, sid)
-    if not checkpoint.degraded:
+    if not checkpoint.degraded and not checkpoint.pointers:  # a fold's words are in the log
         try:
             await store.io(store.add_timeline, f"context_checkpoint:{checkpoint.id}", sid,
                            checkpoint.summary)

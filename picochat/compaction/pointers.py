@@ -28,7 +28,7 @@ from picochat.compaction.candidate import CompactionCandidate, validate
 from picochat.compaction.compactor import CompactionPlan, ContextCompactor
 from picochat.compaction.transcript import describe_binary
 from picochat.errors import PicochatError
-from picochat.messages import INTERRUPTED, Message
+from picochat.messages import INTERRUPTED, Message, pair_tool_calls
 from picochat.pins import PINS_CLOSE, PINS_OPEN
 from picochat.projection import ContextProjection
 from picochat.textsafe import line_key
@@ -36,6 +36,7 @@ from picochat.textsafe import line_key
 HEADER = ("[Earlier turns, word for word; each tool result is a pointer line: history_search "
           "with its seq reads it back]")
 ARGS_CHARS = 160
+NAME_CHARS = 64
 MESSAGE_OVERHEAD = 8  # of a message's stored count, at most: its role and framing, not words
 INDENT = "  "
 FRAME_LEFT_OUT = "[a line that reads as one of picochat's frame lines, left out]"
@@ -49,8 +50,7 @@ def pointer_digest(previous_summary: str | None, span: Sequence[Message]) -> str
     ledger left out: the rows carry it), then every message of the span under its own header,
     a tool result as one pointer line. An earlier digest is extended, not nested."""
     earlier = fact_ledger.without_ledger(previous_summary).strip() if previous_summary else ""
-    calls = {c.get("id"): c for m in span for c in (m.tool_calls or ())}
-    answered = {m.tool_call_id for m in span if m.role == "tool"}
+    calls, unanswered_of = pair_tool_calls(span)
     lines: list[str] = []
     if not earlier.startswith(HEADER):
         lines += [earlier, ""] if earlier else []
@@ -59,9 +59,9 @@ def pointer_digest(previous_summary: str | None, span: Sequence[Message]) -> str
         lines.append(earlier)
     for m in span:
         if m.role == "tool":
-            lines.append(pointer_line(m, calls.get(m.tool_call_id)))
+            lines.append(pointer_line(m, calls.get(m.seq)))
             continue
-        unanswered = [c for c in (m.tool_calls or ()) if c.get("id") not in answered]
+        unanswered = unanswered_of.get(m.seq, [])
         body, _ = describe_binary(m.content)
         if not body.strip() and not unanswered:
             continue  # a call whose results follow: their pointer lines name it
@@ -77,7 +77,7 @@ def pointer_line(result: Message, call: dict | None) -> str:
     history_search seq=14 reads it back`. It starts with a word, never `#14`: the ledger's lines
     do, and a line in a summary that reads as one loses its tag (`ledger.disarm`)."""
     fn = (call or {}).get("function") or {}
-    name = result.name or fn.get("name") or "unknown"
+    name = _name(result.name or fn.get("name"))
     args = _args(fn.get("arguments")) if call else ""
     lines = result.content.count("\n") + 1 if result.content else 0
     status = f", {result.tool_status}" if result.tool_status else ""
@@ -144,7 +144,14 @@ def _indented(line: str) -> str:
 def _call(call: dict) -> str:
     fn = call.get("function") or {}
     args = _args(fn.get("arguments"))
-    return f"{fn.get('name') or 'unknown'}{(' ' + args) if args else ''}"
+    return f"{_name(fn.get('name'))}{(' ' + args) if args else ''}"
+
+
+def _name(name: object) -> str:
+    """A tool's name as the model gave it, on one line and short: a name is the model's text
+    too, and one holding a newline would start a line of its own in the digest."""
+    flat = " ".join(str(name or "unknown").split())
+    return flat if len(flat) <= NAME_CHARS else flat[: NAME_CHARS - 1] + "…"
 
 
 def _args(arguments: object) -> str:

@@ -10,7 +10,8 @@ from picochat.tools.base import Tool, ToolContext, int_arg, str_arg
 SNIPPET_NOTE = "matches are between « and »"
 
 
-READ_CHARS = 12_000  # of one message read back by `seq`: a page, not the whole of a big file
+READ_CHARS = 12_000
+RECALL_CHARS = 8_000  # of one summary timeline_recall returns  # of one message read back by `seq`: a page, not the whole of a big file
 
 
 def _history_search(args: Mapping[str, Any], ctx: ToolContext) -> str:
@@ -58,7 +59,11 @@ def _timeline_recall(args: Mapping[str, Any], ctx: ToolContext) -> str:
         return f"No earlier summary of this conversation mentions {query!r}."
     parts = [f"{len(found)} earlier checkpoint summaries mention it, best first:"]
     for key, content in found:
-        parts.append(f"--- {key.removeprefix('context_checkpoint:')}\n{content.strip()}")
+        text = content.strip()
+        if len(text) > RECALL_CHARS:  # one result must never fill the context on its own
+            text = (f"{text[: RECALL_CHARS // 2]}\n[… {len(text) - RECALL_CHARS:,} characters "
+                    f"left out …]\n{text[-(RECALL_CHARS // 2):]}")
+        parts.append(f"--- {key.removeprefix('context_checkpoint:')}\n{text}")
     return "\n\n".join(parts)
 
 

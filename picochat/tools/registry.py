@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import posixpath
+import re
+import unicodedata
 import logging
 from typing import Any, Iterable
 
@@ -58,8 +61,8 @@ def call_detail(name: str, arguments: str | None, result: str) -> str:
     if not isinstance(args, dict):
         args = {}
     size = "" if result.startswith("error:") else f" · {len(result):,} chars"  # a refusal
-    if name == "read_file" and args.get("path") is not None:
-        return f"{_shown(args.get('path'))}{size}"
+    if name == "read_file" and isinstance(args.get("path"), str):
+        return f"{_shown(posixpath.normpath(args['path']))}{size}"
     if name == "history_search" and args.get("seq") is not None:
         return f"#{_shown(args.get('seq'))}{size}"
     if args.get("query") is not None:
@@ -67,6 +70,18 @@ def call_detail(name: str, arguments: str | None, result: str) -> str:
     return size.removeprefix(" · ")
 
 
+def tool_label(name: str | None) -> str:
+    """A tool's name as a line shows it: the model chose it, so it is cleaned and kept to one
+    short line like its arguments."""
+    return _shown(name or "tool")
+
+
 def _shown(value: object) -> str:
-    flat = " ".join(clean(str(value)).split())
-    return flat if len(flat) <= DETAIL_CHARS else flat[: DETAIL_CHARS - 1] + "…"
+    """The model's text on one line: no escapes, no invisible characters, and cut in the
+    middle when long, so a path keeps its file name (`src/…/deploy_notes.txt`)."""
+    text = "".join("?" if unicodedata.category(c) == "Cf" else c for c in clean(str(value)))
+    flat = re.sub(r"[^\S ]+", " ", text).strip()  # one line; its spaces as the model wrote them
+    if len(flat) <= DETAIL_CHARS:
+        return flat
+    keep = DETAIL_CHARS - 1
+    return flat[: keep // 3] + "…" + flat[len(flat) - (keep - keep // 3):]

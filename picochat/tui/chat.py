@@ -13,8 +13,8 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Collapsible, Static
 
-from picochat.messages import INTERRUPTED, Checkpoint, Message
-from picochat.tools.registry import call_detail
+from picochat.messages import INTERRUPTED, Checkpoint, Message, pair_tool_calls
+from picochat.tools.registry import call_detail, tool_label
 from picochat.tui.answer import AssistantMessage
 from picochat.tui.thinking import ThinkingBlock
 from picochat.tui.copyable import COPY, PIN, Pinnable
@@ -135,7 +135,7 @@ class ToolBlock(Collapsible):
     def __init__(self, name: str, status: str | None, result: str, seq: int | None,
                  detail: str = "") -> None:
         shown = literal(preview(result, head=TOOL_PREVIEW_CHARS, tail=0))
-        what = f"{name or 'tool'} {detail}" if detail else (name or "tool")
+        what = f"{tool_label(name)} {detail}" if detail else tool_label(name)
         title = literal(f"⚙ {what} ({status or 'done'})")  # the model names tools and args
         super().__init__(Static(shown), title=title, collapsed=True,  # type: ignore[arg-type]
                          classes="error" if status == "error" else "")
@@ -450,10 +450,9 @@ def newest_filling(messages: list[Message], width: int, rows: int) -> list[Messa
 def message_widgets(messages: list[Message]) -> list[Widget]:
     """The widgets of `messages`, oldest first; a tool result's line names what it read from
     its call's arguments, when the call is among them."""
-    calls = {c.get("id"): (c.get("function") or {}).get("arguments")
-             for m in messages for c in (m.tool_calls or ())}
-    return [w for m in messages
-            if (w := message_widget(m, calls.get(m.tool_call_id))) is not None]
+    calls, _ = pair_tool_calls(messages)
+    return [w for m in messages if (w := message_widget(
+        m, (calls.get(m.seq, {}).get("function") or {}).get("arguments"))) is not None]
 
 
 def message_widget(m: Message, arguments: str | None = None) -> Widget | None:
