@@ -14,10 +14,11 @@ before each turn and overflow recovery, so the three can never drift apart.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from picochat import ledger as fact_ledger
 from picochat import tokens
@@ -191,7 +192,9 @@ async def compact_context(store: Store, provider: Provider,
     if plan is not None and request.mode.tries_summary:
         floor = compactor.kept_alone(plan, projection)
         shares = compactor.room(projection)
-        wait = _why_wait(compactor, plan, shares, before, floor, limit) if auto else None
+        # what a summary of `plan` could leave: the deferral and tier one both ask, once
+        least = functools.cache(lambda: _least_after(compactor, plan, floor, shares))
+        wait = _why_wait(compactor, before, floor, limit, least) if auto else None
         if wait is not None:
             log.info("compaction_deferred session=%s tokens_before=%d floor=%d", sid, before,
                      floor)
@@ -204,7 +207,7 @@ async def compact_context(store: Store, provider: Provider,
                                      min(limit, limits.threshold), reason)  # room to answer
                    if request.focus is None else None)
         if pointed is not None and pointed.tokens_after <= max(
-                shares.target, _least_after(compactor, plan, floor, shares)):
+                shares.target, least()):
             candidate = pointed
         if candidate is not None:
             log.info("compaction_pointers session=%s tokens_before=%d", sid, before)
@@ -294,9 +297,10 @@ async def compact_context(store: Store, provider: Provider,
                           if candidate.pointers and plan is not None else 0)
 
 
-def _why_wait(compactor: ContextCompactor, plan: CompactionPlan, shares: CompactionRoom,
-              before: int, floor: int, limit: int) -> str | None:
-    """Why an automatic compaction of `plan` is not worth a summary call now, or None. It
+def _why_wait(compactor: ContextCompactor, before: int, floor: int, limit: int,
+              least_after: Callable[[], int]) -> str | None:
+    """Why an automatic compaction is not worth a summary call now, or None (`least_after`:
+    the least a summary could leave). It
     would come round again within a turn or two, or the newest turns alone (`floor`) are over
     the threshold (a paste): it waits until the context has grown, or the big turn can be
     folded. /compact still compacts now, and a request over the window is the overflow
@@ -304,7 +308,7 @@ def _why_wait(compactor: ContextCompactor, plan: CompactionPlan, shares: Compact
     if floor > limit:
         return (f"the newest turns alone ({floor:,} tokens) are over the {limit:,} "
                 "auto-compact point; they are folded once newer turns follow")
-    least = _least_after(compactor, plan, floor, shares)
+    least = least_after()
     if worth_compacting(compactor.limits, before, least):
         return None
     return (f"folding the older turns now would free only about {max(0, before - least):,} "
