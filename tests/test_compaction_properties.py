@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -464,8 +465,10 @@ class CompactionMachine(RuleBasedStateMachine):
                             + [r.seq for r in pre_projection.repairs
                                if r.seq < cp.first_retained_seq])
             assert all(lower <= s < cp.first_retained_seq for s in folded)
-            if cp.pointers:  # tier one: no call; every folded tool result is one pointer line
-                assert not provider.summary_texts
+            if cp.pointers:  # tier one: every folded tool result is one pointer line
+                # no call, or the fallback after a summary that failed or was refused
+                assert not provider.summary_texts or outcome.summary_error is not None
+                assert bool(provider.summary_texts) == outcome.summary_called
                 rows = {m.seq: m for m in self.store.history(self.sid)}
                 results = [s for s in folded if rows[s].role == "tool"]
                 assert results and outcome.tool_pointers == len(results)
@@ -569,6 +572,25 @@ TestCompactionMachine = CompactionMachine.TestCase
 
 
 # --- findings of the machine, kept as plain regression tests ---------------------------------
+
+
+def test_a_summarizer_that_is_down_still_folds_tool_results_as_pointers(monkeypatch) -> None:
+    """Found by the machine in CI: with the summarizer down, the auto compaction falls back to
+    the lossless fold of tool results. That is a compaction after a summary call, and every
+    check of the machine must hold for it (it once asserted that a fold never follows a call)."""
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)  # outside a test run
+    machine = CompactionMachine()
+    try:
+        machine.full_turn(reply=0, size=6, tools=3)
+        machine.full_turn(reply=0, size=0, tools=0)
+        machine.compact_auto(degraded_fallback=False, during="none", fail=True, keep=10,
+                             reserve=50, window=610)
+        cp = machine._cp(machine.active)
+        assert cp is not None and cp.pointers and not cp.degraded
+        machine.raw_log_unchanged()
+        machine.projection_is_the_model()
+    finally:
+        machine.teardown()
 
 
 def test_degraded_trim_shrinks_the_context(store) -> None:
