@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
 from picochat import tokens
-from picochat.errors import PicochatError
+from picochat.errors import MessageTooLong, PicochatError
 from picochat.messages import Pin
 from picochat.pins import pins_block
 from picochat.projection import ContextProjection, summary_block
@@ -39,6 +39,23 @@ class BudgetLimits:
     def counted(self, model_tokens: int) -> int:
         """A limit in the model's tokens as o200k counts: what stored counts compare against."""
         return int(model_tokens / self.token_factor)
+
+
+def message_over_window(text: str, limits: BudgetLimits) -> int | None:
+    """The message's size in the model's tokens when it alone is larger than the whole window,
+    else None. A token is at least one UTF-8 byte, so a message with no more bytes than the
+    window fits without a count (characters are no bound: one emoji is several tokens)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if tokens.scale(size, limits.token_factor) <= limits.window:
+        return None
+    size = tokens.scale(tokens.count_text(text), limits.token_factor)
+    return size if size > limits.window else None
+
+
+def too_long_error(size: int, limits: BudgetLimits) -> "MessageTooLong":
+    return MessageTooLong(
+        f"this message is about {size:,} tokens, more than the model's whole window of "
+        f"{limits.window:,}", "shorten it, send it in parts, or use a model with a larger window")
 
 
 def effective_window(model_window: int, agent_limit: int | None) -> int:

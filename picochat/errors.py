@@ -37,6 +37,13 @@ class PinRefused(UsageError):
     kind = "pin_refused"
 
 
+class MessageTooLong(UsageError):
+    """A message larger than the model's whole window: it could never be answered, and once
+    stored it would be in every later request. Refused before it is sent or saved (exit 2)."""
+
+    kind = "message_too_long"
+
+
 class ConfigError(PicochatError):
     """The config file (or an override) is invalid: exit status 2, nothing written."""
 

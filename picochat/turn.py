@@ -39,7 +39,8 @@ from picochat.agent_loop import (
     shorten_old_tool_results,
     this_turn_only,
 )
-from picochat.budget import FixedContextExceedsBudget, RequestDraft, UsageSource, answer_cap
+from picochat.budget import (FixedContextExceedsBudget, RequestDraft, UsageSource, answer_cap,
+                             message_over_window, too_long_error)
 from picochat.logs import where_details
 from picochat.compaction.compact import CompactMode, CompactOutcome
 from picochat.compaction.trim_failure import TrimImpossible
@@ -181,6 +182,15 @@ class TurnRun:
         """Write the user's message, get the answer, save it; always end in one outcome."""
         handle = self.handle
         try:
+            # a message over the whole window could never be answered and, once stored, would
+            # be in every later request: refused before it is sent or saved (both front ends)
+            limits = self.worker.limits
+            size = await asyncio.to_thread(message_over_window, handle.text, limits)
+            if size is not None:
+                log.info("turn_refused session=%s turn=%s kind=message_too_long tokens=%d "
+                         "window=%d", self.session_id, self.turn_id, size, limits.window)
+                handle._emit(TurnFailed(self.turn_id, too_long_error(size, limits), None, None))
+                return
             self.user, cancelled = await self._settle(self.store.append_message,
                                                       self.session_id, "user", handle.text,
                                                       turn_id=self.turn_id)

@@ -258,3 +258,21 @@ def test_compact_says_on_stderr_how_many_facts_it_had_to_drop(run_cli, config_fi
                     r"finds them in the raw history$", line)
     n = int(said.group(1).replace(",", ""))
     assert n == as_json(run_cli, "info", "--session", "s")["facts_dropped"] > 0
+
+
+def test_ask_refuses_a_message_larger_than_the_whole_window(run_cli, small):
+    """A message over the window could never be answered, and once stored it would be in every
+    later request. Counted in tokens: 3,000 crabs are fewer characters than the 4,096-token
+    window but about three times as many tokens."""
+    crabs = "🦀" * 3000
+    assert len(crabs) < 4096 < tokens.count_text(crabs)
+    for how in ({"text": crabs}, {"text": "-", "input": "the deploy log says " * 3000}):
+        result = run_cli("ask", "--session", "s", how["text"], input=how.get("input"))
+        assert result.status == 2, result.stderr
+        [line] = result.stderr.splitlines()
+        assert "more than the model's whole window of 4,096" in line, line
+        assert line.endswith("nothing was sent or saved"), line
+        assert result.stdout == ""
+    assert as_json(run_cli, "history", "--session", "s")["messages"] == []  # nothing stored
+    # the session is fine for the next message, and that one is answered
+    assert ask(run_cli, "hello")["reply"]

@@ -102,3 +102,11 @@ async def test_a_message_larger_than_the_whole_window_is_not_sent_and_goes_back(
                                               if "Not sent" in t]) == 2)
         assert app.query_one(Prompt).text == "//compact " + huge
         assert store.history(app.session.id) == [] and not store.checkpoints(app.session.id)
+        # counted in tokens, not characters: 1,000 crabs are about 3,000 tokens
+        crabs = "🦀" * 1000
+        app.query_one(Prompt).clear()
+        await say(pilot, crabs)
+        await settle(pilot, app, lambda: len([t for t in texts(app, Notice)
+                                              if "Not sent" in t]) == 3)
+        assert app.query_one(Prompt).text == crabs
+        assert store.history(app.session.id) == []

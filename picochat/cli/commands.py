@@ -300,7 +300,7 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
             error = {"kind": outcome.error.kind, "message": outcome.error.user_line()}
             stdout.write(json_text({"session_id": session.id, "reply": None, "usage": None,
                                     "compaction": compaction, "error": error}))
-        err(turn_failure_line(outcome))
+        err(turn_failure_line(outcome, "nothing was sent or saved"))
         return 130 if outcome.cancelled else outcome.error.exit_status
     if outcome.cut:  # saved, and a success: the line says it is incomplete (status 0)
         err(CUT_AT_LIMIT)

@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from picochat import tokens
+from picochat.budget import message_over_window, too_long_error
 from picochat.compaction import report
 from picochat.failures import turn_failure_line
 from picochat.providers.base import TextDelta, ThinkingDelta
@@ -107,19 +107,15 @@ def as_typed(text: str) -> str:
 
 
 async def _too_long(app: "PicochatApp", chat: ChatView, text: str) -> bool:
-    """A message larger than the model's whole window can never be answered, and once saved
-    it would be in every later request: it is not sent, and goes back to the prompt."""
-    window = app.worker.limits.window
-    if len(text) < window:  # a token is at least one character: it fits, no count needed
+    """A message larger than the model's whole window is refused before it shows as sent (the
+    worker refuses it too, for a window that shrank while it was queued): it goes back to the
+    prompt."""
+    limits = app.worker.limits
+    size = await asyncio.to_thread(message_over_window, text, limits)
+    if size is None:
         return False
-    size = await asyncio.to_thread(tokens.count_text, text)
-    size = tokens.scale(size, app.worker.limits.token_factor)
-    if size <= window:
-        return False
-    await chat.add_notice(
-        f"Not sent: this message is about {size:,} tokens, more than the model's whole window "
-        f"of {window:,}. It is back in the prompt: shorten it, send it in parts, or /model "
-        "one with a larger window", "error")
+    await chat.add_notice(f"Not sent: {too_long_error(size, limits).user_line()}. It is back "
+                          "in the prompt", "error")
     back_to_prompt(app, text)
     return True
 
