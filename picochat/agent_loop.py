@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from picochat import tokens
 from picochat.compaction.transcript import describe_binary
@@ -17,7 +17,10 @@ from picochat.projection import ContextProjection
 from picochat.providers.base import ToolCallDelta
 
 MAX_TOOL_STEPS = 8          # tool batches per turn; then one last request without tools
+MAX_CALLS_PER_ROUND = 16    # calls run from one reply; the rest are not run (nor recorded)
+MAX_CALLS_PER_TURN = 64     # calls run in one turn; then one last request without tools
 OLD_TOOL_RESULT_CHARS = 2_000
+LEAST_TOOL_RESULT_CHARS = 250  # a result cut for one request keeps at least this much
 
 
 @dataclass(frozen=True)
@@ -46,19 +49,72 @@ def assemble_tool_calls(deltas: Iterable[ToolCallDelta], turn_id: str, step: int
         for i, c in sorted(calls.items()))
 
 
-def shorten_old_tool_results(projection: ContextProjection, before_seq: int,
+@dataclass(frozen=True)
+class CallPlan:
+    """Which of a reply's calls run: a flood of calls (3,000 a reply) must not become 3,000
+    runs, rows and request entries. Calls past the caps are left out of the record, and the
+    model is told so in the last result (`not_run_note`)."""
+
+    run: tuple[ToolCall, ...]
+    not_run: int        # calls of the reply left out: over a cap
+    cap: str            # which cap, in words, for the note and the user's notice
+
+
+def plan_calls(calls: tuple[ToolCall, ...], ran_before: int, seen_ids: set[str]
+               ) -> CallPlan:
+    """At most MAX_CALLS_PER_ROUND of the reply, and no more than the turn has left. An id
+    already used this turn (a server may repeat one) gets a suffix: a second result under
+    the same id would drop out of the context and break strict APIs."""
+    room = max(0, min(MAX_CALLS_PER_ROUND, MAX_CALLS_PER_TURN - ran_before))
+    kept = []
+    for call in calls[:room]:
+        call_id, n = call.id, 1
+        while call_id in seen_ids:
+            n += 1
+            call_id = f"{call.id}_{n}"
+        seen_ids.add(call_id)
+        kept.append(call if call_id == call.id else dataclasses.replace(call, id=call_id))
+    cap = (f"at most {MAX_CALLS_PER_ROUND} a reply" if room == MAX_CALLS_PER_ROUND
+           else f"at most {MAX_CALLS_PER_TURN} a turn")
+    return CallPlan(tuple(kept), len(calls) - len(kept), cap)
+
+
+def not_run_note(plan: CallPlan) -> str:
+    """Appended to the round's last result, so the model knows the rest never ran."""
+    return (f"\n\n[{plan.not_run:,} more tool call{'s' if plan.not_run != 1 else ''} in this "
+            f"reply {'were' if plan.not_run != 1 else 'was'} not run: limit of tool calls, "
+            f"{plan.cap}. Answer with what you have, or ask for less at once.]")
+
+
+def fit_tool_results(projection: ContextProjection, this_turn_from: int,
+                     fits: Callable[[ContextProjection], bool]) -> ContextProjection:
+    """The request-local copy that fits: earlier turns' tool results shortened first, then
+    every result, shorter each time, down to LEAST_TOOL_RESULT_CHARS. The durable rows keep
+    every byte; a cut result says how to read it whole. The last try is returned even if it
+    does not fit: the provider's overflow recovery takes it from there."""
+    view = shorten_old_tool_results(projection, this_turn_from)
+    max_chars = OLD_TOOL_RESULT_CHARS
+    while not fits(view) and max_chars >= LEAST_TOOL_RESULT_CHARS:
+        view = shorten_old_tool_results(projection, None, max_chars)
+        max_chars //= 2
+    return view
+
+
+def shorten_old_tool_results(projection: ContextProjection, before_seq: int | None,
                              max_chars: int = OLD_TOOL_RESULT_CHARS) -> ContextProjection:
-    """A copy whose tool results from before this turn keep only head and tail: the first,
-    cheapest way to fit a request once tools have run. Their token counts are recounted, so
-    the budget of the copy stays honest."""
+    """A copy whose tool results from before `before_seq` (None: all of them) keep only head
+    and tail: the first, cheapest way to fit a request once tools have run. Their token
+    counts are recounted, so the budget of the copy stays honest."""
     raw = []
     for m in projection.raw:
-        if m.role == "tool" and m.seq < before_seq and len(m.content) > max_chars:
+        if (m.role == "tool" and (before_seq is None or m.seq < before_seq)
+                and len(m.content) > max_chars):
             text, _ = describe_binary(m.content)
             if len(text) > max_chars:
                 half = max_chars // 2
-                text = (f"{text[:half]}\n[… {len(text) - max_chars:,} characters of an earlier "
-                        f"tool result left out of this request …]\n{text[-half:]}")
+                text = (f"{text[:half]}\n[… {len(text) - max_chars:,} characters of this tool "
+                        f"result left out of this request; history_search seq={m.seq} reads "
+                        f"it whole …]\n{text[-half:]}")
             m = dataclasses.replace(m, content=text, tokens=tokens.count_message(
                 m.role, text, None, m.tool_call_id, m.name))
         raw.append(m)

@@ -17,8 +17,10 @@ How a turn recovers, each at most once:
   request-local retry that leaves out the earlier turns (and shortens old tool results first);
 - a 429/503/529 gets one wait (its Retry-After, up to a limit) and one more request;
 - a server that refuses tools gets the request again without them (and never again with them).
-Tool calls run at most MAX_TOOL_STEPS rounds; the request after that offers no tools, and calls
-that still come back are never run.
+Tool calls run at most MAX_TOOL_STEPS rounds, MAX_CALLS_PER_ROUND calls a reply and
+MAX_CALLS_PER_TURN a turn (a flood of calls is not run, and the model is told); the request after
+that offers no tools, and calls that still come back are never run. Tool results are cut for a
+request that would not fit the window, never in the durable history.
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from picochat import crashpoints
 from picochat.agent_loop import (
+    MAX_CALLS_PER_TURN,
     MAX_TOOL_STEPS,
     ToolCall,
     assemble_tool_calls,
-    shorten_old_tool_results,
+    fit_tool_results,
+    not_run_note,
+    plan_calls,
     this_turn_only,
 )
 from picochat.budget import (FixedContextExceedsBudget, RequestDraft, UsageSource, answer_cap,
@@ -56,11 +61,12 @@ from picochat.providers.errors import (
     ToolsUnsupported,
 )
 from picochat.storage.store import Store
-from picochat.tools.base import ToolContext
+from picochat.tools.base import ERROR, ToolContext, ToolResult
 from picochat.tools.registry import call_detail, run_tool
 from picochat.turn_events import (
     Compacted,
     CompactionStarted,
+    Notice,
     RetryWaiting,
     ToolRan,
     TurnCancelled,
@@ -171,6 +177,8 @@ class TurnRun:
         self.compactions: list[CompactOutcome] = []
         self.retries = Retries()
         self.steps = 0                      # tool rounds run
+        self.calls_run = 0                  # tool calls run (MAX_CALLS_PER_TURN)
+        self.call_ids: set[str] = set()     # ids given this turn's calls: kept unique
         self.usage: Usage | None = None
         self.user: Message | None = None
         self._draft_task: asyncio.Task[None] | None = None
@@ -242,7 +250,8 @@ class TurnRun:
         while True:
             view = self._request_view(own_view(self.store, projection, self.user))
             draft = self.worker.request_draft(view)
-            if self.steps >= MAX_TOOL_STEPS:  # enough tools: ask for the answer
+            if self.steps >= MAX_TOOL_STEPS or self.calls_run >= MAX_CALLS_PER_TURN:
+                # enough tools: ask for the answer
                 draft = dataclasses.replace(draft, tools=())
             try:
                 step = await self._stream(draft)
@@ -317,10 +326,13 @@ class TurnRun:
         if self.steps == 0:
             return projection
         if self.retries.local:
-            return this_turn_only(projection, self.user.seq)
-        if self.worker.budget(projection).over_window:
-            return shorten_old_tool_results(projection, self.user.seq)
-        return projection
+            projection = this_turn_only(projection, self.user.seq)
+
+        def fits(view: ContextProjection) -> bool:
+            return not self.worker.budget(view).over_window
+        # never a request over the window: tool results are cut for this request alone
+        return projection if fits(projection) else fit_tool_results(projection, self.user.seq,
+                                                                    fits)
 
     # --- the provider --------------------------------------------------------------------------
 
@@ -387,12 +399,20 @@ class TurnRun:
         all of them or none. `parts` is emptied: that text is saved. A stop pressed meanwhile
         takes effect once they are saved."""
         assert self.user is not None
-        worker, calls = self.worker, step.calls
-        context = ToolContext(self.store, self.session_id, worker.tool_root,
-                              before_seq=self.user.seq, access=worker.file_access)
-        names = [t["function"]["name"] for t in worker.tools]
-        results = [run_tool(call.name, call.arguments, context, enabled=names) for call in calls]
-        rows, stopped = await self._settle(self.store.append_messages, self.session_id, [
+        plan = plan_calls(step.calls, self.calls_run, self.call_ids)
+        calls = plan.run
+        results, stopped = await self._run_calls(calls)
+        self.calls_run += len(calls)
+        if plan.not_run:
+            log.warning("tool_calls_capped session=%s turn=%s asked=%d run=%d not_run=%d",
+                        self.session_id, self.turn_id, len(step.calls), len(calls),
+                        plan.not_run)
+            last = results[-1]
+            results[-1] = dataclasses.replace(last, content=last.content + not_run_note(plan))
+            self.handle._emit(Notice("tools_capped", (
+                f"the model asked for {len(step.calls):,} tool calls at once; "
+                f"{len(calls)} ran, {plan.not_run:,} did not ({plan.cap})")))
+        rows, stopped_saving = await self._settle(self.store.append_messages, self.session_id, [
             NewMessage("assistant", "".join(self.parts), tuple(c.openai() for c in calls),
                        turn_id=self.turn_id, reasoning=self._kept_thinking(step)),
             *(NewMessage("tool", result.content, tool_call_id=call.id, name=call.name,
@@ -405,8 +425,32 @@ class TurnRun:
                      len(result.content))
             self.handle._emit(ToolRan(call.id, call.name, result.status, row.seq,
                                       call_detail(call.name, call.arguments, result.content)))
-        if stopped:
+        if stopped or stopped_saving:
             raise asyncio.CancelledError
+
+    async def _run_calls(self, calls: tuple[ToolCall, ...]) -> tuple[list[ToolResult], bool]:
+        """Each call once, on the store's thread (the event loop keeps drawing and hears
+        Esc). A stop lets the running call end; the calls after it are not run, and say so.
+        Returns the results and whether a stop came."""
+        assert self.user is not None
+        worker = self.worker
+        context = ToolContext(self.store, self.session_id, worker.tool_root,
+                              before_seq=self.user.seq, access=worker.file_access)
+        names = [t["function"]["name"] for t in worker.tools]
+        results: list[ToolResult] = []
+        stopped = False
+        for call in calls:
+            if stopped:
+                results.append(ToolResult(ERROR, "not run: the user stopped the turn"))
+                continue
+            job = asyncio.ensure_future(self.store.io(run_tool, call.name, call.arguments,
+                                                      context, enabled=names))
+            try:
+                results.append(await asyncio.shield(job))
+            except asyncio.CancelledError:  # the call under way ends, and its result stands
+                stopped = True
+                results.append(await job)
+        return results, stopped
 
     # --- compaction ----------------------------------------------------------------------------
 

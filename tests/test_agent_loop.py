@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from picochat.agent_loop import MAX_TOOL_STEPS
+from picochat import tokens
+from picochat.agent_loop import MAX_CALLS_PER_ROUND, MAX_CALLS_PER_TURN, MAX_TOOL_STEPS
 from picochat.config import CompactionConfig, Config, ModelConfig
 from picochat.models import resolve_model
 from picochat.providers.errors import ContextOverflow
-from picochat.session import SessionWorker, ToolRan, TurnFailed, TurnFinished
+from picochat.session import Notice, SessionWorker, ToolRan, TurnFailed, TurnFinished
 from picochat.tools.registry import schemas
 from tests.scripted import Recorder, well_formed
 from tests.test_compaction_engine import talk
@@ -285,3 +286,137 @@ def test_the_summary_block_says_history_search_exists_only_when_offered(store, t
     assert SEARCH_HINT not in plain.messages()[1]["content"]
     assert offered.messages()[1]["content"].endswith("[End historical conversation summary]")
     assert offered.parts().summary > plain.parts().summary  # and the budget counts it
+
+
+# --- a flood of calls, and results bigger than the window (issue 31 item 2) -------------------
+
+
+def flood(round_no, n=3000, name="history_search", args=None):
+    return {"calls": [(f"r{round_no}c{i}", name, json.dumps(args or {"query": f"q{i}"}))
+                      for i in range(n)]}
+
+
+def request_tokens(request):
+    return tokens.count_provider_messages(request.messages) + tokens.count_tools(request.tools)
+
+
+def test_a_flood_of_tool_calls_runs_a_bounded_number_and_the_model_is_told(store, tmp_path):
+    """A server returning 3,000 calls a reply for 8 replies got 24,000 runs and requests far
+    past the window. Now a reply runs at most MAX_CALLS_PER_ROUND calls and a turn at most
+    MAX_CALLS_PER_TURN; the rest are not run, not recorded, and the model and the user are
+    told; the request after the turn's cap offers no tools."""
+    s = store.create_session("flood")
+
+    async def run():
+        rounds = MAX_CALLS_PER_TURN // MAX_CALLS_PER_ROUND
+        provider = Recorder(turns=[flood(r) for r in range(rounds)] + ["Here is what I found."])
+        async with worker(store, s.id, provider, tmp_path, window=16_000) as w:
+            return await one_turn(w), provider
+
+    (outcome, events), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished) and outcome.reply == "Here is what I found."
+    rounds = MAX_CALLS_PER_TURN // MAX_CALLS_PER_ROUND
+    assert len(provider.turn_requests) == rounds + 1
+    assert all(r.tools for r in provider.turn_requests[:rounds])
+    assert provider.turn_requests[-1].tools == ()  # the turn's cap: now the answer
+    rows = store.history(s.id)
+    results = [r for r in rows if r.role == "tool"]
+    assert len(results) == MAX_CALLS_PER_TURN
+    assert [type(e) for e in events].count(ToolRan) == MAX_CALLS_PER_TURN
+    calls = [r for r in rows if r.role == "assistant" and r.tool_calls]
+    assert [len(c.tool_calls) for c in calls] == [MAX_CALLS_PER_ROUND] * rounds
+    # the model is told, in the round's last result, that the rest never ran
+    last_of_round = results[MAX_CALLS_PER_ROUND - 1]
+    assert "2,984 more tool calls in this reply were not run: limit" in last_of_round.content
+    notices = [e for e in events if isinstance(e, Notice) and e.kind == "tools_capped"]
+    assert len(notices) == rounds
+    assert "asked for 3,000 tool calls at once; 16 ran, 2,984 did not" in notices[0].text
+    assert all(request_tokens(r) <= 16_000 for r in provider.turn_requests)
+    assert all(chains_whole(r.messages[1:]) for r in provider.turn_requests)
+
+
+def test_two_calls_with_one_id_both_keep_their_results(store, tmp_path):
+    """A server that repeats an id: the second result used to drop out of the context, and
+    every later request broke strict APIs. Ids are made unique within the turn."""
+    s = store.create_session("dup")
+    twice = {"calls": [("same", "history_search", json.dumps({"query": "a"})),
+                       ("same", "history_search", json.dumps({"query": "b"}))]}
+
+    async def run():
+        provider = Recorder(turns=[twice, twice, "done"])
+        async with worker(store, s.id, provider, tmp_path) as w:
+            return await one_turn(w), provider
+
+    (outcome, _), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished)
+    last = provider.turn_requests[-1].messages
+    ids = [m["tool_call_id"] for m in last if m["role"] == "tool"]
+    assert len(ids) == 4 and len(set(ids)) == 4 and ids[0] == "same"
+    assert chains_whole(last[1:])
+
+
+def test_results_bigger_than_the_window_are_cut_for_the_request_alone(store, tmp_path):
+    """Three reads of a 200 KB file are about 150k tokens, for an 8,192 window: the next request
+    carries each cut to fit, saying how to read it whole; the stored results keep every byte."""
+    s = store.create_session("big")
+    body = "".join(f"line {i}: the canary host answered in {i % 97} ms\n" for i in range(4000))
+    (tmp_path / "big.log").write_text(body)
+    reads = {"calls": [(f"c{i}", "read_file", json.dumps({"path": "big.log", "max_bytes": 262_144}))
+                       for i in range(3)]}
+
+    async def run():
+        provider = Recorder(turns=[reads, "It answered."])
+        async with worker(store, s.id, provider, tmp_path, window=8_192) as w:
+            return await one_turn(w), provider
+
+    (outcome, _), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished), outcome
+    sent = provider.turn_requests[-1]
+    assert request_tokens(sent) <= 8_192
+    results = [m for m in sent.messages if m["role"] == "tool"]
+    assert len(results) == 3
+    stored = [r for r in store.history(s.id) if r.role == "tool"]
+    assert all(r.content == body for r in stored)  # the durable rows keep every byte
+    for m, row in zip(results, stored):
+        assert f"history_search seq={row.seq} reads it whole" in m["content"]
+        assert m["content"].startswith("line 0:")
+
+
+def test_esc_while_tools_run_keeps_what_ran_and_runs_no_more(store, tmp_path, monkeypatch):
+    """Tools run off the event loop, so a stop is heard while one runs: that call ends and
+    its result is kept, the calls after it are not run, and all of it is saved in order."""
+    import threading
+
+    from picochat.tools import registry
+    from picochat.tools.base import Tool
+
+    started, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def slow(args, ctx):
+        ran.append(args["query"])
+        started.set()
+        release.wait(60)  # a bound for a broken test, not a wait for an event: the test
+        return "found it"  # releases it at once
+
+    original = registry.BUILTIN["history_search"]
+    monkeypatch.setitem(registry.BUILTIN, "history_search",
+                        Tool(original.name, original.description, original.parameters, slow))
+    s = store.create_session("stop")
+
+    async def run():
+        provider = Recorder(turns=[flood(0, n=5)])
+        async with worker(store, s.id, provider, tmp_path) as w:
+            handle = w.submit_turn("look it up")
+            await asyncio.to_thread(started.wait, 60)
+            handle.cancel()  # the loop is free while the tool runs: the stop is heard
+            release.set()
+            events = [e async for e in handle]
+            return await handle.result(), events
+
+    outcome, events = asyncio.run(run())
+    assert isinstance(outcome, TurnFailed) and outcome.cancelled
+    assert ran == ["q0"]  # the rest never ran
+    results = [r for r in store.history(s.id) if r.role == "tool"]
+    assert [r.content for r in results] == (
+        ["found it"] + ["not run: the user stopped the turn"] * 4)
