@@ -304,3 +304,47 @@ def test_a_csi_that_never_ends_holds_a_bounded_text():
     shown = [cleaner.feed("a\x1b[")] + [cleaner.feed("1;2;3;") for _ in range(5_000)]
     assert len(cleaner._held) <= 300  # each new piece rescans only this much
     assert "".join(shown + [cleaner.feed("mZ"), cleaner.flush()]) == "aZ"
+
+
+NAME = "w\x1b]0;renamed\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\u202e"
+
+
+def test_picochats_own_lines_are_clean_even_in_a_pipe(run_cli, home, hostile_session):
+    """A session named with escapes (a title change, a clipboard write, a screen clear):
+    what picochat itself says about it is cleaned even into a pipe, since `| cat` hands those
+    bytes to a terminal all the same; data (`history`) stays as stored there."""
+    store = open_store(home / "data" / "picochat.db")
+    try:
+        store.rename_session(hostile_session, NAME)
+    finally:
+        store.close()
+    runs = [run_cli("clear", "-s", NAME),
+            run_cli("export", "-s", NAME, "--format", "md", "-o", str(home / "out.md")),
+            run_cli("pin", "-s", NAME, "the canary host is kv-7"),
+            run_cli("unpin", "-s", NAME, "1"),
+            run_cli("info", "-s", NAME),
+            run_cli("compact", "-s", NAME, "--model", "offline"),
+            run_cli("compact", "--undo", "-s", NAME),
+            run_cli("--bogus\x1b]0;title\x07"),
+            run_cli("ask", "-s", NAME, "--nope\x1b[2J")]
+    for result in runs:
+        for stream in (result.stdout, result.stderr):
+            assert_terminal_safe(stream.encode("utf-8"))
+    assert runs[0].status == 0 and "Context cleared for w" in runs[0].stdout
+    assert runs[1].status == 0 and "Exported" in runs[1].stderr
+    assert runs[7].status == 2 and runs[8].status == 2
+    assert HOSTILE in run_cli("history", "-s", hostile_session).stdout  # data: as stored
+
+
+def test_no_cli_module_writes_around_the_one_writer():
+    """Every line the CLI prints goes through picochat.cli.output, where it is cleaned."""
+    import re
+
+    import picochat.cli as cli
+
+    writes = re.compile(r"sys\.std(out|err)\.write|\bprint\(")
+    offenders = [f"{path.name}:{n}" for path in Path(cli.__file__).parent.glob("*.py")
+                 if path.name != "output.py"
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if writes.search(line)]
+    assert offenders == []

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -21,7 +19,18 @@ from picochat.logs import setup_logging
 from picochat.messages import Session
 from picochat.paths import Paths, resolve_paths
 from picochat.storage.store import Store, open_store
-from picochat.textsafe import StreamCleaner, clean, json_for_terminal
+from picochat.cli.output import (
+    dump_json,
+    err,
+    for_terminal,
+    for_terminal_json,
+    json_text,
+    note,
+    out,
+    say,
+    write_stdout,
+)
+from picochat.textsafe import StreamCleaner
 
 log = logging.getLogger("picochat.cli")
 
@@ -102,64 +111,6 @@ def run(args: argparse.Namespace) -> int:
 def has_terminal() -> bool:
     """Whether the chat app can run: it reads keys from stdin and the user watches stdout."""
     return all(stream is not None and stream.isatty() for stream in (sys.stdin, sys.stdout))
-
-
-def write_stdout(text: str) -> None:
-    """Write `text` to stdout now. A closed pipe stays BrokenPipeError (the reader left: exit
-    0); any other failure (a full disk) is one `OutputError` line naming it."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        silence_stdout()
-        raise
-    except OSError as exc:
-        silence_stdout()
-        raise OutputError(f"cannot write to standard output: {exc.strerror or exc}") from None
-
-
-def silence_stdout() -> None:
-    """Point stdout at /dev/null once a write failed: what is left in Python's buffer would
-    fail again at exit, as a second, traceback-like message."""
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(null, sys.stdout.fileno())
-        finally:
-            os.close(null)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-def out(text: str = "") -> None:
-    write_stdout(text + ("\n" if not text.endswith("\n") else ""))
-
-
-def json_text(value: Any) -> str:
-    return for_terminal_json(json.dumps(value, ensure_ascii=False, indent=2)) + "\n"
-
-
-def dump_json(value: Any) -> None:
-    write_stdout(json_text(value))
-
-
-# Stored text (model output above all) is untrusted: on a terminal it is shown cleaned (no
-# escapes, no control characters, bidi controls as `<U+202E>`); a pipe or a file gets it as stored.
-
-
-def for_terminal(text: str) -> str:
-    return clean(text) if sys.stdout.isatty() else text
-
-
-def for_terminal_json(text: str) -> str:
-    """JSON on a terminal: controls it would obey as \\u escapes, the same data once parsed."""
-    return json_for_terminal(text) if sys.stdout.isatty() else text
-
-
-def err(line: str) -> None:
-    """One `picochat:` line on stderr, cleaned: provider error text and names are quoted in it."""
-    sys.stderr.write(f"picochat: {clean(line)}\n")
-    sys.stderr.flush()
 
 
 # --- the app -------------------------------------------------------------------------------------
@@ -457,8 +408,7 @@ def cmd_export(app: App) -> int:
         # refused (exit 2): picochat's own files, anything but a regular or new file
         done = export_to_file(app.store, session.id, fmt, target,
                               also=(app.paths.config_file, app.paths.log_file))
-        sys.stderr.write(f"Exported {done.messages} messages of {done.session.name} to "
-                         f"{target}\n")
+        note(f"Exported {done.messages} messages of {done.session.name} to {target}")
     elif fmt == "md":  # cleaned on a terminal, as stored in a pipe or a file
         write_stdout(for_terminal(export_session(app.store, session.id, fmt).text))
     else:
@@ -472,9 +422,9 @@ def cmd_clear(app: App) -> int:
     from picochat.pins import pins_stay
 
     pinned = len(app.store.pins(session.id))
-    out(for_terminal(f"Context cleared for {cleared.name}: the next turn starts fresh"
-                     f"{pins_stay(pinned, 'picochat unpin N')}."))
-    out(f"Raw history unchanged: {cleared.message_count} messages stay in `picochat history`.")
+    say(f"Context cleared for {cleared.name}: the next turn starts fresh"
+        f"{pins_stay(pinned, 'picochat unpin N')}.")
+    say(f"Raw history unchanged: {cleared.message_count} messages stay in `picochat history`.")
     return 0
 
 
@@ -502,11 +452,11 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
     if app.opt("json"):
         dump_json(outcome.as_dict())
     elif outcome.status == COMPACTED:
-        out(report.compacted_lines(outcome))
+        say(report.compacted_lines(outcome))
         if dropped := report.dropped_note(outcome):
             err(dropped)
     elif outcome.status == NOTHING_TO_COMPACT:
-        out("Nothing to compact")
+        say("Nothing to compact")
         err(report.nothing_reason(outcome, limits, None if everything else "--all"))
     if outcome.error is not None:
         err(compaction_failure_line(outcome.error))
@@ -522,12 +472,12 @@ def _uncompact(app: App, session: Session) -> int:
                    "active_checkpoint_id": result.active,
                    "context_generation": result.context_generation})
     elif result.undone is None:
-        out("Nothing to uncompact: the session has no active checkpoint")
+        say("Nothing to uncompact: the session has no active checkpoint")
     else:
-        out(f"Compaction undone: {result.undone} is no longer active")
-        out(f"The context now uses checkpoint {result.active}" if result.active
+        say(f"Compaction undone: {result.undone} is no longer active")
+        say(f"The context now uses checkpoint {result.active}" if result.active
             else "The context now uses the raw history")
-        out("Raw history unchanged")
+        say("Raw history unchanged")
     return 0
 
 
@@ -543,7 +493,7 @@ def cmd_info(app: App) -> int:
     if app.opt("json"):
         dump_json(usage.as_dict())
     else:
-        out(for_terminal(usage.text()))  # the session's name is the user's, and may be anything
+        say(usage.text())  # the session's name is the user's, and may be anything
     return 0
 
 
@@ -570,9 +520,8 @@ def cmd_pin(app: App) -> int:
     else:
         session = _named_or_latest(app) or app.store.find_or_create_session(app.opt("session"))
     pin = _pins_worker(app, session).add_pin(text, seq)
-    out(for_terminal(f"Pinned #{pin.number} in {session.name} ({pin.tokens:,} tokens): the "
-                     "model reads it word for word in every request; "
-                     f"`picochat unpin {pin.number}` removes it"))
+    say(f"Pinned #{pin.number} in {session.name} ({pin.tokens:,} tokens): the model reads it "
+        f"word for word in every request; `picochat unpin {pin.number}` removes it")
     return 0
 
 
@@ -604,7 +553,7 @@ def cmd_unpin(app: App) -> int:
 
     session = app.session()
     pin = _pins_worker(app, session).remove_pin(app.args.number)
-    out(for_terminal(f"Unpinned from {session.name}: {pin_label(pin)}"))
+    say(f"Unpinned from {session.name}: {pin_label(pin)}")
     return 0
 
 
@@ -620,7 +569,7 @@ def cmd_config(app: App) -> int:
         out(effective_config_text(app.config))
     else:
         write_starter_config(path, force=app.args.force)
-        out(f"Wrote a starter config to {path}")
+        say(f"Wrote a starter config to {path}")
     return 0
 
 

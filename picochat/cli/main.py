@@ -7,7 +7,6 @@ is imported only when a real model is called.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Sequence
 
 from picochat.cli.parser import build_parser
@@ -30,23 +29,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return commands.run(args)
     except KeyboardInterrupt:
-        sys.stderr.write("picochat: interrupted\n")
+        from picochat.cli.output import err
+
+        err("interrupted")
         return 130
     except BrokenPipeError:  # the reader left (`| head`): nothing more to say to it
-        from picochat.cli.commands import silence_stdout
+        from picochat.cli.output import silence_stdout
 
         silence_stdout()
         return 0
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
+        from picochat.cli.output import err  # error text may quote a server or a file
         from picochat.errors import PicochatError
 
         if isinstance(exc, PicochatError):
-            from picochat.textsafe import clean  # error text may quote a server or a file
-
-            sys.stderr.write(f"picochat: {clean(exc.user_line())}\n")
+            err(exc.user_line())
             return exc.exit_status
-        sys.stderr.write(f"picochat: internal error ({type(exc).__name__}); "
-                         f"{_log_internal_error(args, exc)}\n")
+        err(f"internal error ({type(exc).__name__}); {_log_internal_error(args, exc)}")
         return 1
 
 

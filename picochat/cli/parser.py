@@ -8,7 +8,6 @@ command's help says what it does and shows an example, examples first where they
 from __future__ import annotations
 
 import argparse
-import sys
 from textwrap import dedent, indent
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -24,7 +23,9 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"picochat: {message} (see `{self.prog} --help`)\n")
+        from picochat.cli.output import err  # the message quotes the words given
+
+        err(f"{message} (see `{self.prog} --help`)")
         raise SystemExit(2)
 
 
