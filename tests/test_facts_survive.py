@@ -37,7 +37,11 @@ from tests.scripted import Recorder
 SYSTEM = "You are a test assistant."
 FILLER = ("Please keep this in mind for the rest of our work together, it matters a lot to "
           "the team and we will come back to it later when we plan the rollout. ")
-WELL_FORMED_WITHOUT_FACTS = "\n\n".join(f"## {h}\n- (none)" for h in sc.HEADINGS)
+# prose without one exact value (nine `- (none)` alone is an empty summary, which the gate
+# refuses: issue 31, item 9)
+WELL_FORMED_WITHOUT_FACTS = "\n\n".join(
+    f"## {h}\n" + ("- The user asked to remember some values for later steps."
+                   if h == "Objective" else "- (none)") for h in sc.HEADINGS)
 JUNK = "Sure! I can help with that. What would you like to do next?"
 
 

@@ -5,6 +5,7 @@ headings made canonical."""
 
 from __future__ import annotations
 
+import asyncio
 import string
 from dataclasses import dataclass
 
@@ -717,6 +718,145 @@ def test_an_unknown_check_is_a_programming_error():
         SummaryJunk("x", check="vibes")
 
 
+# --- an empty summary (issue 31, item 9) -----------------------------------------------------
+# Nine `- (none)` sections passed the four checks above and became a checkpoint: the span's
+# prose was gone. A weak model (or an attacker) may write nothing in many ways; a summary of a
+# span that said nothing (a greeting) may say nothing too.
+
+GREETING = transcript([msg(1, "user", "hi"), msg(2, "assistant", "hello")])
+
+
+def nine(body) -> str:
+    """The nine headings, `body(heading)` under each."""
+    return "\n\n".join(f"## {h}\n{body(h)}".rstrip() for h in sc.HEADINGS)
+
+
+NONE = nine(lambda h: "- (none)")
+EMPTY_LINE = "the summary is empty: its nine headings hold nothing but placeholders like '(none)'"
+
+
+def test_nine_headings_of_none_for_a_span_with_content_are_rejected_as_empty():
+    err = rejected(NONE)
+    assert err.check == "empty" and err.message == EMPTY_LINE
+
+
+@pytest.mark.parametrize("placeholder", [
+    "none", "None.", "N/A", "n/a", "-", "—", "nothing", "Nothing.", "(empty)", "*(none)*",
+    "- none", "- N/A", "- —", "- Nothing to report yet.", "- Not applicable.", "- TBD",
+    "- null", "- (none)\n- (none)\n- none", "none none none none", "- None, nothing, N/A.",
+])
+def test_every_kind_of_placeholder_is_empty(placeholder):
+    err = rejected(nine(lambda h: placeholder))
+    assert err.check == "empty" and err.message == EMPTY_LINE
+
+
+@pytest.mark.parametrize("name, summary", [
+    ("only the headings", nine(lambda h: "")),
+    ("only whitespace", nine(lambda h: "   \n\t\n ")),
+    ("only punctuation", nine(lambda h: "- ...\n- ;;\n- ()\n- ***")),
+    ("bold headings, nothing else", "\n".join(f"**{h}:**" for h in sc.HEADINGS)),
+    ("labels with placeholders", "\n".join(f"**{h}:** none" for h in sc.HEADINGS)),
+    ("each heading says it is empty", nine(lambda h: f"- No {h.lower()} recorded.")),
+    ("an empty code block", nine(lambda h: "```\n```" if h == "Exact Facts" else "- (none)")),
+])
+def test_headings_with_nothing_under_them_are_empty(name, summary):
+    err = rejected(summary)
+    assert err.check == "empty" and err.message == EMPTY_LINE, name
+
+
+def test_one_word_for_a_span_with_content_is_nearly_empty():
+    for word in ("ok", "Done.", "**deployed**"):
+        err = rejected(nine(lambda h: f"- {word}" if h == "Progress" else "- (none)"))
+        assert err.check == "empty"
+        assert err.message.startswith("the summary is nearly empty: 1 word of content under "
+                                      "its nine headings, for ")
+
+
+def test_padding_a_placeholder_with_filler_is_still_empty():
+    padded = nine(lambda h: f"- There is no {h.lower()} in this conversation so far.")
+    assert rejected(padded).check == "empty"
+
+
+def test_the_previous_summary_is_content_an_empty_summary_would_lose():
+    previous = ("## Objective\n- Migrate billing to Postgres 16; db-legacy-03 stays "
+                "read-only until March.")
+    source = transcript([msg(9, "user", "ok"), msg(10, "assistant", "ok")], previous)
+    assert rejected(NONE, source).check == "empty"
+
+
+def test_an_empty_summary_of_a_span_that_said_nothing_passes():
+    assert gate(NONE, GREETING) == NONE
+    summary = offline(GREETING)
+    assert gate(summary, GREETING) == summary
+
+
+def test_short_summaries_that_say_something_pass():
+    for said in ("- run the services", "- The user said hi.", "- 部署服务", "- port 9443"):
+        summary = nine(lambda h: said if h == "Objective" else "- (none)")
+        assert gate(summary) == summary
+        assert gate(summary, GREETING) == summary
+
+
+def test_content_in_a_code_block_or_under_exact_facts_is_content():
+    code = nine(lambda h: "```sh\nmake deploy\n```" if h == "Exact Facts" else "- (none)")
+    assert gate(code) == code
+    facts = nine(lambda h: "- #5: port 9443" if h == "Exact Facts" else "- (none)")
+    assert gate(facts) == facts
+
+
+def test_an_empty_summary_is_judged_after_the_headings():
+    assert rejected(NONE.replace("## Decisions\n- (none)\n\n", "")).check == "headings"
+    assert rejected(NONE, finish="length").check == "cut_off"
+
+
+PLACEHOLDERS = st.sampled_from(["- (none)", "none", "N/A", "-", "—", "nothing", "(empty)",
+                                "n/a", "", "- ...", "- Nothing yet.", "- None so far."])
+
+
+@settings(max_examples=100, deadline=None)
+@given(bodies=st.lists(PLACEHOLDERS, min_size=9, max_size=9),
+       styles=st.lists(st.sampled_from(range(4)), min_size=9, max_size=9))
+def test_any_nine_headings_of_placeholders_are_empty_for_a_span_with_content(bodies, styles):
+    text = "\n\n".join(f"{STYLES[s](h)}\n{b}" for h, s, b in zip(sc.HEADINGS, styles, bodies))
+    err = rejected(text)
+    assert err.check == "empty" and err.message == EMPTY_LINE
+
+
+def test_an_empty_summary_changes_nothing_through_compact_context(store):
+    """The rejection happens before any commit: no checkpoint, no timeline entry, the same
+    context, and one line that says why, on both the `compact` and the auto path."""
+    from picochat.compaction import report
+    from picochat.compaction.compact import CompactRequest, compact_context
+    from picochat.budget import budget_limits
+    from picochat.failures import compaction_failure_line
+    from picochat.projection import restore
+    from tests.scripted import Recorder
+
+    s = store.create_session("empty")
+    for i in range(30):  # over the auto-compact point of a 3,000-token window
+        store.append_message(s.id, "user", f"question {i}: " + "the api runs on port 8443. " * 6,
+                             turn_id=f"t{i}")
+        store.append_message(s.id, "assistant", f"answer {i}: " + "noted, port 8443. " * 6,
+                             turn_id=f"t{i}")
+    before = restore(store, s.id)
+    for reason in ("manual", "auto"):
+        provider = Recorder(summaries=[NONE])
+        request = CompactRequest(session_id=s.id, reason=reason, system_prompt="sys",
+                                 limits=budget_limits(3_000, None, 1_024, 400))
+        outcome = asyncio.run(compact_context(store, provider, request))
+        assert len(provider.summary_requests) == 1 and outcome.summary_called
+        assert outcome.status == "failed" and not outcome.compacted
+        assert isinstance(outcome.error, SummaryJunk) and outcome.error.check == "empty"
+        assert store.checkpoints(s.id) == [] and store.timeline(s.id) == []
+        after = restore(store, s.id)
+        assert after.summary is None and after.ledger == before.ledger
+        assert [m.seq for m in after.raw] == [m.seq for m in before.raw]
+        assert after.context_generation == before.context_generation
+        for line in (compaction_failure_line(outcome.error), report.compaction_note(outcome)):
+            assert "\n" not in line and EMPTY_LINE in line
+            assert "previous context is unchanged" in line
+
+
 # --- properties ------------------------------------------------------------------------------
 
 STYLES = [lambda h: f"## {h}", lambda h: f"### {h.lower()}", lambda h: f"**{h}:**",
@@ -730,13 +870,15 @@ WORDS = st.text(alphabet=string.ascii_letters + string.digits + " .,;:()/-_=", m
        styles=st.lists(st.sampled_from(range(len(STYLES))), min_size=9, max_size=9),
        preamble=st.sampled_from(["", "Here is the summary:\n", "Checkpoint summary\n\n"]))
 def test_any_summary_of_the_nine_headings_passes_and_normalizes_once(bullets, styles, preamble):
+    """Of a span with nothing to say (a greeting), as the bullets may say nothing either: an
+    empty summary of a span with content is check 5's (below)."""
     body = ["\n".join(["- " + b for b in items] or ["- (none)"]) for items in bullets]
     canonical = "\n\n".join(f"## {h}\n{b}" for h, b in zip(sc.HEADINGS, body))
     styled = preamble + "\n\n".join(f"{STYLES[s](h)}\n{b}"
                                     for h, s, b in zip(sc.HEADINGS, styles, body))
-    out = gate(styled)
+    out = gate(styled, GREETING)
     assert out == canonical
-    assert gate(out) == out
+    assert gate(out, GREETING) == out
 
 
 @settings(max_examples=300, deadline=None)

@@ -33,10 +33,21 @@ Checks, in the order they are reported (the first that fails is the one the user
 4. **headings**: one of the nine headings is missing or repeated (the fact ledger merges into
    the one `## Exact Facts`); an empty reply fails here, unless the provider said `length`
    (a reasoning model that spent its cap thinking was cut off).
+5. **empty**: the nine headings are there and nothing is under them: only placeholders
+   (`- (none)`, `N/A`, `-`, `—`, "Nothing.", "No constraints were stated."), punctuation or
+   blank lines (issue 31, item 9: nine `(none)` sections passed, and the span's prose was
+   lost). A placeholder line is a negation ("none", "no", "N/A", "nothing", …) among filler
+   words ("yet", "stated", "the", …) and the headings' own words; a word of content is any
+   other word that is not filler, and a CJK character is one word. The summary
+   needs `min(EMPTY_FLOOR, the span's words of content // EMPTY_RATIO)` of them, the span
+   being its records and the previous summary without picochat's framing lines: so one word
+   ("ok") does not summarize a page, a span of "hi" and "hello" may summarize to nothing, and
+   "run the services" is a summary.
 
 Echo and continuation come first because they say this model cannot do the job (retrying it
 rarely helps; another summary model does); a cut-off says the cap was too small, and explains
-the headings it lacks; missing headings are the catch-all. Every rejection is a
+the headings it lacks; missing headings are the catch-all; an empty summary is judged last,
+on the normalized text, as only a well-formed summary can be empty. Every rejection is a
 `SummaryRejected`, so the caller handles it as any failed candidate check: `/compact` keeps the
 old context, auto compaction the old projection, overflow recovery trims (degraded).
 
@@ -60,7 +71,7 @@ from picochat import tokens
 from picochat.compaction.candidate import RETRY_HINT, SummaryRejected
 from picochat.pins import PINS_CLOSE, PINS_OPEN
 
-CHECKS = ("echo", "continuation", "cut_off", "headings")
+CHECKS = ("echo", "continuation", "cut_off", "headings", "empty")
 HINT = RETRY_HINT
 CUT_OFF_HINT = "the previous context is unchanged; a truncated summary would lose facts"
 
@@ -68,6 +79,8 @@ PREAMBLE_CHARS = 120      # one line this short before the first heading is a gr
 ECHO_RUN = 3              # consecutive copied record lines that make an echo
 ECHO_MIN_CHARS = 20       # shorter lines ("Done.", "- (none)") are too common to call copied
 NEAR_CAP = 0.75           # see the module docstring, check 3
+EMPTY_FLOOR = 2           # words a summary of a span with content must say: check 5
+EMPTY_RATIO = 10          # ...one per ten of the span's, so "hi" and "hello" may say nothing
 
 _DELIMITERS = (sc.TRANSCRIPT_BEGIN, sc.TRANSCRIPT_END, sc.PREVIOUS_SUMMARY_BEGIN,
                sc.PREVIOUS_SUMMARY_END, sc.SUMMARY_OPEN, sc.SUMMARY_CLOSE,
@@ -92,6 +105,18 @@ _TEMPLATE_AT_EDGE = re.compile(rf"^\s*(?:{_TEMPLATE})|(?:{_TEMPLATE})\s*$", re.I
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s")
 _QUOTED = re.compile(r"\"[^\"\n]*\"|“[^”\n]*”")
 _ADDRESS = re.compile(r"\bI(?:'m|'ll|'ve|'d)?\b|(?i:\b(?:me|my|you|your|you're|let's)\b)")
+# a word: one CJK character (a logogram says as much as a word) or a run of other letters/digits
+_CJK = "\u2e80-\u9fff\uf900-\ufaff"
+_WORD = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+_NEGATIONS = frozenset("none nothing empty null nil na tbd no not unknown".split())  # n/a: na
+_FILLER = _NEGATIONS | frozenset(
+    "a an yet so far applicable available given stated mentioned recorded noted reported specified "
+    "provided identified known made there is are were was been have has had any the of or and "
+    "in this that to for at now time point section summary conversation span report here "
+    "currently specific relevant other additional further new".split())
+_HEADING_WORDS = frozenset(w for h in sc.HEADINGS for w in h.lower().split())
+_HEADING_WORDS |= {w[:-1] for w in _HEADING_WORDS if w.endswith("s")}  # "No constraint."
+_META = re.compile(r"^\[(?:source: |[\d,]+ older messages omitted)")  # transcript framing
 
 
 class SummaryJunk(SummaryRejected):
@@ -130,10 +155,12 @@ def check_summary(text: str, transcript: str, *, max_tokens: int, finish: str | 
             out += [f"## {_CANONICAL[_flat(labels[i]['name'])]}", labels[i]["rest"].rstrip()]
         else:
             out.append(line)
-    return "\n".join(out).strip()
+    summary = "\n".join(out).strip()
+    _check_empty(summary, transcript)
+    return summary
 
 
-# --- the four checks ------------------------------------------------------------------------
+# --- the five checks ------------------------------------------------------------------------
 
 
 def _check_echo(lines: list[str], fenced: list[bool], transcript: str) -> None:
@@ -212,6 +239,23 @@ def _check_headings(text: str, found: list[str]) -> None:
         raise SummaryJunk(f"the summary repeats {_names(repeated)}", check="headings")
 
 
+def _check_empty(summary: str, transcript: str) -> None:
+    """`summary` (normalized, the nine headings present) must say something when its span
+    did: a model that answers nine `- (none)` would replace the span's prose with nothing."""
+    said = _words_said(summary.splitlines())
+    if said >= EMPTY_FLOOR:  # the common case: the transcript need not be read
+        return
+    span = _span_words(transcript)
+    if said >= min(EMPTY_FLOOR, span // EMPTY_RATIO):
+        return
+    if not said:
+        raise SummaryJunk("the summary is empty: its nine headings hold nothing but "
+                          "placeholders like '(none)'", check="empty")
+    raise SummaryJunk(f"the summary is nearly empty: {said} word{'s' if said != 1 else ''} of "
+                      f"content under its nine headings, for {span:,} words in the "
+                      "conversation", check="empty")
+
+
 # --- reading the text -----------------------------------------------------------------------
 
 
@@ -282,6 +326,34 @@ def _split_previous(transcript: str) -> tuple[str, str]:
             previous, tail = rest.split(sc.PREVIOUS_SUMMARY_END, 1)
             return previous, head + tail
     return "", transcript
+
+
+def _words_said(lines: list[str]) -> int:
+    """How many words of `lines` say something. Headings, fence lines and placeholders say
+    nothing, nor do filler words ("the", "so far") anywhere."""
+    return sum(_line_words(line) for line in lines
+               if not (_heading(line) or _FENCE.match(line)))
+
+
+def _line_words(line: str) -> int:
+    """The words of one line that say something. A placeholder says nothing: `- (none)`,
+    `N/A`, "No constraints were stated." (a negation, and only filler or the headings' words
+    besides); "fact fact" is no placeholder, only junk of another kind."""
+    words = _WORD.findall(line.lower().replace("n/a", "na"))
+    if any(w in _NEGATIONS for w in words) and all(
+            w in _FILLER or w in _HEADING_WORDS for w in words):
+        return 0
+    return sum(1 for w in words if w not in _FILLER)
+
+
+def _span_words(transcript: str) -> int:
+    """The words the summary stands for: the records' lines and the previous summary's,
+    without picochat's framing (delimiters, record headers, the source line)."""
+    previous, records = _split_previous(transcript)
+    lines = [line for line in records.splitlines()
+             if line.strip() not in _DELIMITER_SET and not _RECORD_HEADER.match(line)
+             and not _META.match(line.strip())]
+    return _words_said(previous.splitlines()) + _words_said(lines)
 
 
 def _bullet(line: str) -> bool:
