@@ -8,6 +8,7 @@ import time
 from typing import Any, Sequence
 
 from picochat.ledger import counts, facts_line
+from picochat.mdsafe import code_span, fence, plain
 from picochat.messages import INTERRUPTED, Checkpoint, Message, Pin, Session
 
 
@@ -108,49 +109,61 @@ def history_text(session: Session, messages: list[Message], checkpoint: Checkpoi
 
 def export_markdown(session: Session, messages: list[Message],
                     checkpoints: list[Checkpoint], pins: Sequence[Pin] = ()) -> str:
+    """The session as Markdown: picochat's headings around what was said. Everything picochat
+    did not write (messages, summaries, pins, names, ids) is fenced or escaped (`mdsafe`), so
+    no content can make a heading, hide a real one, run as HTML or load an image."""
     active = next((c for c in checkpoints if c.id == session.active_context_checkpoint_id), None)
-    lines = [f"# {session.name}", "",
-             f"- session id: `{session.id}`",
-             f"- created: {when(session.created_at)}",
-             f"- messages: {len(messages)}",
-             f"- checkpoints: {len(checkpoints)}", ""]
+    lines = _md_title(session, len(messages), len(checkpoints))
     if pins:  # what every request carried, before the history
         lines += ["## Pins (sent word for word in every request)", ""]
         for pin in pins:
             source = f" (from #{pin.source_seq})" if pin.source_seq is not None else ""
-            lines += [f"### Pin {pin.number}{source}", "", _fence(pin.text), ""]
+            lines += [f"### Pin {pin.number}{source}", "", fence(pin.text), ""]
     for m in messages:
-        tag = marks(m, session, active)
-        suffix = f" · _{', '.join(tag)}_" if tag else ""
-        lines.append(f"## #{m.seq} · {m.role} · {when(m.created_at)}{suffix}")
-        lines.append("")
-        if m.role == "tool":
-            lines.append(f"Result of `{m.tool_call_id}`{' (' + m.name + ')' if m.name else ''}:")
-            lines.append("")
-            lines.append(_fence(m.content))
-        elif m.content:
-            lines.append(m.content)
-        for call in m.tool_calls or ():
-            lines.append("")
-            lines.append(f"Tool call `{call.get('id')}`:")
-            lines.append(_fence(json.dumps(call.get("function", {}), ensure_ascii=False,
-                                           indent=2), "json"))
-        lines.append("")
+        lines += _md_message(m, session, active)
     if checkpoints:
-        lines.append("# Checkpoints")
-        lines.append("")
+        lines += ["# Checkpoints", ""]
         for cp in checkpoints:
-            state = "active" if active and cp.id == active.id else "inactive"
-            lines.append(f"## {cp.id} · generation {cp.generation} · {cp.trigger_reason} · {state}"
-                         + (" · degraded" if cp.degraded else ""))
-            lines.append("")
-            lines.append(f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens; raw tail from "
-                         f"seq {cp.first_retained_seq}; created {when(cp.created_at)}; "
-                         f"{facts_line(cp.ledger)}")
-            lines.append("")
-            lines.append(cp.summary)
-            lines.append("")
+            lines += _md_checkpoint(cp, active)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _md_title(session: Session, messages: int, checkpoints: int) -> list[str]:
+    """The name escaped: anyone who could run `ask --session` chose it."""
+    return [f"# {plain(session.name)}", "",
+            f"- session id: {code_span(session.id)}",
+            f"- created: {when(session.created_at)}",
+            f"- messages: {messages}",
+            f"- checkpoints: {checkpoints}", ""]
+
+
+def _md_message(m: Message, session: Session, active: Checkpoint | None) -> list[str]:
+    """A message's heading, then its text fenced, then its tool calls. Ids and names (a model
+    chose them) are inline code on one line: a backtick or a line break cannot end the line."""
+    tag = marks(m, session, active)
+    suffix = f" · _{', '.join(tag)}_" if tag else ""
+    lines = [f"## #{m.seq} · {m.role} · {when(m.created_at)}{suffix}", ""]
+    if m.role == "tool":
+        name = f" ({code_span(m.name)})" if m.name else ""
+        lines += [f"Result of {code_span(str(m.tool_call_id))}{name}:", "", fence(m.content)]
+    elif m.content:
+        lines.append(fence(m.content))
+    for call in m.tool_calls or ():
+        lines += ["", f"Tool call {code_span(str(call.get('id')))}:",
+                  fence(json.dumps(call.get("function", {}), ensure_ascii=False, indent=2),
+                        "json")]
+    return lines + [""]
+
+
+def _md_checkpoint(cp: Checkpoint, active: Checkpoint | None) -> list[str]:
+    """A checkpoint's heading and numbers, then its summary fenced: a model wrote it."""
+    state = "active" if active and cp.id == active.id else "inactive"
+    return [f"## {cp.id} · generation {cp.generation} · {cp.trigger_reason} · {state}"
+            + (" · degraded" if cp.degraded else ""), "",
+            f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens; raw tail from "
+            f"seq {cp.first_retained_seq}; created {when(cp.created_at)}; "
+            f"{facts_line(cp.ledger)}", "",
+            fence(cp.summary), ""]
 
 
 def export_json(session: Session, messages: list[Message], checkpoints: list[Checkpoint],
@@ -163,16 +176,6 @@ def export_json(session: Session, messages: list[Message], checkpoints: list[Che
         "checkpoints": [checkpoint_json(c, session.active_context_checkpoint_id)
                         for c in checkpoints],
     }, ensure_ascii=False, indent=2) + "\n"
-
-
-def _fence(text: str, lang: str = "") -> str:
-    """A code fence longer than any backtick run inside `text`."""
-    longest, run = 0, 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{lang}\n{text}\n{fence}"
 
 
 def checkpoints_table(checkpoints: list[Checkpoint], active_id: str | None) -> str:
