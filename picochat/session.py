@@ -60,6 +60,7 @@ from picochat.storage.store import Store, UncompactResult, UndoResult
 from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
 from picochat.turn import TurnRun, internal_error, settle
+from picochat.unsent import Unsent
 from picochat.turn_events import (
     CUT_AT_LIMIT,
     Compacted,
@@ -156,6 +157,7 @@ class SessionWorker:
         self.calibration: Calibration | None = None  # the last request's reported prompt size
         self._jobs = JobQueue(f"session-{session_id}")
         self._current: TurnHandle | None = None
+        self.unsaved: list[Unsent] = []  # sent while closing, and not saved
         self.recovered: tuple[Message, ...] = ()  # drafts of killed processes `start()` saved
 
     @property
@@ -212,16 +214,28 @@ class SessionWorker:
         next start reopens it (`note_opened`, on the store's thread)."""
         await self.store.io(note_opened, self.store, self.session_id)
 
-    async def close(self) -> None:
+    async def close(self, within_s: float | None = None) -> tuple[Unsent, ...]:
         """Start nothing new: cancel the running turn (keeping what it has) and every queued
-        job, then stop."""
+        job, then stop. `within_s`: a write waits that long at most for another process's lock
+        (a quitting app). Returns the messages sent but not saved: the caller keeps them."""
         self._jobs.closing = True
+        if within_s is not None:
+            self.store.stop_waiting(within_s)
         if self._current is not None:
             self._current.cancel()
         await self._jobs.close()
         await self.provider.aclose()
         if self._summary_provider is not None:
             await self._summary_provider.aclose()
+        return tuple(self.unsaved)
+
+    @property
+    def closing(self) -> bool:
+        return self._jobs.closing
+
+    def not_saved(self, handle: TurnHandle) -> None:
+        """A message sent while closing whose row could not be written: returned by `close`."""
+        self.unsaved.append(Unsent(self.session_id, handle.turn_id, handle.text))
 
     async def __aenter__(self) -> "SessionWorker":
         return await self.start()
@@ -297,6 +311,7 @@ class SessionWorker:
         except Exception as exc:  # noqa: BLE001 - closing: report, never raise
             log.warning("turn_failed session=%s turn=%s kind=%s stage=unsent_message",
                         self.session_id, handle.turn_id, type(exc).__name__)
+            self.not_saved(handle)
         log.info("turn_unsent session=%s turn=%s seq=%s", self.session_id, handle.turn_id,
                  user_seq)
         failed = TurnFailed(handle.turn_id, TurnCancelled("stopped before it was sent"),

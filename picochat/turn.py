@@ -207,6 +207,8 @@ class TurnRun:
                 exc = internal_error(exc, self.session_id, self.turn_id)
             log.warning("turn_failed session=%s turn=%s kind=%s stage=user_message",
                         self.session_id, self.turn_id, exc.kind)
+            if self.worker.closing:  # no prompt to take it back: the app keeps it
+                self.worker.not_saved(handle)
             handle._emit(TurnFailed(self.turn_id, exc, None, None))
             return
         crashpoints.reached("user_written")

@@ -408,3 +408,64 @@ async def test_the_app_opens_with_a_killed_answer_recovered_and_says_so(store):
                    for n in notes), notes
         assert "The port is 8443" in "".join(
             w.source for w in app.query_one(ChatView).query("AssistantMessage"))
+
+
+async def test_quitting_while_another_picochat_holds_the_lock_keeps_every_message(
+        tmp_path, monkeypatch):
+    """SIGTERM or ctrl+q while another process holds the write lock: the app waited 10 s per
+    pending write and lost the queued messages without a word. The whole wait is now bounded,
+    what could not be saved goes to a private file and the way out says so, and the next
+    start puts it back in the prompt."""
+    import stat
+    import time
+
+    from picochat.paths import resolve_paths
+    from picochat.tui.app import SHUTDOWN_WAIT_S, PicochatApp
+    from picochat.unsent import unsent_file
+    from tests.test_tui import SMALL_KEEP
+
+    monkeypatch.setenv("PICOCHAT_BUSY_TIMEOUT_MS", "120000")  # the lock outlasts any wait
+    paths = resolve_paths(str(tmp_path / "data"), str(tmp_path / "cfg" / "config.toml"))
+    store = open_store(paths.database)
+    session = store.create_session("t")
+    model = resolve_model(SMALL_KEEP, "offline")
+    hold = asyncio.Event()
+    app = PicochatApp(store, session, model, Slow(["part"], gap=0, hold=hold), SMALL_KEEP,
+                      paths)
+    blocker = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, app, lambda: app.ready)
+            await say(pilot, "first question")
+            await settle(pilot, app, lambda: app.worker.busy and store.history(session.id))
+            await say(pilot, "second: keep port 8443")
+            await say(pilot, "third: and the host kv-7")
+            await settle(pilot, app, lambda: app.worker.queued == 2)
+            blocker.execute("BEGIN IMMEDIATE")  # another picochat holds the lock for good
+            began = time.monotonic()
+            app.exit()
+        took = time.monotonic() - began
+    finally:
+        if blocker.in_transaction:
+            blocker.execute("ROLLBACK")
+        blocker.close()
+    # bounded by the shutdown's wait, not by the 120 s busy timeout (a wide margin: no race)
+    assert took < 60, took
+    assert SHUTDOWN_WAIT_S < 60
+    note = app.exit_note or ""
+    assert "2 messages you sent could not be saved" in note and str(unsent_file(paths.data_dir)) \
+        in note, note
+    kept = unsent_file(paths.data_dir)
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert [m.content for m in store.history(session.id)] == ["first question"]
+
+    # the next start: both are back in the prompt, oldest first, and the file is gone
+    app = PicochatApp(store, store.find_session("t"), model, Slow(["ok"], gap=0), SMALL_KEEP,
+                      paths)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready and app.query_one(Prompt).text)
+        assert app.query_one(Prompt).text == ("second: keep port 8443\n\n"
+                                              "third: and the host kv-7")
+        assert any("back in the prompt" in str(n.message) for n in app._notifications)
+    assert not kept.exists()
+    store.close()

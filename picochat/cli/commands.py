@@ -139,6 +139,8 @@ def cmd_tui(app: App) -> int:
         tui.run()
     finally:
         tui.release_signals()
+    if tui.exit_note:  # the screen is restored: a line the user can still read
+        err(tui.exit_note)
     # The session on screen at the end, switched to or not, is the one the next start opens.
     # Recorded after the app, not before: an app that failed (a damaged database) writes
     # nothing, and a start shows its first frame without waiting for a write lock.

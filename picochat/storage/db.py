@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from picochat.errors import StorageError
 from picochat.fsutil import make_private_dir
@@ -149,10 +150,36 @@ def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
 
 
+LOCK_SLICE_MS = 100  # a store's writer waits for another process's lock in slices this long
+
+
+def begin_waiting(conn: sqlite3.Connection, mode: str, deadline: Callable[[], float]) -> None:
+    """`BEGIN mode` on a connection whose busy timeout is one LOCK_SLICE_MS, tried again while
+    another process holds the write lock, until `deadline()` (a `time.monotonic()` instant,
+    read again each slice: a quitting app pulls it in, and the wait ends then, not 10 s on)."""
+    while True:
+        try:
+            conn.execute(f"BEGIN {mode}")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() >= deadline():
+                raise
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY or \
+        "locked" in str(exc)
+
+
 @contextmanager
-def transaction(conn: sqlite3.Connection, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Connection]:
-    """`BEGIN IMMEDIATE … COMMIT`, or a full rollback on any exception."""
-    conn.execute(f"BEGIN {mode}")
+def transaction(conn: sqlite3.Connection, mode: str = "IMMEDIATE",
+                deadline: Callable[[], float] | None = None) -> Iterator[sqlite3.Connection]:
+    """`BEGIN IMMEDIATE … COMMIT`, or a full rollback on any exception. With `deadline`, the
+    lock is waited for in slices (`begin_waiting`)."""
+    if deadline is None:
+        conn.execute(f"BEGIN {mode}")
+    else:
+        begin_waiting(conn, mode, deadline)
     try:
         yield conn
     except BaseException:

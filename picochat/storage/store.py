@@ -45,7 +45,8 @@ from picochat.messages import (
     valid_text,
 )
 from picochat.statements import statements_of, to_json
-from picochat.storage.db import connect, connect_reader, describe_error, transaction
+from picochat.storage.db import (LOCK_SLICE_MS, busy_timeout_ms, connect, connect_reader,
+                                 describe_error, transaction)
 
 Clock = Callable[[], int]
 T = TypeVar("T")
@@ -173,6 +174,10 @@ class Store:
         self._lock = threading.RLock()
         self._rlock = self._lock if reader is None else threading.RLock()
         self._executor: ThreadPoolExecutor | None = None
+        # a write waits for another process's lock in short slices, up to the busy timeout
+        # or `stop_waiting`'s instant, whichever is first
+        self._conn.execute(f"PRAGMA busy_timeout = {LOCK_SLICE_MS}")
+        self._stop_waiting_at = math.inf
 
     def close(self) -> None:
         if self._executor is not None:
@@ -185,8 +190,18 @@ class Store:
 
     # --- plumbing ------------------------------------------------------------------------------
 
+    def stop_waiting(self, within_s: float) -> None:
+        """From now on a write waits at most `within_s` more for another process's lock: a
+        quitting app bounds its shutdown, and says what it could not save."""
+        self._stop_waiting_at = min(self._stop_waiting_at, time.monotonic() + within_s)
+
     def _write(self) -> Any:
         return _Guard(self, "IMMEDIATE", self._conn, self._lock)
+
+    def _lock_deadline(self) -> Callable[[], float]:
+        """When a write begun now stops waiting for the lock: the busy timeout, or sooner."""
+        full = time.monotonic() + busy_timeout_ms() / 1000
+        return lambda: min(full, self._stop_waiting_at)
 
     def _read(self) -> Any:
         return _Guard(self, "DEFERRED", self._reader, self._rlock)
@@ -843,7 +858,8 @@ class _Guard:
     def __enter__(self) -> sqlite3.Connection:
         self.lock.acquire()
         try:
-            self._tx = transaction(self.conn, self.mode)
+            self._tx = transaction(self.conn, self.mode, self.store._lock_deadline()
+                                   if self.mode == "IMMEDIATE" else None)
             return self._tx.__enter__()
         except sqlite3.Error as exc:
             self.lock.release()

@@ -52,6 +52,7 @@ from picochat.tui.screens import CardScreen
 from picochat.tui.themes import bundled_dir, install_themes
 from picochat.tui.welcome import Welcome
 from picochat.tui.status import StatusBar
+from picochat.unsent import Unsent, keep, take
 
 
 log = logging.getLogger("picochat.tui")
@@ -71,6 +72,7 @@ class OneLine(Exception):
 
 PANEL_BESIDE_CHAT_FROM = 76  # columns
 FULL_FOOTER_FROM = 100       # columns
+SHUTDOWN_WAIT_S = 2.0        # quitting waits this long at most for another picochat's lock
 
 
 class PicochatApp(App[None]):
@@ -117,6 +119,7 @@ class PicochatApp(App[None]):
         self._gc = IdleCollector()
         self._theme_notes = self.load_themes()
         self.saved_theme = self.theme  # what the config file says now
+        self.exit_note: str | None = None  # the CLI prints it once the screen is restored
 
     # --- layout ---------------------------------------------------------------------------------
 
@@ -170,6 +173,7 @@ class PicochatApp(App[None]):
     async def open_transcript(self) -> None:
         try:
             await self.reload()
+            self.restore_unsent()
         finally:
             self.transcript_ready.set()  # turns and commands typed meanwhile go on from here
             # then tiktoken and litellm, in threads: started earlier, their imports held the
@@ -229,9 +233,43 @@ class PicochatApp(App[None]):
 
     async def on_unmount(self) -> None:
         self._gc.stop()
-        await self.worker.close()
+        unsaved = await self.worker.close(within_s=SHUTDOWN_WAIT_S)
+        if unsaved:
+            self.exit_note = self._keep_unsaved(unsaved)
         if self.signals is not None:
             self.signals.loop_ends()
+
+    def _keep_unsaved(self, unsaved: tuple[Unsent, ...]) -> str:
+        """Messages sent but not saved at quit go to the unsent file; the line says where.
+        If even that fails, the line holds the words themselves: the terminal keeps them."""
+        n = len(unsaved)
+        what = f"{n} message{'s' if n != 1 else ''} you sent could not be saved"
+        if self.paths is not None:
+            try:
+                path = keep(self.paths.data_dir, unsaved)
+                return (f"{what} (the database stayed locked by another picochat); kept in "
+                        f"{path}, {'they come' if n != 1 else 'it comes'} back in the prompt "
+                        "when this session is opened again")
+            except OSError as exc:
+                log.warning("unsent_not_kept kind=%s", type(exc).__name__)
+        return f"{what}, nor kept in a file; here {'they are' if n != 1 else 'it is'}: " + \
+            " | ".join(m.text for m in unsaved)
+
+    def restore_unsent(self) -> None:
+        """Messages of this session kept at a quit that could not save them: back in the
+        prompt, oldest first, ahead of anything typed, so Enter sends them again."""
+        if self.paths is None:
+            return
+        back = take(self.paths.data_dir, self.session.id)
+        if not back:
+            return
+        prompt = self.query_one(Prompt)
+        for message in reversed(back):
+            prompt.put_ahead(turns.as_typed(message.text), "\n\n")
+        n = len(back)
+        self.notify(literal(f"{n} message{'s' if n != 1 else ''} that could not be saved when "
+                            f"picochat last quit {'are' if n != 1 else 'is'} back in the prompt"),
+                    title="Not lost", timeout=10)
 
     # --- what is shown --------------------------------------------------------------------------
 
@@ -407,6 +445,7 @@ class PicochatApp(App[None]):
         await self.worker.opened()  # the next start reopens it, even after a kill
         self.warm_up()
         await self.reload()
+        self.restore_unsent()
         self.refresh_status()
 
     # --- actions (keys and the command palette) -------------------------------------------------

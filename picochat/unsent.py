@@ -1,0 +1,78 @@
+"""Messages the user sent that could not be saved when the app quit (another picochat held the
+database's write lock past the shutdown's bound): kept in a private file beside the database,
+and put back in the prompt when that session is next opened. Nothing typed is lost.
+
+The file holds the user's words, so it is 0600 and written whole or not at all; it goes away
+once every message in it is back in a prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable
+
+from picochat.fsutil import atomic_write_text
+
+log = logging.getLogger("picochat.unsent")
+FILE_NAME = "unsent.json"
+
+
+@dataclass(frozen=True)
+class Unsent:
+    session_id: str
+    turn_id: str
+    text: str
+
+
+def unsent_file(data_dir: Path) -> Path:
+    return data_dir / FILE_NAME
+
+
+def keep(data_dir: Path, messages: Iterable[Unsent]) -> Path:
+    """Add `messages` to the file (after any kept before). Raises OSError if it cannot be
+    written: the caller says so, with the words still on its hands."""
+    path = unsent_file(data_dir)
+    kept = _read(path) + list(messages)
+    atomic_write_text(path, json.dumps({"version": 1, "messages": [asdict(m) for m in kept]},
+                                       ensure_ascii=False))
+    log.info("unsent_kept count=%d", len(kept))
+    return path
+
+
+def take(data_dir: Path, session_id: str) -> list[Unsent]:
+    """The session's kept messages, oldest first, removed from the file (the others stay).
+    A file that cannot be read or rewritten is left alone and yields nothing: better kept
+    twice than lost."""
+    path = unsent_file(data_dir)
+    kept = _read(path)
+    mine = [m for m in kept if m.session_id == session_id]
+    if not mine:
+        return []
+    rest = [m for m in kept if m.session_id != session_id]
+    try:
+        if rest:
+            atomic_write_text(path, json.dumps(
+                {"version": 1, "messages": [asdict(m) for m in rest]}, ensure_ascii=False))
+        else:
+            os.unlink(path)
+    except OSError as exc:
+        log.warning("unsent_not_taken kind=%s", type(exc).__name__)
+        return []
+    log.info("unsent_taken count=%d", len(mine))
+    return mine
+
+
+def _read(path: Path) -> list[Unsent]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return [Unsent(str(m["session_id"]), str(m["turn_id"]), str(m["text"]))
+                for m in data["messages"]]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # damaged: kept for the user
+        log.warning("unsent_unreadable kind=%s", type(exc).__name__)
+        return []
