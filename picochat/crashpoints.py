@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-POINTS = ("user_written", "summary_in_flight", "before_commit", "in_commit")
+POINTS = ("user_written", "summary_in_flight", "before_commit", "in_commit", "quitting")
 
 
 def reached(point: str) -> None:

@@ -469,3 +469,25 @@ async def test_quitting_while_another_picochat_holds_the_lock_keeps_every_messag
         assert any("back in the prompt" in str(n.message) for n in app._notifications)
     assert not kept.exists()
     store.close()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM])
+def test_an_app_hung_in_its_shutdown_still_ends_soon_after_a_quit_signal(home, tmp_path,
+                                                                         signum):
+    """Once, closing the terminal left the app hung for good (Textual's writer thread blocked
+    on a full queue). Here the shutdown hangs on purpose (a test-only pause point): the
+    process still ends, with the signal's status, moments after the signal."""
+    from tests.reliability.test_signals import Terminal
+
+    marker = tmp_path / "hung"
+    term = Terminal(dict(os.environ, TERM="xterm-256color", PICOCHAT_CRASH_POINT="quitting",
+                         PICOCHAT_CRASH_FILE=str(marker)))
+    try:
+        term.wait_for("offline")
+    except BaseException:
+        term.proc.kill()
+        raise
+    term.proc.send_signal(signum)
+    code = term.finish()  # a process that never ends fails here, after WAIT_S
+    assert marker.exists(), "the shutdown never reached the pause point"
+    assert code == 128 + signum

@@ -26,7 +26,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, OptionList, TextArea
 from textual.worker import Worker, WorkerState
 
-from picochat import tokens
+from picochat import crashpoints, tokens
 from picochat.config import Config, save_ui_theme
 from picochat.context_usage import context_series
 from picochat.errors import PicochatError
@@ -72,7 +72,8 @@ class OneLine(Exception):
 
 PANEL_BESIDE_CHAT_FROM = 76  # columns
 FULL_FOOTER_FROM = 100       # columns
-SHUTDOWN_WAIT_S = 2.0        # quitting waits this long at most for another picochat's lock
+SHUTDOWN_WAIT_S = 1.0        # quitting waits this long at most for another picochat's lock
+                             # (under signals.EXIT_WITHIN_S, so what it could not save is kept)
 
 
 class PicochatApp(App[None]):
@@ -232,6 +233,7 @@ class PicochatApp(App[None]):
             self.signals.release()
 
     async def on_unmount(self) -> None:
+        crashpoints.reached("quitting")
         self._gc.stop()
         unsaved = await self.worker.close(within_s=SHUTDOWN_WAIT_S)
         if unsaved:
