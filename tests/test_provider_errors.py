@@ -5,8 +5,10 @@ blames the window, with figures and what to do; a configured key of any length i
 
 from __future__ import annotations
 
+import base64
 import re
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -195,6 +197,28 @@ def test_a_short_key_echoed_by_the_server_is_masked(run_cli, fake, home, status)
     log = (home / "data" / "picochat.log").read_text(encoding="utf-8")
     for key in ("Zq7x", "Wv3"):
         assert key not in result.stderr and key not in result.stdout and key not in log
+
+
+def test_an_echoed_key_in_any_encoding_is_masked_in_the_line_and_the_log(run_cli, fake, home):
+    """A proxy quotes the upstream body (JSON inside the message, `/` written `\\/`), the
+    request URL (lower-case percent-encoding), the Authorization header (base64 of `Bearer
+    KEY`) and the key upper-cased across a line break: none of them is the key to the user."""
+    from tests.test_key_redaction import KEY, leaks
+
+    encoded = quote(KEY, safe="").replace("%2F", "%2f").replace("%2B", "%2b")
+    header = base64.b64encode(f"Bearer {KEY}".encode()).decode()
+    upper = KEY.upper()[:10] + "\n" + KEY.upper()[10:]
+    escaped = KEY.replace("/", "\\/")
+    fake.script(("status", 400, {"error": {"type": "x", "message": (
+        f'upstream: {{"detail": "bad key {escaped}"}} url=?k={encoded} auth={header} '
+        f"seen={upper}")}}))
+    result = ask(run_cli, "hello", {"FAKE_API_KEY": KEY})
+    assert_clean_failure(result)
+    assert ('upstream: {"detail": "bad key [key]"} url=?k=[key] auth=[key] seen=[key]'
+            in result.stderr), result.stderr
+    log = (home / "data" / "picochat.log").read_text(encoding="utf-8")
+    for out in (result.stderr, result.stdout, log):
+        assert leaks(out, KEY) == [], out
 
 
 def test_short_keys_are_masked_as_whole_tokens_only():
