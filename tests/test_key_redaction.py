@@ -17,7 +17,6 @@ import io
 import json
 import logging
 import re
-import time
 from collections.abc import Callable
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
@@ -247,9 +246,8 @@ def test_generic_shapes_leave_words_alone():
         assert redact(text) == text
 
 
-def test_long_runs_of_escape_characters_take_linear_time():
-    """A body of 100,000 backslashes (or `%25`s) is not a 25-second stall in a log filter."""
+def test_long_runs_of_escape_characters_are_masked_whole():
+    """A body of 100,000 backslashes (or `%25`s) goes through (its speed, linear, is in
+    tests/bench/redact_cases.py), and a key behind such a run is still masked."""
     for text in ("\\" * 100_000, "%25" * 50_000, "sk-" + "\\" * 100_000, "&#" + "0" * 100_000):
-        started = time.monotonic()
-        redact(text, [KEY, "abc"])
-        assert time.monotonic() - started < 5, text[:10]  # quadratic took ~25 s, linear ~0.05 s
+        assert redact(text + " " + KEY, [KEY, "abc"]).endswith("[key]"), text[:10]

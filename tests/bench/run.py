@@ -26,7 +26,8 @@ from typing import Any, Callable
 from tests.bench.timing import Figure
 
 MODULES = ("tests.bench.process_cases", "tests.bench.engine_cases", "tests.bench.ledger_cases",
-           "tests.bench.tui_cases", "tests.bench.estimate_cases", "tests.bench.statement_cases")
+           "tests.bench.tui_cases", "tests.bench.estimate_cases", "tests.bench.statement_cases",
+           "tests.bench.redact_cases")
 
 
 @dataclass(frozen=True)
