@@ -206,8 +206,11 @@ class SessionWorker:
         was streaming is back, marked interrupted."""
         def where(m: Message) -> str:
             return "" if m.session_id == self.session_id else " of another session"
+        def late(m: Message) -> str:  # out of place: in the history, not in the context
+            return ("; kept out of the context: a newer turn or a /clear came after its "
+                    "question" if m.retracted else "")
         return [f"an answer cut off when picochat was killed is saved as interrupted "
-                f"(message #{m.seq}{where(m)})" for m in self.recovered]
+                f"(message #{m.seq}{where(m)}){late(m)}" for m in self.recovered]
 
     async def opened(self) -> None:
         """The app now shows this worker's session (started in it, or switched to it): the

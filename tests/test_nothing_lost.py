@@ -27,6 +27,7 @@ import pytest
 from picochat.config import Config
 from picochat.messages import INTERRUPTED
 from picochat.models import resolve_model
+from picochat.projection import restore
 from picochat.session import SessionWorker
 from picochat.storage import open_store
 from picochat.tui.chat import ChatView, Notice, UserMessage
@@ -44,6 +45,15 @@ def dead_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()
     return proc.pid
+
+
+def dead_owner(db: Path) -> str:
+    """The lock token of a draft writer that has ended: its file is there, no one holds it."""
+    from picochat.storage.owner import owners_dir
+
+    owners_dir(db).mkdir(mode=0o700, exist_ok=True)
+    (owners_dir(db) / "0123456789abcdef").touch(mode=0o600)
+    return "0123456789abcdef"
 
 
 def draft_rows(db: Path) -> list[tuple]:
@@ -95,7 +105,8 @@ async def test_a_dead_process_draft_becomes_an_interrupted_answer_at_the_next_st
     store.save_draft(other.id, "t_live", "still streaming elsewhere")
     conn = sqlite3.connect(store.path)
     with conn:  # the first draft's writer died; the second's still runs (this very process)
-        conn.execute("UPDATE drafts SET owner_pid = ? WHERE turn_id = 't_dead'", (dead_pid(),))
+        conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ? WHERE turn_id = 't_dead'",
+                     (dead_pid(), dead_owner(store.path)))
     conn.close()
 
     worker = SessionWorker(store, other.id, resolve_model(Config(), "offline"), Slow([]), "sys")
@@ -393,7 +404,8 @@ async def test_the_app_opens_with_a_killed_answer_recovered_and_says_so(store):
     store.save_draft(session.id, "t_dead", "The port is 8443")
     conn = sqlite3.connect(store.path)
     with conn:
-        conn.execute("UPDATE drafts SET owner_pid = ?", (dead_pid(),))
+        conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ?",
+                     (dead_pid(), dead_owner(store.path)))
     conn.close()
     app = make_app(store)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
@@ -491,3 +503,91 @@ def test_an_app_hung_in_its_shutdown_still_ends_soon_after_a_quit_signal(home, t
     code = term.finish()  # a process that never ends fails here, after WAIT_S
     assert marker.exists(), "the shutdown never reached the pause point"
     assert code == 128 + signum
+
+
+# --- drafts belong to their turn (issue 31, item 11) ----------------------------------------
+
+
+async def recover(store, sid):
+    worker = SessionWorker(store, sid, resolve_model(Config(), "offline"), Slow([]), "sys")
+    async with worker:
+        return worker.recovered_notes()
+
+
+def dead_draft(store, sid, turn_id, text):
+    store.save_draft(sid, turn_id, text)
+    conn = sqlite3.connect(store.path)
+    with conn:
+        conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ? WHERE turn_id = ?",
+                     (dead_pid(), dead_owner(store.path), turn_id))
+    conn.close()
+
+
+async def test_a_draft_recovered_after_a_newer_turn_is_kept_but_never_sent_as_its_answer(store):
+    """A killed answer recovered after another process began a newer turn used to land after
+    that turn's question, and the model read it as the answer to the newer question."""
+    s = store.create_session("late")
+    store.append_message(s.id, "user", "what is the staging port?", turn_id="t_old")
+    dead_draft(store, s.id, "t_old", "The staging port is 8443")
+    store.append_message(s.id, "user", "and who owns the release?", turn_id="t_new")
+    notes = await recover(store, s.id)
+    rows = store.history(s.id)
+    late = rows[-1]
+    assert (late.role, late.content, late.status, late.turn_id) == (
+        "assistant", "The staging port is 8443", INTERRUPTED, "t_old")  # kept in the log
+    context = [m.content for m in restore(store, s.id).raw]
+    assert context == ["what is the staging port?", "and who owns the release?"]
+    assert len(notes) == 1 and "kept out of the context" in notes[0]
+
+
+async def test_a_draft_from_before_a_clear_stays_out_of_the_cleared_context(store):
+    s = store.create_session("cleared")
+    store.append_message(s.id, "user", "what is the staging port?", turn_id="t_old")
+    dead_draft(store, s.id, "t_old", "The staging port is 8443")
+    store.clear_context(s.id)
+    await recover(store, s.id)
+    assert store.history(s.id)[-1].content == "The staging port is 8443"
+    assert restore(store, s.id).raw == ()  # the clear holds
+
+
+async def test_a_draft_of_the_latest_turn_is_recovered_into_the_context(store):
+    s = store.create_session("in place")
+    store.append_message(s.id, "user", "what is the staging port?", turn_id="t_old")
+    dead_draft(store, s.id, "t_old", "The staging port is 8443")
+    notes = await recover(store, s.id)
+    assert [m.content for m in restore(store, s.id).raw] == [
+        "what is the staging port?", "The staging port is 8443"]
+    assert "kept out of the context" not in notes[0]
+
+
+def test_a_live_writer_in_another_pid_namespace_keeps_its_draft(tmp_path):
+    """A process in a container shares the data folder, not the pid: its pid here may be
+    anyone's, or no one's. The lock it holds tells it alive; its draft is left alone, and
+    recovered once it has ended."""
+    db = tmp_path / "picochat.db"
+    store = open_store(db)
+    sid = store.create_session("c").id
+    store.append_message(sid, "user", "q", turn_id="t_c")
+    store.close()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys\nfrom pathlib import Path\nfrom picochat.storage import open_store\n"
+        f"s = open_store(Path({str(db)!r}))\n"
+        f"s.save_draft({sid!r}, 't_c', 'half an answer')\n"
+        "print('saved', flush=True)\nsys.stdin.read()\n")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "saved"
+        conn = sqlite3.connect(db)
+        with conn:  # as seen from another pid namespace: the pid names a process long gone
+            conn.execute("UPDATE drafts SET owner_pid = ?", (dead_pid(),))
+        conn.close()
+        store = open_store(db)
+        assert store.recover_drafts() == []  # alive: left alone
+        assert len(draft_rows(db)) == 1
+        holder.stdin.close()
+        holder.wait(timeout=WAIT_S)
+        assert [m.content for m in store.recover_drafts()] == ["half an answer"]
+        store.close()
+    finally:
+        if holder.poll() is None:
+            holder.kill()

@@ -204,6 +204,12 @@ MIGRATIONS: tuple[Step, ...] = (
         PRIMARY KEY (session_id, number)
     ) WITHOUT ROWID;
     """,
+    # 14: a draft's owner is told alive by a lock it holds (`storage/owner.py`), not by pid
+    # and start time alone: a process in another pid namespace (a container) shares the
+    # database but not the pid. NULL for drafts written before.
+    """
+    ALTER TABLE drafts ADD COLUMN owner_lock TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

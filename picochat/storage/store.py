@@ -45,6 +45,7 @@ from picochat.messages import (
     valid_text,
 )
 from picochat.statements import statements_of, to_json
+from picochat.storage.owner import my_token, owner_alive
 from picochat.storage.db import (LOCK_SLICE_MS, busy_timeout_ms, connect, connect_reader,
                                  describe_error, transaction)
 
@@ -366,7 +367,8 @@ class Store:
         """Append messages in one transaction (all or none), seqs following the durable
         maximum; for imports and for building large sessions. The draft of every turn written
         goes in the same transaction: its text is in the log now. `if_draft`: append only if
-        that turn's draft is still there (two processes recovering it append it once)."""
+        that turn's draft is still there (two processes recovering it append it once); the
+        rows then stay out of the context when their turn was overtaken (`_overtaken`)."""
         prepared = []
         for d in drafts:
             if d.role not in ROLES:
@@ -390,10 +392,11 @@ class Store:
         now = self._clock()
         out: list[Message] = []
         with self._write() as c:
-            _session_row(c, session_id)
+            session = _session_row(c, session_id)
             if if_draft is not None and not c.execute(
                     "SELECT 1 FROM drafts WHERE turn_id = ?", (if_draft,)).fetchone():
                 return []
+            late = if_draft is not None and _overtaken(c, session, if_draft)
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                             (session_id,)).fetchone()[0]
             turns = {d.turn_id for d, *_ in prepared if d.turn_id}
@@ -412,7 +415,11 @@ class Store:
                 out.append(Message(session_id, seq, d.role, d.content,
                                    tuple(calls) if calls else None, d.tool_call_id, d.name,
                                    d.turn_id, d.tool_status, d.status, count, now,
-                                   statements=found, reasoning=d.reasoning))
+                                   retracted=late, statements=found, reasoning=d.reasoning))
+            if late and out:  # kept in the log, out of the context: the context is unchanged
+                c.execute("INSERT INTO retractions (session_id, from_seq, to_seq, "
+                          "context_generation, created_at) VALUES (?, ?, ?, ?, ?)",
+                          (session_id, out[0].seq, seq, session.context_generation, now))
             c.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
         return out
 
@@ -423,10 +430,10 @@ class Store:
         Outside the append-only log: the answer itself is appended once, when it ends."""
         with self._write() as c:
             c.execute("INSERT INTO drafts (turn_id, session_id, content, owner_pid, owner_start, "
-                      "updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(turn_id) DO UPDATE SET "
-                      "content = excluded.content, updated_at = excluded.updated_at",
+                      "owner_lock, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(turn_id) "
+                      "DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at",
                       (turn_id, session_id, valid_text(content), os.getpid(),
-                       process_start(os.getpid()), self._clock()))
+                       process_start(os.getpid()), my_token(self.path), self._clock()))
 
     def drop_draft(self, turn_id: str) -> None:
         with self._write() as c:
@@ -436,14 +443,16 @@ class Store:
                        ) -> list[Message]:
         """Turn each draft whose process is gone (killed mid-answer) into an interrupted
         answer of its turn; a whitespace-only draft is just dropped. Returns the answers.
-        A draft whose process still runs is left alone however old: it may be thinking."""
-        alive = alive or process_alive
+        A draft whose process still runs is left alone however old: it may be thinking. The
+        owner is told alive by the lock it holds (`storage/owner.py`), else by its pid;
+        `alive(pid, start)`, given, decides alone (tests)."""
         with self._read() as c:
-            rows = c.execute("SELECT turn_id, session_id, content, owner_pid, owner_start "
-                             "FROM drafts").fetchall()
+            rows = c.execute("SELECT turn_id, session_id, content, owner_pid, owner_start, "
+                             "owner_lock FROM drafts").fetchall()
         recovered: list[Message] = []
-        for turn_id, session_id, content, pid, start in rows:
-            if alive(pid, start):
+        for turn_id, session_id, content, pid, start, lock in rows:
+            told = None if alive is not None or not lock else owner_alive(self.path, lock)
+            if (alive or process_alive)(pid, start) if told is None else told:
                 continue
             if not content.strip():
                 with self._write() as c:
@@ -846,6 +855,19 @@ def process_alive(pid: int, start: int | None) -> bool:
     except OSError:  # PermissionError: it runs, as another user
         return True
     return True
+
+
+def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str) -> bool:
+    """Whether a turn's recovered answer would land out of place: its question was cleared
+    (`/clear` after it), undone, or is gone, or a newer turn began after its rows. Appended at
+    the end of the log, it would read as the answer to that newer question."""
+    last = c.execute(f"SELECT MAX(seq) FROM messages m WHERE session_id = ? AND turn_id = ? "
+                     f"AND {_NOT_RETRACTED}", (session.id, turn_id)).fetchone()[0]
+    if last is None or last <= session.context_floor_seq:
+        return True
+    return c.execute("SELECT 1 FROM messages WHERE session_id = ? AND seq > ? AND "
+                     "(turn_id IS NULL OR turn_id != ?) LIMIT 1",
+                     (session.id, last, turn_id)).fetchone() is not None
 
 
 class _Guard:
