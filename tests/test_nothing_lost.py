@@ -591,3 +591,41 @@ def test_a_live_writer_in_another_pid_namespace_keeps_its_draft(tmp_path):
     finally:
         if holder.poll() is None:
             holder.kill()
+
+
+# --- the open app and other writers (issue 31, item 13) -------------------------------------
+
+
+async def test_a_turn_another_picochat_writes_shows_in_the_open_app(store):
+    """A concurrent `ask` on the open session: the transcript and the bar follow (the bar
+    once said 1,412 while /info said 4,334)."""
+    from picochat.tui.chat import AssistantMessage
+
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        before = app._bar.used
+        other = open_store(store.path)  # another process's connection
+        try:
+            other.append_message(app.session.id, "user", "the canary host is kv-7 " * 40,
+                                 turn_id="t_other")
+            other.append_message(app.session.id, "assistant", "noted: kv-7", turn_id="t_other")
+        finally:
+            other.close()
+        await settle(pilot, app, lambda: "noted: kv-7" in [
+            m.text for m in app.query_one(ChatView).query(AssistantMessage)],
+                     what="the other process's turn never showed")
+        assert app._bar.used > (before or 0)
+
+
+async def test_a_database_deleted_under_the_app_is_said_and_nothing_more_is_sent(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        os.replace(store.path, store.path.with_name("moved.db"))
+        await settle(pilot, app, lambda: app.database_gone)
+        assert any("deleted or replaced" in str(n.message) for n in app._notifications)
+        await say(pilot, "keep port 8443")
+        await settle(pilot, app, lambda: app.query_one(Prompt).text == "keep port 8443")
+        assert any("Not sent" in str(n.render()) for n in app.query_one(ChatView).query(Notice))
+        assert not app.worker.busy

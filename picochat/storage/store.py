@@ -179,6 +179,8 @@ class Store:
         # or `stop_waiting`'s instant, whichever is first
         self._conn.execute(f"PRAGMA busy_timeout = {LOCK_SLICE_MS}")
         self._stop_waiting_at = math.inf
+        self._file = _identity(path)
+        self._seen_version: int | None = self._conn.execute("PRAGMA data_version").fetchone()[0]
 
     def close(self) -> None:
         if self._executor is not None:
@@ -190,6 +192,18 @@ class Store:
                 self._reader.close()
 
     # --- plumbing ------------------------------------------------------------------------------
+
+    def outside_changes(self) -> tuple[bool, bool]:
+        """(replaced, others_wrote): whether the database file is gone or another file now
+        (what this store writes, no one will read again), and whether another process
+        committed since the last call. `PRAGMA data_version` on the writer connection changes
+        only for other connections' commits, never for its own."""
+        replaced = self._file is not None and _identity(self.path) != self._file
+        with self._lock:
+            version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        wrote = self._seen_version is not None and version != self._seen_version
+        self._seen_version = version
+        return replaced, wrote
 
     def stop_waiting(self, within_s: float) -> None:
         """From now on a write waits at most `within_s` more for another process's lock: a
@@ -855,6 +869,15 @@ def process_alive(pid: int, start: int | None) -> bool:
     except OSError:  # PermissionError: it runs, as another user
         return True
     return True
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file a path names now (device, inode); None when there is none."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str) -> bool:

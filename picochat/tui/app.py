@@ -72,6 +72,9 @@ class OneLine(Exception):
 
 PANEL_BESIDE_CHAT_FROM = 76  # columns
 FULL_FOOTER_FROM = 100       # columns
+DATABASE_GONE = ("The database file {path} was deleted or replaced while picochat ran: what "
+                 "you send now would be saved where no one will look. Quit (ctrl+q) and start "
+                 "picochat again; nothing is sent until then")
 SHUTDOWN_WAIT_S = 1.0        # quitting waits this long at most for another picochat's lock
                              # (under signals.EXIT_WITHIN_S, so what it could not save is kept)
 
@@ -121,6 +124,9 @@ class PicochatApp(App[None]):
         self._theme_notes = self.load_themes()
         self.saved_theme = self.theme  # what the config file says now
         self.exit_note: str | None = None  # the CLI prints it once the screen is restored
+        self.database_gone = False   # the database file was deleted or replaced meanwhile
+        self._outside_pending = False  # another process wrote: shown once nothing runs here
+        self._watching = False
 
     # --- layout ---------------------------------------------------------------------------------
 
@@ -310,6 +316,33 @@ class PicochatApp(App[None]):
         # not while the transcript is still being mounted either: that is start-up work too
         self._gc.tick(busy=self.worker.busy or bool(self.state)
                       or not self.transcript_ready.is_set())
+        if not self._watching and self.transcript_ready.is_set():
+            self._watching = True
+            self.watch_outside()
+
+    @work(group="outside", exit_on_error=False)
+    async def watch_outside(self) -> None:
+        """Another picochat (`ask`, `compact --undo`) wrote to the database: the transcript,
+        the panel and the bar follow, once nothing runs here. The database file deleted or
+        replaced: said once, and nothing more is sent (it would be saved where no one looks)."""
+        try:
+            replaced, wrote = await self.store.io(self.store.outside_changes)
+            if replaced and not self.database_gone:
+                self.database_gone = True
+                log.warning("database_replaced session=%s", self.session.id)
+                self.notify(literal(DATABASE_GONE.format(path=self.store.path)),
+                            title="Database gone", severity="error", timeout=3600)
+            self._outside_pending = self._outside_pending or wrote
+            if (self._outside_pending and not self.database_gone and not self.worker.busy
+                    and not self.worker.queued and not self.state):
+                self._outside_pending = False
+                log.info("outside_write session=%s", self.session.id)
+                await self.reload()
+                self.refresh_status()
+        except PicochatError as exc:
+            log.warning("outside_check_failed kind=%s", exc.kind)
+        finally:
+            self._watching = False
 
     def set_activity(self, activity: str, stoppable: bool = False,
                      retry_in: float | None = None) -> None:

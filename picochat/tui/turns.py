@@ -42,6 +42,11 @@ async def send(app: "PicochatApp", text: str) -> None:
     shown in full, in the order sent."""
     await app.transcript_ready.wait()
     chat = app.query_one(ChatView)
+    if app.database_gone:  # it would be saved in a file no one will read again
+        await chat.add_notice("Not sent: the database file was deleted or replaced; quit and "
+                              "start picochat again. It is back in the prompt", "error")
+        back_to_prompt(app, text)
+        return
     if await _too_long(app, chat, text):
         return
     queued = app.worker.busy or app.worker.queued > 0
