@@ -1,8 +1,10 @@
 """Model output is untrusted: it may carry terminal escapes or control bytes meant to repaint,
-retitle or write the clipboard of the user's terminal, and bidi controls that reorder a line.
-Both front ends show it only through this module (pure, standard library only).
+retitle or write the clipboard of the user's terminal, bidi controls that reorder a line, and
+invisible characters that carry text no reader sees (zero-width spaces, Unicode tag characters
+spelling out a command). Both front ends show it only through this module (pure, standard
+library only), and the app copies only what it shows.
 
-- `clean(text)`: the text as it may be shown on a terminal.
+- `clean(text)`: the text as it may be shown on a terminal (and copied from one).
 - `StreamCleaner`: `clean` for text that arrives in pieces, where an escape sequence may be split
   between two pieces: the joined output equals `clean` of the joined input.
 - `json_for_terminal(text)`: JSON text with the characters a terminal would obey written as
@@ -20,7 +22,14 @@ _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\
 
 # Bidi controls reorder what the terminal shows (the "Trojan Source" trick): shown, not obeyed.
 _BIDI_CHARS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-_BIDI = re.compile(f"[{_BIDI_CHARS}]")
+# Characters a terminal draws as nothing and that join or shape nothing: a zero-width space,
+# word joiner, invisible operators, BOM, tag characters (which spell ASCII unseen) and the
+# variation selectors past U+E0100 (which can carry bytes behind one emoji). Shown, like bidi.
+# ZWJ and ZWNJ stay: emoji sequences and several scripts need them, and they hide no text.
+_INVISIBLE_CHARS = ("\u180e\u200b\u2060-\u2064\u206a-\u206f\ufeff\ufff9-\ufffb"
+                    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e007f"
+                    "\U000e0100-\U000e01ef")
+_NAMED = re.compile(f"[{_BIDI_CHARS}{_INVISIBLE_CHARS}]")
 
 # The end of a piece that `_ESCAPES` would read differently once more text arrives: a lone ESC,
 # a CSI without its final byte, an OSC without its terminator (perhaps with the ESC of an ST).
@@ -29,15 +38,17 @@ _OPEN_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?)?\Z")
 
 _CSI_KEEP = 128  # of an open CSI's head and of its tail: what is held while it stays open
 
-# What json.dumps(ensure_ascii=False) leaves raw that a terminal may obey: DEL, C1, bidi.
-_JSON_UNSAFE = re.compile(f"[\x7f-\x9f{_BIDI_CHARS}]")
+# What json.dumps(ensure_ascii=False) leaves raw that a terminal may obey or hide: DEL, C1,
+# bidi controls, invisible characters.
+_JSON_UNSAFE = re.compile(f"[\x7f-\x9f{_BIDI_CHARS}{_INVISIBLE_CHARS}]")
 
 
 def clean(text: str) -> str:
     """`text` without escape sequences or control characters (tabs and newlines stay), and
-    with bidi controls named as visible text (`<U+202E>`) instead of reordering the line."""
+    with bidi controls and invisible characters named as visible text (`<U+202E>`,
+    `<U+200B>`) instead of reordering the line or hiding text in it."""
     text = _ESCAPES.sub("", text.replace("\r\n", "\n"))
-    return _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+    return _NAMED.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
 
 
 class StreamCleaner:
@@ -72,10 +83,18 @@ class StreamCleaner:
 
 
 def json_for_terminal(text: str) -> str:
-    """JSON text (from json.dumps) with DEL, C1 controls and bidi controls as `\\uXXXX`
-    escapes; json.dumps already escapes C0. Outside strings JSON text is ASCII, so the result
-    parses to the same data."""
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    """JSON text (from json.dumps) with DEL, C1 controls, bidi controls and invisible
+    characters as `\\uXXXX` escapes (a pair of them past U+FFFF, as JSON spells those);
+    json.dumps already escapes C0. Outside strings JSON text is ASCII, so the result parses to
+    the same data."""
+    return _JSON_UNSAFE.sub(lambda m: _json_escape(m.group()), text)
+
+
+def _json_escape(char: str) -> str:
+    """`char` as JSON's `\\uXXXX` escapes: its UTF-16 code units (a surrogate pair past
+    U+FFFF)."""
+    units = char.encode("utf-16-be")
+    return "".join(f"\\u{units[i] << 8 | units[i + 1]:04x}" for i in range(0, len(units), 2))
 
 
 # Cyrillic and Greek letters that pass for Latin ones, as the Latin they pass for: a line that

@@ -46,7 +46,7 @@ from picochat.tui.idle_gc import IdleCollector
 from picochat.tui.keys import help_rows
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
-from picochat.tui.safe import literal
+from picochat.tui.safe import clean, literal
 from picochat.tui.signals import QuitSignals
 from picochat.tui.screens import CardScreen
 from picochat.tui.themes import bundled_dir, install_themes
@@ -288,6 +288,13 @@ class PicochatApp(App[None]):
         if isinstance(message, Text):
             message, markup = message.plain, False
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    def copy_to_clipboard(self, text: str) -> None:
+        """Every copy leaves through here (c on an item, /copy, Textual's own copy of
+        selected text or of the prompt): the clipboard gets `text` as the screen shows it,
+        never an escape sequence or invisible character that the screen dropped or named.
+        An answer hiding `rm -rf` in a link's target must not paste it into a shell."""
+        super().copy_to_clipboard(clean(text))
 
     def usage(self):
         return self.worker.info()

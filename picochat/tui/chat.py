@@ -17,7 +17,7 @@ from picochat.messages import INTERRUPTED, Checkpoint, Message, pair_tool_calls
 from picochat.tools.registry import call_detail, tool_label
 from picochat.tui.answer import AssistantMessage
 from picochat.tui.thinking import ThinkingBlock
-from picochat.tui.copyable import COPY, PIN, Pinnable
+from picochat.tui.copyable import COPY, PIN, Pinnable, copy_shown
 from picochat.tui.preview import Fold, fold, preview
 from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import literal
@@ -143,8 +143,7 @@ class ToolBlock(Collapsible):
         self.result = result
 
     def action_copy(self) -> None:
-        self.app.copy_to_clipboard(self.result)
-        self.notify(literal(f"Copied the tool result ({len(self.result):,} characters)"))
+        copy_shown(self, self.result, "the tool result")
 
 
 class Notice(Static):
@@ -360,6 +359,14 @@ class ChatView(VerticalScroll):
             target.collapsed = False
         self.call_after_refresh(self.scroll_to_widget, target, animate=False, top=True)
         return True
+
+    async def last_answer(self) -> AssistantMessage | None:
+        """The newest saved answer the transcript shows (one still streaming has no seq yet),
+        loading older pages until one is mounted: never one another picochat wrote since."""
+        while True:
+            done = [a for a in self.query(AssistantMessage) if a.seq is not None]
+            if done or not await self.load_older():
+                return done[-1] if done else None
 
     def unmark(self) -> None:
         """The last jump's target is no longer marked."""

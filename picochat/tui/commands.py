@@ -23,6 +23,7 @@ from picochat.pins import pin_label, pins_stay
 from picochat.tui import turns
 from picochat.tui import status
 from picochat.tui.chat import ChatView
+from picochat.tui.copyable import copy_shown
 from picochat.tui.pending import Pending
 from picochat.tui.safe import literal
 from picochat.tui.screens import ConfirmScreen, PickScreen
@@ -329,13 +330,13 @@ async def cmd_search(app: "PicochatApp", query: str) -> None:
 
 
 async def cmd_copy(app: "PicochatApp", _: str) -> None:
-    answers = [m for m in app.store.history(app.session.id)
-               if m.role == "assistant" and m.content.strip()]
-    if not answers:
+    """`/copy`: the newest answer the transcript shows, as shown: not one another picochat
+    wrote since, and none of the escapes or invisible characters the screen did not show."""
+    answer = await app.query_one(ChatView).last_answer()
+    if answer is None:
         await app.query_one(ChatView).add_notice("No answer to copy yet")
         return
-    app.copy_to_clipboard(answers[-1].content)
-    app.notify(literal(f"Copied the last answer ({len(answers[-1].content):,} characters)"))
+    copy_shown(app, answer.copy_text(), "the last answer")
 
 
 async def cmd_export(app: "PicochatApp", arg: str) -> None:

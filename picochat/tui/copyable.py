@@ -1,10 +1,18 @@
 """Transcript items the user can select (a click, or alt+up then up/down), copy with c and,
-for a message of the user's or an answer, pin with alt+p."""
+for a message of the user's or an answer, pin with alt+p.
+
+Every copy goes through `copy_shown`, and the app's `copy_to_clipboard` cleans what it is
+given: the clipboard holds the text as the screen shows it, never an escape sequence or an
+invisible character the screen dropped or named (pasted into a shell, that would run what
+the reader never saw).
+"""
 
 from __future__ import annotations
 
+from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
+from textual.widget import Widget
 
 from picochat.tui.safe import literal
 
@@ -21,6 +29,15 @@ class PinRequested(Message):
         self.seq = seq
 
 
+def copy_shown(node: Widget | App, text: str, what: str = "") -> None:
+    """Put `text` on the clipboard as the screen shows it (the app cleans it) and say how
+    much went: the count is of what was copied, not of the raw text."""
+    app = node.app
+    app.copy_to_clipboard(text)
+    count = f"{len(app.clipboard):,} characters"
+    node.notify(literal(f"Copied {what} ({count})" if what else f"Copied {count}"))
+
+
 class Copyable:
     """Mixed into a widget: focusable, and `c` puts `copy_text()` on the clipboard."""
 
@@ -30,9 +47,7 @@ class Copyable:
         raise NotImplementedError
 
     def action_copy(self) -> None:
-        text = self.copy_text()
-        self.app.copy_to_clipboard(text)  # type: ignore[attr-defined]
-        self.notify(literal(f"Copied {len(text):,} characters"))  # type: ignore[attr-defined]
+        copy_shown(self, self.copy_text())  # type: ignore[arg-type]
 
 
 class Pinnable(Copyable):

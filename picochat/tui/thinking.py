@@ -19,7 +19,7 @@ from textual.widgets import Collapsible, Static
 
 from picochat.textsafe import StreamCleaner, clean
 from picochat.tui.preview import preview
-from picochat.tui.safe import literal
+from picochat.tui.copyable import copy_shown
 
 OPEN_ROWS = 6            # lines of thinking in view while it streams
 OPEN_TAIL_CHARS = 4_000  # the most text wrapped to find them
@@ -90,8 +90,7 @@ class ThinkingBlock(Collapsible):
             self._redraw = self.set_timer(REDRAW_S, self._draw)
 
     def action_copy(self) -> None:
-        self.app.copy_to_clipboard(self.text)
-        self.notify(literal(f"Copied the thinking ({self.chars:,} characters)"))
+        copy_shown(self, self.text, "the thinking")
 
     def _tick(self) -> None:
         self.title = title(time.monotonic() - self._since, self.chars, done=False)
