@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 from picochat import tokens
 from picochat.budget import (
@@ -56,7 +56,7 @@ from picochat.pins import pin_problem
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider, TextDelta, ThinkingDelta, Usage
 from picochat.providers.errors import ContextOverflow
-from picochat.storage.store import Store, UncompactResult, UndoResult
+from picochat.storage.store import Store, UncompactResult, UndoResult, _last_turn
 from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
 from picochat.turn import TurnRun, internal_error, settle
@@ -82,7 +82,7 @@ __all__ = [
     "SessionWorker", "TurnHandle", "TurnEvent", "TurnOutcome", "TurnStarted", "ThinkingDelta",
     "TextDelta", "CompactionStarted", "Compacted", "Notice", "RetryWaiting", "ToolRan",
     "TurnFinished", "TurnFailed", "TurnCancelled", "CUT_AT_LIMIT", "remembered",
-    "summary_model_advice", "note_opened", "TOTAL_TIMEOUT_S", "MIN_LEARNED_WINDOW",
+    "summary_model_advice", "note_opened", "TOTAL_TIMEOUT_S", "MIN_LEARNED_WINDOW", "LastTurn",
 ]
 log = logging.getLogger("picochat.session")
 T = TypeVar("T")
@@ -111,6 +111,26 @@ def note_opened(store: Store, session_id: str) -> None:
         store.mark_opened(session_id)
     except PicochatError as exc:
         log.warning("opened_not_recorded session=%s kind=%s", session_id, exc.kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class LastTurn:
+    """The turn an undo would take back now: its rows, and its question (its first message of
+    the user's; None for a turn without one), so a front end can name it, ask before taking
+    back one it never showed, and send the question again (/retry)."""
+
+    seqs: tuple[int, ...]
+    question: str | None
+
+
+def turn_to_undo(context: Sequence[Message]) -> LastTurn | None:
+    """The newest turn of `context` (rows since the last /clear that are not undone, oldest
+    first), chosen as `Store.undo_last_turn` chooses it."""
+    seqs = set(_last_turn((m.seq, m.role, m.turn_id) for m in reversed(context)))
+    if not seqs:
+        return None
+    question = next((m.content for m in context if m.seq in seqs and m.role == "user"), None)
+    return LastTurn(tuple(sorted(seqs)), question)
 
 
 def not_started(handle: TurnHandle) -> TurnFailed:
@@ -477,8 +497,33 @@ class SessionWorker:
     def clear(self) -> "asyncio.Future[Any]":
         return self.call(lambda: self.store.clear_context(self.session_id))
 
-    def undo(self) -> "asyncio.Future[UndoResult]":
-        return self.call(lambda: self.store.undo_last_turn(self.session_id))
+    def last_turn(self) -> "asyncio.Future[LastTurn | None]":
+        """The turn `undo` would take back once the work queued before it is done (None:
+        nothing is in the context), to be named or confirmed before it goes."""
+        return self.call(self._turn_to_undo)
+
+    def undo(self, expect: tuple[int, ...]) -> "asyncio.Future[UndoResult | None]":
+        """Take back the newest turn in the context if it is still `expect` (the seqs
+        `last_turn` gave). None, and nothing taken back, when it is not: another picochat
+        wrote a turn after the user was told which one would go."""
+        def run() -> UndoResult | None:
+            now = self._turn_to_undo()
+            if now is None or now.seqs != expect:
+                return None
+            return self.store.undo_last_turn(self.session_id)
+        return self.call(run)
+
+    def _turn_to_undo(self) -> LastTurn | None:
+        """From the rows an undo looks at: every one since the last /clear that is not
+        undone. Without a summary that is the context's raw tail; with one, the log is read
+        (an undo may reach past the summary's boundary into the turn it cut)."""
+        snapshot = self.store.context_snapshot(self.session_id)
+        rows: Sequence[Message] = snapshot.messages
+        if snapshot.checkpoint is not None:
+            floor = snapshot.session.context_floor_seq
+            rows = [m for m in self.store.history(self.session_id)
+                    if m.seq > floor and not m.retracted]
+        return turn_to_undo(rows)
 
     async def compact_now(self, reason: TriggerReason, *, focus: str | None = None,
                           mode: CompactMode = CompactMode.SUMMARY,

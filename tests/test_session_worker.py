@@ -261,3 +261,53 @@ async def test_a_bug_inside_a_turn_ends_it_with_a_line_naming_the_log_file(store
         for handler in list(logging.getLogger("picochat").handlers):
             logging.getLogger("picochat").removeHandler(handler)
         logs._configured = None
+
+
+# --- the turn an undo takes back (/undo, /retry) ------------------------------------------------
+
+def _turn(store, sid: str, n: int, turn_id: str | None = None) -> None:
+    store.append_message(sid, "user", f"question {n}", turn_id=turn_id or f"t{n}")
+    store.append_message(sid, "assistant", f"answer {n}", turn_id=turn_id or f"t{n}")
+
+
+def _summary_from(first_retained_seq: int):
+    from picochat.messages import NewCheckpoint
+
+    return NewCheckpoint(parent_checkpoint_id=None, summary="the summary",
+                         first_retained_seq=first_retained_seq, source_max_seq=0,
+                         trigger_reason="manual", provider_kind="offline", model="offline",
+                         tokens_before=100, tokens_after=10)
+
+
+async def test_the_turn_named_before_an_undo_is_the_turn_the_undo_takes_back(store):
+    """`last_turn` is what a front end names (and asks about) before the undo: it must be
+    what the store then takes back, turn after turn, also across a summary's boundary and
+    with another writer's rows between a turn's own."""
+    s = store.create_session("w")
+    _turn(store, s.id, 1)
+    _turn(store, s.id, 2)
+    store.commit_context_checkpoint(s.id, 0, _summary_from(4))  # its boundary cuts turn 2
+    store.append_message(s.id, "user", "question 3", turn_id="t3")
+    store.append_message(s.id, "user", "elsewhere", turn_id="other")  # another writer
+    store.append_message(s.id, "assistant", "answer 3", turn_id="t3")
+    async with SessionWorker(store, s.id, OFFLINE, OfflineProvider(0), "sys") as worker:
+        taken = []
+        while (named := await worker.last_turn()) is not None:
+            result = await worker.undo(named.seqs)
+            assert result is not None and result.removed == named.seqs
+            taken.append((named.seqs, named.question))
+        assert (await worker.undo((1, 2))) is None  # nothing left: nothing taken back
+    assert taken == [((5, 7), "question 3"), ((6,), "elsewhere"), ((3, 4), "question 2"),
+                     ((1, 2), "question 1")]
+
+
+async def test_an_undo_whose_turn_is_no_longer_the_newest_takes_nothing_back(store):
+    s = store.create_session("w")
+    _turn(store, s.id, 1)
+    async with SessionWorker(store, s.id, OFFLINE, OfflineProvider(0), "sys") as worker:
+        named = await worker.last_turn()
+        _turn(store, s.id, 2)  # another picochat, after the user was told which turn goes
+        assert (await worker.undo(named.seqs)) is None
+        store.clear_context(s.id)
+        assert (await worker.last_turn()) is None  # after /clear: no turn to take back
+    assert not any(m.retracted for m in store.history(s.id))

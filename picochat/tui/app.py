@@ -296,6 +296,11 @@ class PicochatApp(App[None]):
         An answer hiding `rm -rf` in a link's target must not paste it into a shell."""
         super().copy_to_clipboard(clean(text))
 
+    def turns_shown(self) -> asyncio.Event:
+        """Set once every turn sent so far is on screen in full: its widgets carry their
+        rows' seqs, so the transcript can tell which turns it shows."""
+        return self._turn_shown
+
     def usage(self):
         return self.worker.info()
 

@@ -4,7 +4,7 @@ active checkpoint's summary ends and the raw tail the model still reads begins."
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from typing import Callable, Iterable
 
 from rich.text import Text
 from textual import events
@@ -233,6 +233,7 @@ class ChatView(VerticalScroll):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._older_lock = asyncio.Lock()  # older pages go in one at a time
+        self._read_to = 0  # the newest seq read from the database (has_shown)
 
     def on_mount(self) -> None:
         self.anchor()
@@ -243,6 +244,7 @@ class ChatView(VerticalScroll):
         user scrolls to the top (`older(before_seq, n)`): the database is the source of truth,
         the screen holds what was looked at."""
         await self.remove_children()
+        self._read_to = newest[-1].seq if newest else 0
         if self.size.height:  # laid out: mount what is looked at, not a whole page
             newest = newest_filling(newest, max(20, self.size.width - 4),
                                     SCREENS_AT_OPEN * self.size.height)
@@ -359,6 +361,17 @@ class ChatView(VerticalScroll):
             target.collapsed = False
         self.call_after_refresh(self.scroll_to_widget, target, animate=False, top=True)
         return True
+
+    def has_shown(self, seqs: Iterable[int]) -> bool:
+        """Whether the transcript has shown any of the rows `seqs`: read when it was last
+        read from the database (on screen, or a scroll away), or this window's own turn.
+        Another picochat's rows (`picochat ask` on this session) appear only when it is read
+        again: until then the reader has not seen them, and nothing may be done to them as if
+        they had."""
+        wanted = set(seqs)
+        if any(seq <= self._read_to for seq in wanted):
+            return True
+        return any(getattr(w, "seq", None) in wanted for w in self.children)
 
     async def last_answer(self) -> AssistantMessage | None:
         """The newest saved answer the transcript shows (one still streaming has no seq yet),

@@ -20,8 +20,7 @@ from picochat.export import FORMATS, export_to_file
 from picochat.failures import compaction_failure_line
 from picochat.opening import open_model
 from picochat.pins import pin_label, pins_stay
-from picochat.tui import turns
-from picochat.tui import status
+from picochat.tui import status, turns, undo
 from picochat.tui.chat import ChatView
 from picochat.tui.copyable import copy_shown
 from picochat.tui.pending import Pending
@@ -179,36 +178,37 @@ async def cmd_stop(app: "PicochatApp", _: str) -> None:
 
 
 async def cmd_undo(app: "PicochatApp", _: str) -> None:
-    chat = app.query_one(ChatView)
-    try:
-        result = await app.worker.undo()
-    except PicochatError as exc:
-        await chat.add_notice(exc.user_line(), "error")
+    """`/undo`: take back the newest turn in the context; one this window never showed
+    (another picochat wrote it) only once the user has seen what it is and said yes."""
+    turn, shown = await undo.newest_turn(app)
+    if turn is None:
+        await app.query_one(ChatView).add_notice("Nothing to undo: no turn is in the context")
         return
-    if not result.removed:
-        await chat.add_notice("Nothing to undo: no turn is in the context")
-        return
-    await app.reload()
-    dropped = ("; the summary that covered it is no longer used, so the model reads those "
-               "messages as they are" if result.checkpoint_dropped else "")
-    first, last = result.removed[0], result.removed[-1]
-    which = f"message {first}" if first == last else f"messages {first}–{last}"
-    await app.query_one(ChatView).add_notice(
-        f"Took back your last turn ({which}): the model no longer reads it; it stays in the "
-        f"history{dropped}")
-    app.refresh_status()
+    await undo.after_asking(app, shown, undo.unseen_question(
+        turn, "Take back a turn this window never showed?",
+        "The model would no longer read it; it stays in the history."),
+        lambda: undo.undo_turn(app, turn, shown))
 
 
 async def cmd_retry(app: "PicochatApp", _: str) -> None:
+    """`/retry`: take back the newest turn in the context and ask its question again. After
+    /clear there is none: the question from before the clear is not the model's to answer."""
     chat = app.query_one(ChatView)
-    rows = [m for m in app.store.history(app.session.id)
-            if m.role == "user" and not m.retracted]
-    if app.worker.busy or not rows:
-        await chat.add_notice("Nothing to retry" if not rows else
-                              "An answer is still running: /stop it first", "error")
+    if app.worker.busy:
+        await chat.add_notice("An answer is still running: /stop it first", "error")
         return
-    await cmd_undo(app, "")
-    app.run_turn(rows[-1].content)
+    turn, shown = await undo.newest_turn(app)
+    if turn is None or turn.question is None:
+        await chat.add_notice("Nothing to retry: no question of yours is in the context")
+        return
+    question = turn.question
+
+    async def retry() -> None:
+        if await undo.undo_turn(app, turn, shown):
+            app.run_turn(question)
+    await undo.after_asking(app, shown, undo.unseen_question(
+        turn, "Ask again a question this window never showed?",
+        "Its turn is taken back and the question sent again."), retry)
 
 
 async def cmd_new(app: "PicochatApp", name: str) -> None:
