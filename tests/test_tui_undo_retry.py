@@ -164,3 +164,19 @@ async def test_undoing_turn_after_turn_never_asks_about_one_read_with_the_transc
             assert not isinstance(app.screen, ConfirmScreen)
             assert notices(app)[-1].startswith(f"Took back your last turn (messages {first}–")
         assert retracted(store, app) == [True] * 6
+
+
+async def test_a_turn_from_elsewhere_still_asks_once_a_refresh_shows_it(store):
+    """The open app follows other writers (item 13): their turn appears on screen. It is
+    still not the reader's own: /undo names it and asks before taking it back."""
+    from picochat.tui.chat import AssistantMessage, ChatView
+
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await chat_once(pilot, app, store, "my own question")
+        written_elsewhere(store, app.session.id)
+        await settle(pilot, app, lambda: "Deleted them." in [
+            m.text for m in app.query_one(ChatView).query(AssistantMessage)])
+        await asked_or_done(pilot, app, "/undo")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert retracted(store, app) == [False, False, False, False]

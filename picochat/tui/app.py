@@ -349,7 +349,7 @@ class PicochatApp(App[None]):
                     and not self.worker.queued and not self.state):
                 self._outside_pending = False
                 log.info("outside_write session=%s", self.session.id)
-                await self.reload()
+                await self.reload(from_elsewhere=True)
                 self.refresh_status()
         except PicochatError as exc:
             log.warning("outside_check_failed kind=%s", exc.kind)
@@ -372,12 +372,14 @@ class PicochatApp(App[None]):
     def active_checkpoint(self):
         return self.store.active_checkpoint(self.session.id)
 
-    async def reload(self) -> None:
-        """The transcript and the panel from the database, the source of truth."""
+    async def reload(self, from_elsewhere: bool = False) -> None:
+        """The transcript and the panel from the database, the source of truth
+        (`from_elsewhere`: after another picochat wrote)."""
         chat, sid = self.query_one(ChatView), self.session.id
         newest = self.store.history_page(sid, None, PAGE)
         await chat.show_history(newest, self.active_checkpoint(),
-                                lambda before, n: self.store.history_page(sid, before, n))
+                                lambda before, n: self.store.history_page(sid, before, n),
+                                from_elsewhere)
         if not newest:  # an empty session: who answers, how to reach a real model, the keys
             await chat.add(Welcome(self.worker.model, self.worker.limits.window))
         await self.refresh_panel()

@@ -234,15 +234,22 @@ class ChatView(VerticalScroll):
         super().__init__(**kwargs)
         self._older_lock = asyncio.Lock()  # older pages go in one at a time
         self._read_to = 0  # the newest seq read from the database (has_shown)
+        self._elsewhere: set[int] = set()  # rows another picochat wrote, shown by a refresh
 
     def on_mount(self) -> None:
         self.anchor()
 
     async def show_history(self, newest: list[Message], checkpoint: Checkpoint | None,
-                           older: Callable[[int, int], list[Message]] | None = None) -> None:
+                           older: Callable[[int, int], list[Message]] | None = None,
+                           from_elsewhere: bool = False) -> None:
         """Mount the newest messages; older ones are read from the database in pages as the
         user scrolls to the top (`older(before_seq, n)`): the database is the source of truth,
-        the screen holds what was looked at."""
+        the screen holds what was looked at. `from_elsewhere`: a refresh after another
+        picochat wrote; the rows it brings stay "written elsewhere" (`has_shown`)."""
+        known = ({seq for w in self.children if (seq := getattr(w, "seq", None)) is not None}
+                 | {m.seq for m in newest if m.seq <= self._read_to}) - self._elsewhere
+        self._elsewhere = ({m.seq for m in newest} - known) | self._elsewhere \
+            if from_elsewhere else set()
         await self.remove_children()
         self._read_to = newest[-1].seq if newest else 0
         if self.size.height:  # laid out: mount what is looked at, not a whole page
@@ -369,6 +376,8 @@ class ChatView(VerticalScroll):
         again: until then the reader has not seen them, and nothing may be done to them as if
         they had."""
         wanted = set(seqs)
+        if wanted & self._elsewhere:  # on screen since a refresh, but not written here
+            return False
         if any(seq <= self._read_to for seq in wanted):
             return True
         return any(getattr(w, "seq", None) in wanted for w in self.children)
