@@ -56,6 +56,39 @@ def make_private_dir(path: Path) -> None:
                 raise
 
 
+def make_owner_only(path: Path) -> bool:
+    """Take group and other access off `path` if it is a regular file this user owns: a
+    database or log written by an older picochat, or under umask 022, was world-readable.
+    The owner's own bits stay (a file made read-only stays so). A symlink is never followed,
+    nor anything but a regular file opened; anything missing or unreadable is left alone.
+    Returns whether the mode changed."""
+    if os.name != "posix":
+        return False
+    try:
+        before = os.lstat(path)
+        if not _ours_and_open_to_others(before):
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)  # the file opened is the one checked, not a swapped-in other
+        if (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino) or \
+                not _ours_and_open_to_others(info):
+            return False
+        os.fchmod(fd, stat.S_IMODE(info.st_mode) & ~0o077)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _ours_and_open_to_others(info: os.stat_result) -> bool:
+    return (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+            and stat.S_IMODE(info.st_mode) & 0o077 != 0)
+
+
 def database_family(database: Path) -> tuple[Path, ...]:
     """The database and the files SQLite keeps beside it."""
     return (database, *(database.with_name(database.name + s)

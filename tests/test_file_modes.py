@@ -70,3 +70,64 @@ def test_a_folder_the_user_made_keeps_its_mode(run_cli, home, umask_022):
     assert done.status == 0, done.stderr
     assert mode(data) == 0o750
     assert mode(data / "picochat.db") == 0o600 and mode(data / "picochat.log") == 0o600
+
+
+def older_database(database: Path) -> None:
+    """A database as an older picochat (or any umask 022 process) left it: 0644."""
+    open_store(database).close()
+    os.chmod(database, 0o644)
+
+
+def test_a_database_an_older_picochat_left_world_readable_is_made_private(run_cli, home,
+                                                                          umask_022):
+    database = home / "data" / "picochat.db"
+    older_database(database)
+    assert mode(database) == 0o644
+    done = run_cli("ask", "--session", "w", "hello")
+    assert done.status == 0, done.stderr
+    assert mode(database) == 0o600
+
+
+def test_its_wal_and_shm_left_by_an_older_picochat_are_made_private_too(tmp_path, umask_022):
+    import sqlite3
+
+    database = tmp_path / "data" / "picochat.db"
+    older_database(database)
+    older = sqlite3.connect(database, isolation_level=None)  # an older picochat still running
+    try:
+        older.execute("INSERT INTO sessions (id, name, created_at, updated_at) "
+                      "VALUES ('s_old', 'old', 1, 1)")
+        family = [database.with_name(database.name + s) for s in ("-wal", "-shm")]
+        for path in family:
+            os.chmod(path, 0o644)
+        store = open_store(database)
+        try:
+            for path in (database, *family):
+                assert mode(path) == 0o600, path.name
+            assert store.find_session("old") is not None
+        finally:
+            store.close()
+    finally:
+        older.close()
+
+
+def test_a_database_reached_through_a_symlink_is_not_chmodded(tmp_path, umask_022):
+    """picochat tightens only the file it names itself: never the target of a link."""
+    elsewhere = tmp_path / "elsewhere" / "shared.db"
+    older_database(elsewhere)
+    database = tmp_path / "data" / "picochat.db"
+    database.parent.mkdir()
+    database.symlink_to(elsewhere)
+    open_store(database).close()
+    assert mode(elsewhere) == 0o644
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="giving a file to another user needs root")
+def test_a_database_another_user_owns_keeps_its_mode(tmp_path, umask_022):
+    database = tmp_path / "data" / "picochat.db"
+    older_database(database)
+    os.chown(database, 65534, 65534)  # nobody's
+    open_store(database).close()
+    assert mode(database) == 0o644
+

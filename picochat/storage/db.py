@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from picochat.errors import StorageError
-from picochat.fsutil import make_private_dir
+from picochat.fsutil import database_family, make_owner_only, make_private_dir
 from picochat.storage.schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 10_000  # how long a write waits for another picochat's write to finish
@@ -35,6 +35,7 @@ def connect(path: Path) -> sqlite3.Connection:
         raise StorageError(f"{path.parent}: cannot create the data directory: {exc.strerror}",
                            "set PICOCHAT_DATA_DIR or --data-dir to a writable folder") from None
     _create_private(path)
+    _make_family_private(path)
     conn: sqlite3.Connection | None = None
     try:
         timeout_ms = busy_timeout_ms()
@@ -65,6 +66,14 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError:
         pass
+
+
+def _make_family_private(path: Path) -> None:
+    """A database an older picochat made (or one made under umask 022) is world-readable, and
+    so are the -wal and -shm SQLite gives its mode: make them 0600 before SQLite opens them.
+    Only regular files this user owns, never through a symlink (`make_owner_only`)."""
+    for member in database_family(path):
+        make_owner_only(member)
 
 
 def _refuse_unknown(conn: sqlite3.Connection, path: Path) -> None:
