@@ -4,6 +4,7 @@ files and off anything that is not a plain file."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -52,8 +53,9 @@ def make_private_dir(path: Path) -> None:
         try:
             os.mkdir(folder, PRIVATE_DIR)
         except FileExistsError:
-            if not folder.is_dir():
-                raise
+            if not folder.is_dir():  # a file where a folder should be: say so, not "exists"
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR),
+                                         str(folder)) from None
 
 
 def make_owner_only(path: Path) -> bool:

@@ -131,3 +131,12 @@ def test_a_database_another_user_owns_keeps_its_mode(tmp_path, umask_022):
     open_store(database).close()
     assert mode(database) == 0o644
 
+
+def test_a_log_an_older_picochat_left_world_readable_is_made_private(run_cli, home, umask_022):
+    log_file = home / "data" / "picochat.log"
+    log_file.parent.mkdir(mode=0o700)
+    log_file.write_text("2025-01-01 00:00:00 INFO picochat.cli command=ask\n")
+    os.chmod(log_file, 0o644)
+    done = run_cli("ask", "--session", "w", "hello")
+    assert done.status == 0, done.stderr
+    assert mode(log_file) == 0o600 and "command=ask" in log_file.read_text()

@@ -15,7 +15,7 @@ from picochat import render
 from picochat.compaction import report
 from picochat.config import Config, effective_config_text, load_config, write_starter_config
 from picochat.errors import ConfigError, OutputError, SessionNotFound, UsageError
-from picochat.logs import setup_logging
+from picochat.logs import report_log_off_to, setup_logging
 from picochat.messages import Session
 from picochat.paths import Paths, resolve_paths
 from picochat.storage.store import Store, open_store
@@ -89,6 +89,9 @@ class App:
 
 def run(args: argparse.Namespace) -> int:
     app = App(args)
+    # A log that stops being written says so once: on stderr, or in the app as a notice
+    # (held until its screen is up: Textual owns the terminal from then on).
+    report_log_off_to(err if args.command is not None else None)
     if args.command is None:
         if not has_terminal():  # else Textual draws into a pipe and spins, forever
             raise UsageError("the chat app needs a terminal, and stdin or stdout is not one",
@@ -99,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             return cmd_tui(app)
         finally:
             app.close()
+            report_log_off_to(err)  # the terminal is back: a line the app could not show
     try:
         if args.command not in NO_CONFIG and not (args.command == "config"
                                                   and args.action in ("init", "path")):

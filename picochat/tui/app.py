@@ -30,7 +30,7 @@ from picochat import crashpoints, tokens
 from picochat.config import Config, save_ui_theme
 from picochat.context_usage import context_series
 from picochat.errors import PicochatError
-from picochat.logs import where_details
+from picochat.logs import Reporter, report_log_off_to, where_details
 from picochat.messages import Session
 from picochat.paths import Paths
 from picochat.models import ResolvedModel
@@ -127,6 +127,7 @@ class PicochatApp(App[None]):
         self.database_gone = False   # the database file was deleted or replaced meanwhile
         self._outside_pending = False  # another process wrote: shown once nothing runs here
         self._watching = False
+        self._log_reporter: Reporter | None = None  # whoever reported a log failure before
 
     # --- layout ---------------------------------------------------------------------------------
 
@@ -157,6 +158,8 @@ class PicochatApp(App[None]):
         the figures once tiktoken's encoding has loaded in a thread (0.3-0.8 s) after that."""
         for note in self._theme_notes:
             self.notify(literal(note), severity="warning", timeout=10)
+        # a log that cannot be written is a notice, never Python's traceback behind Textual
+        self._log_reporter = report_log_off_to(self._log_off_notice)
         if self.signals is not None:
             self.signals.on_loop()
         self.worker.on_queue_change(self._queue_changed)
@@ -238,8 +241,13 @@ class PicochatApp(App[None]):
         if self.signals is not None:
             self.signals.release()
 
+    def _log_off_notice(self, line: str) -> None:
+        """The log stopped being written (any thread may find out: `notify` posts a message)."""
+        self.notify(literal(line), severity="warning", timeout=10)
+
     async def on_unmount(self) -> None:
         crashpoints.reached("quitting")
+        report_log_off_to(self._log_reporter)  # the screen is going: say it as before
         self._gc.stop()
         unsaved = await self.worker.close(within_s=SHUTDOWN_WAIT_S)
         if unsaved:
