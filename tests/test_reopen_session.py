@@ -129,3 +129,89 @@ async def test_a_database_that_cannot_record_it_still_shows_the_session(store, m
     with caplog.at_level(logging.WARNING, logger="picochat.session"):
         note_opened(store, session.id)  # no exception: only the next start's choice is affected
     assert "opened_not_recorded" in caplog.text and "read-only" not in caplog.text
+
+
+# --- a clock stepped back (issue 31, item 13) --------------------------------------------------
+
+YEAR_MS = 365 * 24 * 3600 * 1000
+
+
+def stamp_in_the_future(home: Path, name: str) -> None:
+    """As if `name` was last written while the clock ran a year ahead (it has been set back
+    since): its stamp is a year from now."""
+    import sqlite3
+    import time
+
+    conn = sqlite3.connect(home / "data" / "picochat.db", isolation_level=None)
+    try:
+        conn.execute("UPDATE sessions SET updated_at = ? WHERE name = ?",
+                     (int(time.time() * 1000) + YEAR_MS, name))
+    finally:
+        conn.close()
+
+
+def test_ask_without_session_goes_to_the_one_written_last_not_the_one_stamped_last(
+        home, start_app, capsys):
+    ask("--session", "ahead", "written while the clock ran a year ahead")
+    stamp_in_the_future(home, "ahead")
+    ask("--session", "today", "written after the clock was set back")
+    ask("and this follows on")  # no --session: the session used last
+    assert start_app() == "today"  # never opened in the app: the most recently active
+    capsys.readouterr()
+    assert main(["history", "--session", "today", "--json"]) == 0
+    assert "and this follows on" in capsys.readouterr().out
+    assert main(["sessions", "--json"]) == 0
+    listed = capsys.readouterr().out
+    assert listed.index('"today"') < listed.index('"ahead"')  # the list agrees with `ask`
+
+
+def test_writes_to_a_session_stamped_in_the_future_bring_it_back_to_now(tmp_path: Path):
+    clock = [10 * YEAR_MS]
+    store = open_store(tmp_path / "p.db", clock=lambda: clock[0])
+    try:
+        ahead = store.create_session("ahead")
+        store.append_message(ahead.id, "user", "x", turn_id="t1")
+        clock[0] -= YEAR_MS  # the clock is set back a year
+        today = store.create_session("today")
+        assert store.latest_session().id == today.id
+        for write in (lambda: store.append_message(ahead.id, "user", "y", turn_id="t2"),
+                      lambda: store.clear_context(ahead.id)):
+            store.append_message(today.id, "user", "z", turn_id="t3")
+            assert store.latest_session().id == today.id
+            write()
+            assert store.latest_session().id == ahead.id  # it is the one written last now
+            assert store.session(ahead.id).updated_at == clock[0]  # and no longer ahead
+            clock[0] += 1
+        assert [s.name for s in store.list_sessions()] == ["ahead", "today"]
+    finally:
+        store.close()
+
+
+def test_a_database_from_before_keeps_its_most_recently_active_session(tmp_path: Path):
+    """Schema 15 numbers the sessions there are by their stamps, so upgrading changes no
+    choice; from then on writes decide."""
+    import sqlite3
+
+    from picochat.storage.schema import MIGRATIONS, SCHEMA_VERSION
+
+    path = tmp_path / "v14.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for step in MIGRATIONS[:14]:
+        sql = step[0] if isinstance(step, tuple) else step
+        for statement in [s for s in sql.split(";") if s.strip()]:
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version = 14")
+    conn.executemany("INSERT INTO sessions (id, name, created_at, updated_at) VALUES (?, ?, 1, ?)",
+                     [("s_a", "a", 5), ("s_b", "b", 9), ("s_c", "c", 7), ("s_d", "d", 9)])
+    conn.close()
+    store = open_store(path)
+    try:
+        conn = sqlite3.connect(path, isolation_level=None)
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        conn.close()
+        assert [s.name for s in store.list_sessions()] == ["d", "b", "c", "a"]
+        assert store.latest_session().name == "d"
+        store.append_message("s_a", "user", "back to a", turn_id="t1")
+        assert store.latest_session().name == "a"
+    finally:
+        store.close()

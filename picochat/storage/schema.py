@@ -17,6 +17,16 @@ from picochat.storage.legacy_ledger import carry_ledgers
 # A step is SQL, or SQL and then a function that moves existing rows across (same transaction).
 Step = str | tuple[str, Callable[[sqlite3.Connection], None]]
 
+
+def number_activity(conn: sqlite3.Connection) -> None:
+    """Step 15's carry: number the sessions there are in the order their clock stamps gave
+    them (the old "most recently active"), ties by age, so the upgrade changes no choice; the
+    next write to any session then puts it above them all, whatever its stamp says."""
+    rows = conn.execute("SELECT rowid FROM sessions ORDER BY updated_at, rowid").fetchall()
+    conn.executemany("UPDATE sessions SET activity_seq = ? WHERE rowid = ?",
+                     [(n, rowid) for n, (rowid,) in enumerate(rows, start=1)])
+
+
 MIGRATIONS: tuple[Step, ...] = (
     # 1: sessions and the append-only message log.
     """
@@ -210,6 +220,14 @@ MIGRATIONS: tuple[Step, ...] = (
     """
     ALTER TABLE drafts ADD COLUMN owner_lock TEXT;
     """,
+    # 15: the order sessions were last active in, as a counter (issue 31, item 13): each
+    # write that makes a session the most recently active gives it one above every other
+    # session's. `updated_at` is the clock, and a clock stepped back left a session stamped
+    # in the future "latest" until the clock caught up; a counter cannot be.
+    ("""
+    ALTER TABLE sessions ADD COLUMN activity_seq INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX idx_sessions_activity ON sessions(activity_seq);
+    """, number_activity),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

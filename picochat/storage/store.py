@@ -143,6 +143,12 @@ _CHECKPOINT_FIELDS = _fields(_CHECKPOINT_COLS)
 # seq or rowid a session will reach, yet inside SQLite's signed 64-bit INTEGER (binding 2**63
 # or more raises OverflowError), so one query serves a bounded and an unbounded read.
 _NO_UPPER_BOUND = 2**62
+# "Most recently active" is a counter, not the clock (schema 15): each write that makes a
+# session the latest gives it this, one above every session's, and stamps `updated_at` with
+# the clock as it is (a session stamped in the future comes back to now). A clock stepped
+# back can then never keep a session "latest" that another was written after.
+_NEXT_ACTIVITY = "(SELECT COALESCE(MAX(activity_seq), 0) + 1 FROM sessions)"
+_BY_ACTIVITY = "ORDER BY activity_seq DESC, rowid DESC"
 _NOT_RETRACTED = (
     "NOT EXISTS (SELECT 1 FROM retractions r WHERE r.session_id = m.session_id "
     "AND m.seq BETWEEN r.from_seq AND r.to_seq)"
@@ -268,8 +274,8 @@ class Store:
     def _insert_session(self, c: sqlite3.Connection, name: str, model: str | None) -> str:
         now = self._clock()
         sid = "s_" + uuid.uuid4().hex[:12]
-        c.execute("INSERT INTO sessions (id, name, created_at, updated_at, model) "
-                  "VALUES (?, ?, ?, ?, ?)", (sid, name, now, now, model))
+        c.execute("INSERT INTO sessions (id, name, created_at, updated_at, model, activity_seq) "
+                  f"VALUES (?, ?, ?, ?, ?, {_NEXT_ACTIVITY})", (sid, name, now, now, model))
         return sid
 
     def session(self, session_id: str) -> Session:
@@ -292,9 +298,11 @@ class Store:
         return found
 
     def latest_session(self) -> Session | None:
+        """The live session written to last (created, appended to, cleared, uncompacted),
+        by the order of those writes, not by the clock's stamps (`_NEXT_ACTIVITY`)."""
         with self._read() as c:
             row = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL "
-                            "ORDER BY updated_at DESC, rowid DESC LIMIT 1").fetchone()
+                            f"{_BY_ACTIVITY} LIMIT 1").fetchone()
             return _session(c, row) if row else None
 
     def mark_opened(self, session_id: str) -> None:
@@ -318,7 +326,7 @@ class Store:
     def list_sessions(self) -> list[Session]:
         with self._read() as c:
             rows = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL "
-                             "ORDER BY updated_at DESC, rowid DESC").fetchall()
+                             f"{_BY_ACTIVITY}").fetchall()  # the first is `latest_session`
             return [_session(c, r) for r in rows]
 
     def set_session_model(self, session_id: str, model: str) -> None:
@@ -434,7 +442,7 @@ class Store:
                 c.execute("INSERT INTO retractions (session_id, from_seq, to_seq, "
                           "context_generation, created_at) VALUES (?, ?, ?, ?, ?)",
                           (session_id, out[0].seq, seq, session.context_generation, now))
-            c.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
+            _touch(c, session_id, now)
         return out
 
     # --- drafts: the answer being streamed ------------------------------------------------------
@@ -615,8 +623,8 @@ class Store:
             c.execute(
                 "UPDATE sessions SET context_floor_seq = (SELECT COALESCE(MAX(seq), 0) FROM "
                 "messages WHERE session_id = :id), active_context_checkpoint_id = NULL, "
-                "context_generation = context_generation + 1, updated_at = :now WHERE id = :id",
-                {"id": session_id, "now": self._clock()})
+                "context_generation = context_generation + 1 WHERE id = :id", {"id": session_id})
+            _touch(c, session_id, self._clock())
         return self.session(session_id)
 
     def undo_last_turn(self, session_id: str) -> UndoResult:
@@ -719,8 +727,9 @@ class Store:
                 if cp is None or _checkpoint_problem(c, session, cp):
                     parent = None  # an unusable parent: fall back to the raw history
             c.execute("UPDATE sessions SET active_context_checkpoint_id = ?, "
-                      "context_generation = context_generation + 1, updated_at = ? "
-                      "WHERE id = ?", (parent, self._clock(), session_id))
+                      "context_generation = context_generation + 1 WHERE id = ?",
+                      (parent, session_id))
+            _touch(c, session_id, self._clock())
             return UncompactResult(active_id, parent, session.context_generation + 1)
 
     def checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
@@ -829,6 +838,12 @@ class Store:
         with self._read() as c:
             return c.execute("SELECT key, content FROM timeline WHERE session_id = ? "
                              "ORDER BY created_at, id", (session_id,)).fetchall()
+
+
+def _touch(c: sqlite3.Connection, session_id: str, now: int) -> None:
+    """The session is now the most recently active: next in write order, stamped `now`."""
+    c.execute(f"UPDATE sessions SET updated_at = ?, activity_seq = {_NEXT_ACTIVITY} "
+              "WHERE id = ?", (now, session_id))
 
 
 def _pins(c: sqlite3.Connection, session_id: str) -> tuple[Pin, ...]:
