@@ -874,3 +874,22 @@ async def test_a_compact_that_drops_facts_says_how_many_and_where_they_are(store
         [card] = [t for t in texts(app, Notice) if "Context compacted" in t]
         assert (f"{cp.ledger.dropped:,} older exact facts dropped to fit; /search finds them "
                 "in the raw history") in card
+
+
+async def test_a_page_loaded_while_the_transcript_opens_keeps_the_newest_message_in_view(store):
+    """Opening a long session, the view first showed the newest message, then settled some
+    messages higher (11 of 32 opens): a page of older messages loaded while the newest were
+    still laying out, and the view held its old offset instead of the bottom it follows."""
+    import asyncio
+
+    short_turns(store, 250)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.query_one(ChatView)
+        await settle(pilot, app, lambda: app.ready and 0 < chat.max_scroll_y <= chat.scroll_y)
+        newest = chat.children[-1]
+        page = asyncio.ensure_future(chat.load_older())  # a page asked for as it opens
+        newest.styles.height = 30  # meanwhile the newest lays out taller (Markdown settling)
+        await page
+        await settle(pilot, app, lambda: chat.scroll_y >= chat.max_scroll_y - 1,
+                     what="the newest message is out of view")

@@ -295,6 +295,7 @@ class ChatView(VerticalScroll):
         if not self.has_older:
             return 0
         follows = self._follows
+        bottom = self.is_anchored and not self._anchor_released  # following the newest
         page = self._fetch(self._first_seq, PAGE)  # type: ignore[misc]
         self._first_seq = page[0].seq if page else 1
         marker = self.query(".older").first()
@@ -312,7 +313,9 @@ class ChatView(VerticalScroll):
         await self.set_checkpoint(self._checkpoint)
 
         def stay() -> None:  # the page went in above: keep what the reader was looking at,
-            if first is not None and follows == self._follows:  # unless they went back down
+            if bottom:  # the newest message, when that is what was in view (a page loaded
+                self.scroll_end(animate=False, immediate=True)  # while the transcript opens)
+            elif first is not None and follows == self._follows:  # unless they went back down
                 self.scroll_to(y=max(0, first.virtual_region.y - offset), animate=False,
                                immediate=True)
         self.call_after_refresh(stay)
