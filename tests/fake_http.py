@@ -8,9 +8,39 @@ import json
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 F = TypeVar("F", bound="Served")
+
+
+FLOOD_BLOCK = b"a" * (1 << 20)
+
+
+def flood(write: Callable[[bytes], None], size: int) -> int:
+    """Write `size` bytes of one line that never ends (a runaway or hostile server), a MiB at
+    a time; the bytes written before the client went away."""
+    sent = 0
+    try:
+        while sent < size:
+            block = FLOOD_BLOCK[:size - sent]
+            write(block)
+            sent += len(block)
+    except OSError:
+        pass
+    return sent
+
+
+class Flooded:
+    """What a fake's ("flood", ...) items wrote: the bytes of each flood, in order, and an
+    event set as each one ends (the test waits for it, then reads the count)."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+        self.done = threading.Event()
+
+    def record(self, sent: int) -> None:
+        self.sent.append(sent)
+        self.done.set()
 
 
 class FastServer(ThreadingHTTPServer):

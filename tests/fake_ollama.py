@@ -23,6 +23,9 @@ Script items for /api/chat, one per request, in order (unscripted: `default_text
     ("text", "reply")                     stream the reply
     ("tool_calls", [(name, {args})])      stream these native tool calls
     ("status", code[, "error text"])      {"error": text} with that status
+    ("flood", size)                       one NDJSON line that never ends: `size` bytes of
+                                          answer text and no newline, then close;
+                                          `fake.flooded` counts what was written
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_http import QuietHandler, Served
+from tests.fake_http import Flooded, QuietHandler, Served, flood
 
 
 def _full_name(name: str) -> str:
@@ -110,6 +113,9 @@ class _Handler(QuietHandler):
         if kind == "status":
             self._json(item[1], {"error": item[2] if len(item) > 2 else f"fake error {item[1]}"})
             return
+        if kind == "flood":
+            self._flood(body, item[1])
+            return
         text = item[1] if kind == "text" else ""
         calls = item[1] if kind == "tool_calls" else []
         done = {"model": body.get("model"), "created_at": _now(),
@@ -125,10 +131,7 @@ class _Handler(QuietHandler):
                 done["message"]["tool_calls"] = tool_calls
             self._json(200, done)
             return
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-ndjson")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        self._ndjson_headers()
         for piece in _words(text):
             self._line({"model": body.get("model"), "created_at": _now(),
                         "message": {"role": "assistant", "content": piece}, "done": False})
@@ -139,7 +142,25 @@ class _Handler(QuietHandler):
         self._line(done)
         self._chunk(b"")
 
+    def _flood(self, body: dict[str, Any], size: int) -> None:
+        """A chat line whose content string opens and never closes."""
+        self._ndjson_headers()
+        head = json.dumps({"model": body.get("model"), "created_at": _now(),
+                           "message": {"role": "assistant", "content": ""}}).encode()
+        try:
+            self._chunk(head[:head.rindex(b'""') + 1])
+        except OSError:
+            pass
+        self.server.fake.flooded.record(flood(self._chunk, size))
+        self.close_connection = True
+
     # --- writing ----------------------------------------------------------------------------
+
+    def _ndjson_headers(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
 
     def _json(self, code: int, payload: Any) -> None:
         data = json.dumps(payload).encode()
@@ -181,6 +202,7 @@ class FakeOllama(Served):
         self._lock = threading.Lock()
         self._script: deque[tuple[Any, ...]] = deque()
         self._requests: list[tuple[str, str, Any, dict[str, str]]] = []
+        self.flooded = Flooded()  # what ("flood", ...) items wrote
 
     # --- for tests -------------------------------------------------------------------------
 

@@ -51,6 +51,12 @@ Faults, for the reliability tests (each is one response; none keeps a teardown w
     ("hang", "silence")                       the same, but send nothing at all, not even headers
     ("drop",)                                 read the request, then close the connection
                                               without a response (a server that crashed on it)
+    ("flood", size)                           send 200 and one `data:` line that never ends:
+                                              `size` bytes of answer text and no newline, then
+                                              close; `fake.flooded` counts what was written
+    ("flood", size, "before")                 ... after "before" streamed as normal events
+    ("raw", code, content_type, body)         an error whose body is exactly these bytes (an
+                                              HTML page, nothing at all)
 With `fake.window` set, a request whose prompt is larger than that many tokens (`prompt_tokens`:
 about four characters a token, tool schemas included) gets OpenAI's context_length_exceeded
 error naming the window, and consumes no script item: an overflow that begins at a given
@@ -93,7 +99,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_http import QuietHandler, Served
+from tests.fake_http import Flooded, QuietHandler, Served, flood
 
 CONTEXT_OVERFLOW_BODY = {"error": {
     "message": "This model's maximum context length is 8192 tokens. However, your messages "
@@ -283,6 +289,10 @@ class _Handler(QuietHandler):
             self.close_connection = True
         elif kind == "drop":
             self.close_connection = True  # nothing written: the client sees the close
+        elif kind == "flood":
+            self._flood(body, item[1], item[2] if len(item) > 2 else "")
+        elif kind == "raw":
+            self._raw(item[1], item[2], item[3])
         elif kind == "status":
             code = item[1]
             payload = item[2] if len(item) > 2 else {
@@ -294,14 +304,35 @@ class _Handler(QuietHandler):
     # --- replies -------------------------------------------------------------------------------
 
     def _json(self, code: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
+        self._raw(code, "application/json", json.dumps(payload).encode(), headers)
+
+    def _raw(self, code: int, content_type: str, data: bytes,
+             headers: dict[str, str] | None = None) -> None:
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def _flood(self, body: dict[str, Any], size: int, before: str) -> None:
+        """Normal events for `before`, then a content delta whose line never ends."""
+        self._sse_headers()
+        base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": body.get("model", "fake-model")}
+        head = b"data: " + json.dumps({**base, "choices": [
+            {"index": 0, "delta": {"content": ""}, "finish_reason": None}]}).encode()
+        try:
+            for piece in _words(before):
+                self._chunk(b"data: " + json.dumps({**base, "choices": [
+                    {"index": 0, "delta": {"content": piece}, "finish_reason": None}]}).encode()
+                    + b"\n\n")
+            self._chunk(head[:head.rindex(b'""') + 1])  # the content string opens, never closes
+        except OSError:
+            pass
+        self.server.fake.flooded.record(flood(self._chunk, size))
+        self.close_connection = True
 
     def _usage(self, body: dict[str, Any], text: str) -> dict[str, int]:
         return self.server.fake.usage_for(body, text)
@@ -444,6 +475,7 @@ class FakeOpenAI(Served):
         self.thinking_back = False      # DeepSeek's thinking mode: every assistant message
         # in the history must carry `reasoning_content`
         self.disconnected = threading.Event()  # a client left a held stream
+        self.flooded = Flooded()               # what ("flood", ...) items wrote
         self._lock = threading.Lock()
         self._script: deque[tuple[Any, ...]] = deque()
         self._summary_script: deque[tuple[Any, ...]] = deque()

@@ -18,9 +18,15 @@ gets it: the session stores that thinking with those rows and their messages car
 from __future__ import annotations
 
 import asyncio
+import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Union
+
+from picochat.providers.errors import StreamTooLarge
+from picochat.providers.http_bounds import size_text
+
+log = logging.getLogger("picochat.providers")
 
 
 @dataclass(frozen=True)
@@ -105,10 +111,17 @@ class Reply:
     thinking: str = ""
 
 
+# The most one answer may hold, its text, thinking and tool-call arguments together (UTF-8):
+# the size of the largest message picochat takes from the user. A model that never stops, or a
+# server that streams without end, is cut off here, not when memory runs out.
+MAX_ANSWER_BYTES = 32 << 20
+
+
 async def collect(provider: Provider, request: ProviderRequest, timeout: float,
                   on_text: Callable[[TextDelta], None] | None = None,
                   on_thinking: Callable[[ThinkingDelta], None] | None = None) -> Reply:
-    """Drain one stream, bounded in total by `timeout` seconds (`TimeoutError` past it).
+    """Drain one stream, bounded in total by `timeout` seconds (`TimeoutError` past it) and in
+    size by MAX_ANSWER_BYTES (`StreamTooLarge`; the stream is closed either way).
 
     `on_text` sees each text piece as it arrives, so a caller that is cancelled or times out
     still holds what came before; `on_thinking` sees each piece of thinking."""
@@ -117,22 +130,64 @@ async def collect(provider: Provider, request: ProviderRequest, timeout: float,
     calls: list[ToolCallDelta] = []
     usage: Usage | None = None
     finish: str | None = None
+    size = 0
     await provider.warm_up()  # one-time set-up is not the call's time
-    async with asyncio.timeout(timeout):
-        async for event in provider.stream(request):
-            if isinstance(event, TextDelta):
-                parts.append(event.text)
-                if on_text is not None:
-                    on_text(event)
-            elif isinstance(event, ThinkingDelta):
-                thought.append(event.text)
-                if on_thinking is not None:
-                    on_thinking(event)
-            elif isinstance(event, ToolCallDelta):
-                calls.append(event)
-            elif isinstance(event, Usage):
-                usage = event
-            elif isinstance(event, Finish):
-                finish = event.reason
-                break
+    events = provider.stream(request)
+    try:
+        async with asyncio.timeout(timeout):
+            async for event in events:
+                size += _answer_bytes(event)
+                if size > MAX_ANSWER_BYTES:
+                    raise answer_too_large(bool(parts))
+                if isinstance(event, TextDelta):
+                    parts.append(event.text)
+                    if on_text is not None:
+                        on_text(event)
+                elif isinstance(event, ThinkingDelta):
+                    thought.append(event.text)
+                    if on_thinking is not None:
+                        on_thinking(event)
+                elif isinstance(event, ToolCallDelta):
+                    calls.append(event)
+                elif isinstance(event, Usage):
+                    usage = event
+                elif isinstance(event, Finish):
+                    finish = event.reason
+                    break
+    finally:
+        await close_quietly(events)
     return Reply("".join(parts), tuple(calls), usage, finish, "".join(thought))
+
+
+async def close_quietly(stream: Any) -> None:
+    """Close a stream left early (its bound, a failure, a stop): the provider lets go of the
+    connection now, and the server sees it, instead of whenever the stream is collected. A
+    failure to close changes nothing the user is told."""
+    close = getattr(stream, "aclose", None)
+    if close is None:
+        return
+    try:
+        await close()
+    except Exception as exc:  # the call's own outcome, not the clean-up's, is the one to tell
+        log.info("stream_close_failed kind=%s", type(exc).__name__)
+
+
+def _answer_bytes(event: StreamEvent) -> int:
+    """What an event adds to the answer's size: its text, thinking or call fragment."""
+    if isinstance(event, (TextDelta, ThinkingDelta)):
+        return len(event.text.encode("utf-8", "surrogatepass"))
+    if isinstance(event, ToolCallDelta):
+        return sum(len(s.encode("utf-8", "surrogatepass"))
+                   for s in (event.arguments, event.name or "", event.id or ""))
+    return 0
+
+
+def answer_too_large(kept: bool, pieces: int | None = None) -> StreamTooLarge:
+    """The line for an answer cut off at its bound: its size, or (`pieces`) its count of
+    stream events."""
+    what = (f"the server sent more than {pieces:,} pieces for one answer" if pieces is not None
+            else f"the answer grew past {size_text(MAX_ANSWER_BYTES)} (text, thinking and tool "
+                 "calls together)")
+    so_far = "the answer so far is kept where it is; " if kept else ""
+    return StreamTooLarge(f"{what}; stopped reading it", f"{so_far}ask for less at once, or "
+                                                         "check the server")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import html
+import json
 import re
+from typing import Any
 
 from picochat.errors import PicochatError
 
@@ -80,6 +83,21 @@ class MalformedStream(ProviderError):
     kind = "malformed_stream"
 
 
+class StreamTooLarge(ProviderError):
+    """The server sent more than picochat holds for one answer: one stream event past its
+    bound, or an answer (text, thinking and tool calls) past its size or its count of pieces.
+    Reading stopped there, so a runaway or hostile server cannot exhaust memory."""
+
+    kind = "stream_too_large"
+
+
+class ModelRepeating(ProviderError):
+    """The model sent the same piece of text over and over (litellm stops such a stream): a
+    loop in the model, not a fault of the connection."""
+
+    kind = "repeating"
+
+
 class ProviderTimeout(ProviderError):
     kind = "timeout"
 
@@ -140,3 +158,53 @@ def refuses_tools(message: str) -> bool:
     """A server's words for "this model or server takes no tools" (vLLM, llama.cpp, Ollama,
     OpenAI-compatible gateways), so the turn can be sent again without them."""
     return bool(_NO_TOOLS.search(message))
+
+
+def refusal_words(body: bytes, content_type: str = "") -> str:
+    """What an error response says, in the server's words: the message of a JSON error body
+    (OpenAI's `error.message`, FastAPI's `detail` list, a bare `message` or `error`), the
+    title or text of an HTML page, else the text itself; "" for an empty body."""
+    text = body.decode("utf-8", "replace").strip()
+    if not text:
+        return ""
+    try:
+        return _json_words(json.loads(text)) or text
+    except (ValueError, RecursionError):
+        pass
+    if "html" in content_type.lower() or text.startswith("<"):
+        return _html_words(text)
+    return text
+
+
+def _json_words(data: Any) -> str:
+    """The message a JSON error body carries ("" when it names none)."""
+    if not isinstance(data, dict):
+        return ""
+    error = data.get("error")
+    if isinstance(error, dict):
+        error = error.get("message")
+    for said in (error, data.get("message"), data.get("detail")):
+        if isinstance(said, str) and said.strip():
+            return said.strip()
+        if isinstance(said, list):  # FastAPI / vLLM validation: [{"loc": [...], "msg": ...}]
+            return "; ".join(_detail_words(d) for d in said[:3] if isinstance(d, dict))
+    return ""
+
+
+def _detail_words(detail: dict[str, Any]) -> str:
+    """One FastAPI validation entry: the field it names, then its message."""
+    loc = detail.get("loc")
+    field = str(loc[-1]) if isinstance(loc, list) and loc else ""
+    msg = str(detail.get("msg") or "").strip()
+    return f"{field}: {msg}" if field and msg else field or msg
+
+
+def _html_words(text: str) -> str:
+    """An HTML error page's title, else its text without tags."""
+    title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+    if title:
+        words = title.group(1)
+    else:
+        words = re.sub(r"<(script|style)\b.*?</\1\s*>", " ", text, flags=re.I | re.S)
+        words = re.sub(r"<[^>]*>", " ", words)
+    return " ".join(html.unescape(words).split())

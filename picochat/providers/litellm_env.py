@@ -12,6 +12,7 @@ import threading
 from types import ModuleType
 
 from picochat import tokens
+from picochat.providers import http_bounds
 from picochat.providers.redact import RedactingFilter
 
 _OFFLINE_ENV = {
@@ -53,5 +54,6 @@ def import_litellm() -> ModuleType:
             lg = logging.getLogger(name)
             lg.handlers[:] = list(ours.handlers)
             lg.propagate = False
+        http_bounds.install()  # no stream event or error body without a bound
         _module = litellm
         return litellm

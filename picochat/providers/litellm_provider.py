@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Mapping
 
 from picochat import tokens
 from picochat.providers import errors as pe
-from picochat.providers import keys, model_map, ollama, redact
+from picochat.providers import http_bounds, keys, model_map, ollama, redact
 from picochat.providers.base import (
     Finish,
     ModelInfo,
@@ -36,12 +36,18 @@ from picochat.providers.base import (
     ThinkingDelta,
     ToolCallDelta,
     Usage,
+    answer_too_large,
+    close_quietly,
 )
 from picochat.providers.litellm_env import import_litellm
 from picochat.providers.thinking import ThinkSplitter, starts_inside
 
 log = logging.getLogger("picochat.providers")
 READ_TIMEOUT_S = 60.0
+# The most stream chunks one answer may take. litellm keeps every chunk of a stream until it
+# ends (about 3.7 KB each, measured), so a server that streams without end would exhaust memory
+# long before the answer's size bound: this is twelve times the default answer cap in tokens.
+MAX_ANSWER_PIECES = 200_000
 WARM_UP_LIMIT_S = 30.0
 # Anthropic's API requires max_tokens; when a request names none, this, not litellm's fill-in
 # of the model's whole output limit (64,000 for Claude Sonnet 4.5), which with a long prompt
@@ -187,21 +193,36 @@ class LiteLLMProvider(Provider):
         except Exception as exc:  # a failed warm-up only means a slower first call
             log.info("litellm_warm_up failed kind=%s", type(exc).__name__)
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
+    async def _call(self, kwargs: dict[str, Any], request: ProviderRequest) -> Any:
+        """litellm's answer to one request (a stream when `kwargs` ask for one); litellm's
+        exception, untranslated, when it raises one. litellm (with `drop_params`) answers a 422
+        by sending the request once more without the fields its body names, and when that is
+        refused too returns None instead of raising: the server's words then come from the
+        error response the transport kept (providers.http_bounds)."""
         litellm = import_litellm()
+        with http_bounds.watch() as refused:
+            response = await litellm.acompletion(**kwargs)
+        if response is None or (kwargs.get("stream") and not hasattr(response, "__aiter__")):
+            raise self._refused(refused, request)
+        return response
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
         kwargs = self._kwargs(request)
         try:
-            response = await litellm.acompletion(**kwargs)
+            response = await self._call(kwargs, request)
         except Exception as exc:  # litellm maps provider errors onto its own exception types
             raise self.translate(exc, request) from None
         # From here the server has accepted the request and sent its headers: a failure is a
         # broken or unreadable stream, never "cannot connect".
-        finish, received, heard = "stop", 0, False
+        finish, received, heard, pieces, done = "stop", 0, False, 0, False
         # Thinking comes as `reasoning_content` (litellm's name for it, also for a provider's
         # `reasoning`) or inline as <think>…</think> text: both become ThinkingDelta.
         split = ThinkSplitter(self._opens_thinking or starts_inside(self.info.model))
         try:
             async for chunk in response:
+                pieces += 1  # litellm keeps every chunk until the stream ends: bound them
+                if pieces > MAX_ANSWER_PIECES:
+                    raise answer_too_large(received > 0, MAX_ANSWER_PIECES)
                 usage = _usage(chunk)
                 if usage is not None:
                     if _server_counted(response):
@@ -231,8 +252,12 @@ class LiteLLMProvider(Provider):
                     yield _tool_call_delta(call)
                 if choice.finish_reason:
                     finish = choice.finish_reason
+            done = True
         except Exception as exc:
             raise self.translate(exc, request, received) from None
+        finally:
+            if not done:  # left early: the server sees the connection close now
+                await close_quietly(response)
         for piece in split.flush():
             yield piece
         if split.stray_close:  # this model's template opens the block: its replies start inside
@@ -251,11 +276,11 @@ class LiteLLMProvider(Provider):
         unstreamed, the same server says `400 maximum context length is N`. So the probe
         surfaces the real error (an overflow the session recovers from), or, if the server
         answers after all, that answer."""
-        litellm = import_litellm()
         plain = {k: v for k, v in kwargs.items() if k not in ("stream", "stream_options")}
+        plain["stream"] = False
         for attempt in (1, 2):
             try:
-                response = await litellm.acompletion(**plain, stream=False)
+                response = await self._call(plain, request)
                 break
             except Exception as exc:
                 # that server closes the connection after such a stream; the pooled one the
@@ -290,8 +315,13 @@ class LiteLLMProvider(Provider):
 
         `received` is None while connecting (no response yet), else the characters of answer
         text that arrived before the stream failed."""
+        if isinstance(exc, pe.ProviderError):
+            return exc  # already said: a bound reached in the stream, a refusal
         litellm = import_litellm()
         where = self.api_base or self.info.provider_kind
+        stopped = self._stopped(exc, received)
+        if stopped is not None:
+            return stopped
         transport = self._transport_error(exc, litellm, received)
         if transport is not None:
             return transport
@@ -300,9 +330,7 @@ class LiteLLMProvider(Provider):
         if isinstance(exc, litellm.ContextWindowExceededError) or pe.looks_like_overflow(raw):
             return self._overflow(str(exc), request)
         if request is not None and request.tools and pe.refuses_tools(raw):
-            return pe.ToolsUnsupported(f"{where} does not accept tools for "
-                                       f"{self.info.model!r}: {text}",
-                                       "set [tools] enabled = [] for this model's server")
+            return self._no_tools(text)
         if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)):
             env = self.api_key_env
             return pe.ProviderAuthError(f"{where} refused the API key",
@@ -335,7 +363,76 @@ class LiteLLMProvider(Provider):
                                           "retry later")
         if isinstance(exc, litellm.BadRequestError):
             return pe.BadProviderRequest(f"{where} rejected the request: {text}")
-        return pe.ProviderError(f"{where}: {type(exc).__name__}: {text}")
+        return self._unexpected(exc, text)
+
+    def _no_tools(self, text: str) -> pe.ToolsUnsupported:
+        """A server that takes no tools (the session sends the turn again without them)."""
+        where = self.api_base or self.info.provider_kind
+        return pe.ToolsUnsupported(f"{where} does not accept tools for {self.info.model!r}: "
+                                   f"{text}", "set [tools] enabled = [] for this model's server")
+
+    def _unexpected(self, exc: Exception, text: str) -> pe.ProviderError:
+        """A failure no case above names: the server's words with its HTTP status when it
+        answered; an error inside litellm itself (a TypeError, ...) is named as that, without
+        Python's words, which tell the user nothing."""
+        where = self.api_base or self.info.provider_kind
+        status = _status(exc)
+        if status is not None and 400 <= status < 500:
+            return pe.ProviderError(f"{where} refused the request (HTTP {status}): {text}",
+                                    "the server's log may say more")
+        if status is not None and status >= 500:
+            return pe.ProviderUnavailable(f"{where} failed with a server error (HTTP {status}): "
+                                          f"{text}", "retry later")
+        if type(exc).__module__.split(".")[0] in ("litellm", "openai"):
+            return pe.ProviderError(f"{where} failed: {text}", "retry, or check the server")
+        log.warning("provider_internal_error model=%s kind=%s", self.info.model,
+                    type(exc).__name__)
+        return pe.ProviderError(f"the answer from {where} could not be read (an error inside "
+                                "litellm)", "retry; picochat's log names the error")
+
+    def _stopped(self, exc: Exception, received: int | None) -> pe.ProviderError | None:
+        """A stream stopped on purpose: one event past its bound (providers.http_bounds), or
+        a model that kept sending the same piece of text (litellm stops that stream after
+        REPEATED_STREAMING_CHUNK_LIMIT identical chunks; its words are matched, as it has no
+        type of its own). Whatever arrived before is kept, like any mid-stream failure."""
+        kept = "the answer so far is kept where it is; " if received else ""
+        chain = _chain(exc)
+        big = next((e for e in chain if isinstance(e, http_bounds.EventTooLarge)), None)
+        if big is not None:
+            log.warning("stream_event_too_large model=%s limit=%d received=%d",
+                        self.info.model, big.limit, received or 0)
+            server = f"the server at {self.api_base}" if self.api_base else self.info.provider_kind
+            return pe.StreamTooLarge(f"{server} sent one event of more than "
+                                     f"{http_bounds.size_text(big.limit)}; stopped reading it",
+                                     f"{kept}retry, or check the server")
+        if any(_REPEATING.search(str(e)) for e in chain):
+            log.warning("stream_repeating model=%s received=%d", self.info.model, received or 0)
+            return pe.ModelRepeating("the model kept repeating the same text, so the answer "
+                                     "was stopped", f"{kept}ask again, lower the temperature, "
+                                     "or try another model")
+        return None
+
+    def _refused(self, refused: list[http_bounds.Refusal],
+                 request: ProviderRequest) -> pe.ProviderError:
+        """A request litellm answered with nothing (see `_call`): the last error response the
+        transport saw, in the server's words (an overflow or a refusal of tools is still
+        told as one), else that no reason came back."""
+        where = self.api_base or self.info.provider_kind
+        last = refused[-1] if refused else None
+        log.warning("provider_refused model=%s status=%s responses=%d", self.info.model,
+                    last.status if last else "none", len(refused))
+        if last is None:
+            return pe.BadProviderRequest(f"{where} refused the request without saying why",
+                                         "the server's log may say why")
+        raw = self._redact(pe.refusal_words(bytes(last.body), last.content_type))
+        if raw and pe.looks_like_overflow(raw):
+            return self._overflow(raw, request)
+        if raw and request.tools and pe.refuses_tools(raw):
+            return self._no_tools(_short(raw))
+        said = f": {_short(raw)}" if raw else ", with no reason given"
+        return pe.BadProviderRequest(f"{where} refused the request (HTTP {last.status}){said}",
+                                     "check this model's settings in the config, or the "
+                                     "server's log")
 
     def _transport_error(self, exc: Exception, litellm: Any,
                          received: int | None) -> pe.ProviderError | None:
@@ -562,6 +659,8 @@ def _retry_after(exc: Exception) -> float | None:
     return None
 
 
+# litellm's words when it stops a stream that repeats one chunk (streaming_handler.py)
+_REPEATING = re.compile(r"model is repeating the same chunk", re.I)
 _LITELLM_ADVICE = re.compile(r"\.?\s*Handle with `litellm\.\w+`\.?\s*$")
 _BYTES_REPR = re.compile(r"b'\{.*\}'|b\"\{.*\}\"", re.S)
 
