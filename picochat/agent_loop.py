@@ -8,6 +8,7 @@ no checkpoint is created mid-turn.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -19,6 +20,7 @@ from picochat.providers.base import ToolCallDelta
 MAX_TOOL_STEPS = 8          # tool batches per turn; then one last request without tools
 MAX_CALLS_PER_ROUND = 16    # calls run from one reply; the rest are not run (nor recorded)
 MAX_CALLS_PER_TURN = 64     # calls run in one turn; then one last request without tools
+MAX_ARGUMENT_CHARS = 32_768  # a call's arguments past this are not run, nor kept or resent
 OLD_TOOL_RESULT_CHARS = 2_000
 LEAST_TOOL_RESULT_CHARS = 250  # a result cut for one request keeps at least this much
 
@@ -58,6 +60,7 @@ class CallPlan:
     run: tuple[ToolCall, ...]
     not_run: int        # calls of the reply left out: over a cap
     cap: str            # which cap, in words, for the note and the user's notice
+    oversized: frozenset[str] = frozenset()  # ids of kept calls whose arguments were cut
 
 
 def plan_calls(calls: tuple[ToolCall, ...], ran_before: int, seen_ids: set[str]
@@ -66,17 +69,27 @@ def plan_calls(calls: tuple[ToolCall, ...], ran_before: int, seen_ids: set[str]
     already used this turn (a server may repeat one) gets a suffix: a second result under
     the same id would drop out of the context and break strict APIs."""
     room = max(0, min(MAX_CALLS_PER_ROUND, MAX_CALLS_PER_TURN - ran_before))
-    kept = []
+    kept, oversized = [], set()
     for call in calls[:room]:
         call_id, n = call.id, 1
         while call_id in seen_ids:
             n += 1
             call_id = f"{call.id}_{n}"
         seen_ids.add(call_id)
-        kept.append(call if call_id == call.id else dataclasses.replace(call, id=call_id))
+        call = call if call_id == call.id else dataclasses.replace(call, id=call_id)
+        if len(call.arguments) > MAX_ARGUMENT_CHARS:  # 5 MB of arguments, resent every
+            oversized.add(call_id)  # round, would flood the window and the database
+            call = dataclasses.replace(call, arguments=json.dumps(
+                {"omitted": f"{len(call.arguments):,} characters of arguments"}))
+        kept.append(call)
     cap = (f"at most {MAX_CALLS_PER_ROUND} a reply" if room == MAX_CALLS_PER_ROUND
            else f"at most {MAX_CALLS_PER_TURN} a turn")
-    return CallPlan(tuple(kept), len(calls) - len(kept), cap)
+    return CallPlan(tuple(kept), len(calls) - len(kept), cap, frozenset(oversized))
+
+
+def oversized_result() -> str:
+    return (f"not run: its arguments were over {MAX_ARGUMENT_CHARS:,} characters; ask for "
+            "less at once")
 
 
 def not_run_note(plan: CallPlan) -> str:

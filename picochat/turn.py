@@ -41,6 +41,7 @@ from picochat.agent_loop import (
     assemble_tool_calls,
     fit_tool_results,
     not_run_note,
+    oversized_result,
     plan_calls,
     this_turn_only,
 )
@@ -403,7 +404,7 @@ class TurnRun:
         assert self.user is not None
         plan = plan_calls(step.calls, self.calls_run, self.call_ids)
         calls = plan.run
-        results, stopped = await self._run_calls(calls)
+        results, stopped = await self._run_calls(calls, plan.oversized)
         self.calls_run += len(calls)
         if plan.not_run:
             log.warning("tool_calls_capped session=%s turn=%s asked=%d run=%d not_run=%d",
@@ -430,7 +431,8 @@ class TurnRun:
         if stopped or stopped_saving:
             raise asyncio.CancelledError
 
-    async def _run_calls(self, calls: tuple[ToolCall, ...]) -> tuple[list[ToolResult], bool]:
+    async def _run_calls(self, calls: tuple[ToolCall, ...], oversized: frozenset[str]
+                         ) -> tuple[list[ToolResult], bool]:
         """Each call once, on the store's thread (the event loop keeps drawing and hears
         Esc). A stop lets the running call end; the calls after it are not run, and say so.
         Returns the results and whether a stop came."""
@@ -444,6 +446,9 @@ class TurnRun:
         for call in calls:
             if stopped:
                 results.append(ToolResult(ERROR, "not run: the user stopped the turn"))
+                continue
+            if call.id in oversized:
+                results.append(ToolResult(ERROR, oversized_result()))
                 continue
             job = asyncio.ensure_future(self.store.io(run_tool, call.name, call.arguments,
                                                       context, enabled=names))

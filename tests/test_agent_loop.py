@@ -420,3 +420,31 @@ def test_esc_while_tools_run_keeps_what_ran_and_runs_no_more(store, tmp_path, mo
     results = [r for r in store.history(s.id) if r.role == "tool"]
     assert [r.content for r in results] == (
         ["found it"] + ["not run: the user stopped the turn"] * 4)
+
+
+def test_a_call_with_megabytes_of_arguments_is_not_run_kept_or_resent(store, tmp_path):
+    """Found by an outside attack: three calls of 5 MB arguments each were kept whole and
+    sent back every round, 15.7 MB to 62.9 MB requests for an 8,192 window. Arguments over
+    the limit are left out of the record and the call says why; the others run."""
+    from picochat.agent_loop import MAX_ARGUMENT_CHARS
+
+    s = store.create_session("huge")
+    huge = {"calls": [("c0", "history_search", json.dumps({"query": "A" * 5_000_000})),
+                      ("c1", "history_search", json.dumps({"query": "port"}))]}
+
+    async def run():
+        provider = Recorder(turns=[huge, "done"])
+        async with worker(store, s.id, provider, tmp_path, window=8_192) as w:
+            return await one_turn(w), provider
+
+    (outcome, _), provider = asyncio.run(run())
+    assert isinstance(outcome, TurnFinished)
+    assert all(request_tokens(r) <= 8_192 for r in provider.turn_requests)
+    rows = store.history(s.id)
+    call = next(r for r in rows if r.tool_calls)
+    assert all(len(c["function"]["arguments"]) < 200 for c in call.tool_calls)
+    results = [r for r in rows if r.role == "tool"]
+    assert results[0].content.startswith(f"not run: its arguments were over "
+                                         f"{MAX_ARGUMENT_CHARS:,} characters")
+    assert results[1].tool_status == "ok"
+    assert sum(len(r.content) for r in rows) < 10_000

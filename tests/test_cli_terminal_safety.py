@@ -322,6 +322,7 @@ def test_picochats_own_lines_are_clean_even_in_a_pipe(run_cli, home, hostile_ses
             run_cli("export", "-s", NAME, "--format", "md", "-o", str(home / "out.md")),
             run_cli("pin", "-s", NAME, "the canary host is kv-7"),
             run_cli("unpin", "-s", NAME, "1"),
+            run_cli("pins", "-s", NAME),
             run_cli("info", "-s", NAME),
             run_cli("compact", "-s", NAME, "--model", "offline"),
             run_cli("compact", "--undo", "-s", NAME),
@@ -332,7 +333,7 @@ def test_picochats_own_lines_are_clean_even_in_a_pipe(run_cli, home, hostile_ses
             assert_terminal_safe(stream.encode("utf-8"))
     assert runs[0].status == 0 and "Context cleared for w" in runs[0].stdout
     assert runs[1].status == 0 and "Exported" in runs[1].stderr
-    assert runs[7].status == 2 and runs[8].status == 2
+    assert runs[8].status == 2 and runs[9].status == 2
     assert HOSTILE in run_cli("history", "-s", hostile_session).stdout  # data: as stored
 
 

@@ -545,12 +545,12 @@ def cmd_pins(app: App) -> int:
                    "pins_tokens": cost, "pin_cap_tokens": cap})
         return 0
     if not pins:
-        out(for_terminal(f"No pins in {session.name}: `picochat pin TEXT` keeps a statement "
-                         "in every request"))
+        say(f"No pins in {session.name}: `picochat pin TEXT` keeps a statement in every "
+            "request")
         return 0
     lines = [f"Pins of {session.name}: {cost:,} tokens of every request (cap {cap:,})"]
     lines += [pin_label(p, 100) for p in pins]
-    out(for_terminal("\n".join(lines)))
+    say("\n".join(lines))
     return 0
 
 

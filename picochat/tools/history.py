@@ -21,7 +21,8 @@ def _history_search(args: Mapping[str, Any], ctx: ToolContext) -> str:
     limit = int_arg(args, "limit", 8, 1, 25)
     hits = ctx.store.search_messages(ctx.session_id, query, limit, ctx.before_seq)
     if not hits:
-        return f"No message of this conversation matches {query!r}."
+        shown = query if len(query) <= 200 else query[:200] + "…"  # never echo a flood back
+        return f"No message of this conversation matches {shown!r}."
     lines = [f"{len(hits)} matching messages, best first ({SNIPPET_NOTE}):"]
     for h in hits:
         mark = " (undone by the user)" if h.retracted else ""

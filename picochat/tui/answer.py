@@ -251,6 +251,8 @@ class AssistantMessage(Pinnable, Widget):
     def _show(self, blocks: list[Block]) -> None:
         """The live widgets show `blocks`, reused in place where the kind still matches (a
         prose run that turned out to open a fence is replaced)."""
+        if not self.is_attached:  # the app is quitting: a draw still due has nowhere to go
+            return
         live = self._live
         for i, block in enumerate(blocks):
             after = bool(self._settled) or i > 0
