@@ -273,6 +273,9 @@ def test_ask_refuses_a_message_larger_than_the_whole_window(run_cli, small):
         assert "more than the model's whole window of 4,096" in line, line
         assert line.endswith("nothing was sent or saved"), line
         assert result.stdout == ""
-    assert as_json(run_cli, "history", "--session", "s")["messages"] == []  # nothing stored
-    # the session is fine for the next message, and that one is answered
+    # nothing stored, and a refused first message leaves no empty session behind
+    assert as_json(run_cli, "sessions") == []
+    # the next message is answered; a refused one in an existing session stores nothing
     assert ask(run_cli, "hello")["reply"]
+    assert run_cli("ask", "--session", "s", crabs).status == 2
+    assert len(as_json(run_cli, "history", "--session", "s")["messages"]) == 2

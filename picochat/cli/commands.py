@@ -172,8 +172,22 @@ def cmd_ask(app: App) -> int:
     # fails before anything is written
     resolved, provider = open_model(app.config, session, app.opt("model"))
     if session is None:  # another ask may be creating it too
+        refused = _over_window(text, resolved, app.config)
+        if refused is not None:  # no empty session is left behind (the worker checks too)
+            err(f"{refused.user_line()}; nothing was sent or saved")
+            return refused.exit_status
         session = app.store.find_or_create_session(app.opt("session"))
     return asyncio.run(_ask(app, session, resolved, provider, text))
+
+
+def _over_window(text: str, resolved: Any, config: Config) -> Any:
+    """The refusal of a message larger than the model's whole window, or None."""
+    from picochat.budget import message_over_window, too_long_error
+    from picochat.context_usage import limits_for
+
+    limits = limits_for(resolved, config.context_compaction)
+    size = message_over_window(text, limits)
+    return None if size is None else too_long_error(size, limits)
 
 
 def _named_or_latest(app: App) -> Session | None:
