@@ -629,3 +629,25 @@ async def test_a_database_deleted_under_the_app_is_said_and_nothing_more_is_sent
         await settle(pilot, app, lambda: app.query_one(Prompt).text == "keep port 8443")
         assert any("Not sent" in str(n.render()) for n in app.query_one(ChatView).query(Notice))
         assert not app.worker.busy
+
+
+async def test_a_refresh_after_another_writer_keeps_the_notice_just_said(store):
+    """Found by the suite itself: the refresh after another picochat wrote rebuilt the
+    transcript and wiped the line the reader had just been given ("Took back …")."""
+    from tests.test_tui import texts
+
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await say(pilot, "hello")
+        await settle(pilot, app, lambda: store.history(app.session.id)
+                     and not app.worker.busy and not app.state)
+        await app.query_one(ChatView).add_notice("Took back your last turn", "info")
+        other = open_store(store.path)
+        try:
+            other.append_message(app.session.id, "user", "from elsewhere", turn_id="t_x")
+        finally:
+            other.close()
+        await app.reload(from_elsewhere=True)
+        assert texts(app, Notice)[-1] == "Took back your last turn"
+        assert "from elsewhere" in texts(app, UserMessage)

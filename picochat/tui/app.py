@@ -127,6 +127,7 @@ class PicochatApp(App[None]):
         self.database_gone = False   # the database file was deleted or replaced meanwhile
         self._outside_pending = False  # another process wrote: shown once nothing runs here
         self._watching = False
+        self._reloading = asyncio.Lock()
         self._log_reporter: Reporter | None = None  # whoever reported a log failure before
 
     # --- layout ---------------------------------------------------------------------------------
@@ -354,7 +355,8 @@ class PicochatApp(App[None]):
                             title="Database gone", severity="error", timeout=3600)
             self._outside_pending = self._outside_pending or wrote
             if (self._outside_pending and not self.database_gone and not self.worker.busy
-                    and not self.worker.queued and not self.state):
+                    and not self.worker.queued and not self.state
+                    and len(self.screen_stack) == 1):  # not under a question (ConfirmScreen)
                 self._outside_pending = False
                 log.info("outside_write session=%s", self.session.id)
                 await self.reload(from_elsewhere=True)
@@ -383,13 +385,17 @@ class PicochatApp(App[None]):
     async def reload(self, from_elsewhere: bool = False) -> None:
         """The transcript and the panel from the database, the source of truth
         (`from_elsewhere`: after another picochat wrote)."""
-        chat, sid = self.query_one(ChatView), self.session.id
-        newest = self.store.history_page(sid, None, PAGE)
-        await chat.show_history(newest, self.active_checkpoint(),
-                                lambda before, n: self.store.history_page(sid, before, n),
-                                from_elsewhere)
-        if not newest:  # an empty session: who answers, how to reach a real model, the keys
-            await chat.add(Welcome(self.worker.model, self.worker.limits.window))
+        async with self._reloading:  # a refresh and a command's reload never interleave
+            chat, sid = self.query_one(ChatView), self.session.id
+            kept = chat.trailing_notices() if from_elsewhere else []
+            newest = self.store.history_page(sid, None, PAGE)
+            await chat.show_history(newest, self.active_checkpoint(),
+                                    lambda before, n: self.store.history_page(sid, before, n),
+                                    from_elsewhere)
+            for text, kind in kept:
+                await chat.add_notice(text, kind)
+            if not newest:  # an empty session: who answers, how to reach a real model, the keys
+                await chat.add(Welcome(self.worker.model, self.worker.limits.window))
         await self.refresh_panel()
 
     async def refresh_panel(self) -> None:

@@ -157,6 +157,7 @@ class Notice(Static):
 
     def __init__(self, text: str, kind: str = "info") -> None:
         super().__init__(literal(text), classes=kind)
+        self.said, self.kind = text, kind  # kept across a refresh (`ChatView.trailing_notices`)
 
 
 class CheckpointDivider(Static):
@@ -450,6 +451,17 @@ class ChatView(VerticalScroll):
     async def add_assistant(self) -> AnswerStream:
         """A streamed answer; its first widget mounts with its first text."""
         return AnswerStream(self)
+
+    def trailing_notices(self) -> list[tuple[str, str]]:
+        """The notices below the newest message (what was just said): a refresh after another
+        picochat wrote puts them back, so a line the reader is reading does not vanish."""
+        said: list[tuple[str, str]] = []
+        for widget in reversed(self.children):
+            if getattr(widget, "seq", None) is not None:
+                break
+            if isinstance(widget, Notice):
+                said.append((widget.said, widget.kind))
+        return said[::-1]
 
     async def add_notice(self, text: str, kind: str = "info") -> Notice:
         return await self.add(Notice(text, kind))  # type: ignore[return-value]
