@@ -56,7 +56,7 @@ from picochat.pins import pin_problem
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider, TextDelta, ThinkingDelta, Usage
 from picochat.providers.errors import ContextOverflow
-from picochat.storage.store import Store, UncompactResult, UndoResult, _last_turn
+from picochat.storage.store import Store, UncompactResult, UndoResult, last_turn_seqs
 from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
 from picochat.turn import TurnRun, internal_error, settle
@@ -126,7 +126,7 @@ class LastTurn:
 def turn_to_undo(context: Sequence[Message]) -> LastTurn | None:
     """The newest turn of `context` (rows since the last /clear that are not undone, oldest
     first), chosen as `Store.undo_last_turn` chooses it."""
-    seqs = set(_last_turn((m.seq, m.role, m.turn_id) for m in reversed(context)))
+    seqs = set(last_turn_seqs((m.seq, m.role, m.turn_id) for m in reversed(context)))
     if not seqs:
         return None
     question = next((m.content for m in context if m.seq in seqs and m.role == "user"), None)

@@ -639,7 +639,7 @@ class Store:
                 f"SELECT seq, role, turn_id FROM messages m WHERE session_id = ? AND seq > ? "
                 f"AND {_NOT_RETRACTED} ORDER BY seq DESC", (session_id,
                                                             session.context_floor_seq)).fetchall()
-            removed = _last_turn(rows)
+            removed = last_turn_seqs(rows)
             if not removed:
                 return UndoResult((), session.active_context_checkpoint_id is not None)
             low = min(removed)
@@ -1039,7 +1039,7 @@ def _checkpoint_problem(c: sqlite3.Connection, session: Session,
     return None
 
 
-def _last_turn(rows_desc: Iterable[Sequence[Any]]) -> list[int]:
+def last_turn_seqs(rows_desc: Iterable[Sequence[Any]]) -> list[int]:
     """Seqs of the newest turn: every row of its turn_id, wherever another writer's rows fell
     between them, and the rows without an id among them (a tool result belongs to the call
     before it); without an id, back to and including the newest user message."""
