@@ -127,18 +127,28 @@ def test_nul_bytes_and_invalid_utf8_are_stored_shown_and_counted(offline):
     ("line-1mb", lambda: "".join(random.Random(3).choices(
         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789{}[]:,\"", k=MB))),
 ])
-def test_a_huge_message_is_stored_counted_and_shown_without_freezing(offline, name, make):
+def test_a_huge_message_is_stored_counted_and_shown_without_freezing(offline, config_file, name,
+                                                                   make):
     text = make()
     data = text.encode("utf-8")
     print(f"\n{name}: {len(data):,} bytes, {text.count(chr(10)) + 1:,} lines")
-    ok("ask", "--model", "offline", "--session", name, "-", stdin=data, label="ask -")
+    # over the offline model's 128k window the message is refused before anything is stored
+    refused = cli("ask", "--model", "offline", "--session", name, "-", stdin=data)
+    assert refused.status == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "nothing was sent or saved" in refused.stderr
+    assert name.encode() not in ok("sessions").stdout
+    # a model whose window holds it: stored exactly, counted, shown, and the chat goes on
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text('[models.roomy]\nmodel = "offline"\ntoken_limit = 16000000\n',
+                           encoding="utf-8")
+    ok("ask", "--model", "roomy", "--session", name, "-", stdin=data, label="ask -")
     real = assert_stored_and_counted(name, text)
     print(f"  tiktoken o200k: {real:,} tokens")
     shown = ok("history", "--session", name, label="history (text)").stdout
     assert data in shown
     exported = ok("export", "--session", name, "--format", "md", label="export md").stdout
     assert data in exported
-    second = ok("ask", "--model", "offline", "--session", name, "and now a short question",
+    second = ok("ask", "--model", "roomy", "--session", name, "and now a short question",
                 label="ask after it")
     assert b"offline" in second.stdout
 
