@@ -340,3 +340,35 @@ def test_a_model_repeating_one_chunk_is_named_and_its_answer_kept(run_cli, fake)
     kept = partial_answer(run_cli)
     assert kept.startswith("Sure. again and again and ")
     assert len(kept) < len("Sure. ") + 150 * len("again and ")
+
+
+# --- many tiny pieces ---------------------------------------------------------------------------
+
+
+def test_a_stream_of_tiny_pieces_keeps_memory_flat_and_the_whole_answer(run_cli, fake):
+    _, plain_rss = ask_measured("hello")
+    pieces = [chr(ord("a") + i % 26) for i in range(30_000)]
+    fake.script(("chunks", pieces))
+    result, tiny_rss = ask_measured("spell it out")
+    assert result.status == 0, result.stderr
+    assert history(run_cli)[-1]["content"] == "".join(pieces)
+    # measured: litellm keeps about 3.9 KB per chunk until the stream ends, +117 MB here (a
+    # server that never stops: 722 MB after 40 s); with its old chunks let go, a few MB
+    print(f"\n30,000 pieces: +{(tiny_rss - plain_rss) / MiB:.0f} MiB over a plain answer")
+    assert tiny_rss - plain_rss < 48 * MiB, (plain_rss, tiny_rss)
+
+
+def test_of_litellms_kept_chunks_the_first_the_usage_and_the_newest_stay():
+    from types import SimpleNamespace
+
+    from picochat.providers.litellm_provider import KEPT_CHUNKS, forget_old_chunks
+
+    chunks = [SimpleNamespace(n=i, usage={"prompt_tokens": 3} if i == 7 else None)
+              for i in range(2 * KEPT_CHUNKS + 1)]
+    response = SimpleNamespace(chunks=chunks)
+    forget_old_chunks(response)
+    kept = [c.n for c in response.chunks]
+    assert kept == [0, 7, *range(KEPT_CHUNKS + 1, 2 * KEPT_CHUNKS + 1)]
+    assert response.chunks is chunks  # the wrapper's own list, trimmed in place
+    forget_old_chunks(response)  # under the bound again: nothing more goes
+    assert [c.n for c in response.chunks] == kept

@@ -44,10 +44,13 @@ from picochat.providers.thinking import ThinkSplitter, starts_inside
 
 log = logging.getLogger("picochat.providers")
 READ_TIMEOUT_S = 60.0
-# The most stream chunks one answer may take. litellm keeps every chunk of a stream until it
-# ends (about 3.7 KB each, measured), so a server that streams without end would exhaust memory
-# long before the answer's size bound: this is twelve times the default answer cap in tokens.
+# The most stream chunks one answer may take: twelve times the default answer cap in tokens,
+# so a server that streams one character at a time without end is stopped in under a minute.
 MAX_ANSWER_PIECES = 200_000
+# litellm's stream wrapper keeps every chunk until the stream ends (`chunks`, about 3.9 KB each,
+# measured: 722 MB after 40 s of one-character chunks), only to log a whole reply picochat never
+# reads. Of those, the first, the ones with usage and this many of the newest are kept.
+KEPT_CHUNKS = 1_000
 WARM_UP_LIMIT_S = 30.0
 # Anthropic's API requires max_tokens; when a request names none, this, not litellm's fill-in
 # of the model's whole output limit (64,000 for Claude Sonnet 4.5), which with a long prompt
@@ -220,9 +223,10 @@ class LiteLLMProvider(Provider):
         split = ThinkSplitter(self._opens_thinking or starts_inside(self.info.model))
         try:
             async for chunk in response:
-                pieces += 1  # litellm keeps every chunk until the stream ends: bound them
+                pieces += 1
                 if pieces > MAX_ANSWER_PIECES:
                     raise answer_too_large(received > 0, MAX_ANSWER_PIECES)
+                forget_old_chunks(response)
                 usage = _usage(chunk)
                 if usage is not None:
                     if _server_counted(response):
@@ -509,6 +513,18 @@ def _usage(reply: Any) -> Usage | None:
     if not usage or getattr(usage, "prompt_tokens", None) is None:
         return None
     return Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+
+
+def forget_old_chunks(response: Any) -> None:
+    """Past twice KEPT_CHUNKS, drop the middle of litellm's kept `chunks`: the first (its id and
+    model), every one with usage (`_server_counted` reads them) and the newest KEPT_CHUNKS
+    (litellm's repetition check reads the last few) stay. Memory per answer is then bounded
+    whatever the number of chunks; only litellm's log of the whole reply is left partial."""
+    chunks = getattr(response, "chunks", None)
+    if not isinstance(chunks, list) or len(chunks) <= 2 * KEPT_CHUNKS:
+        return
+    chunks[1:-KEPT_CHUNKS] = [c for c in chunks[1:-KEPT_CHUNKS]
+                              if getattr(c, "usage", None) is not None]
 
 
 def _server_counted(response: Any) -> bool:
