@@ -4,7 +4,8 @@ Each case puts a configured key in a provider's error words in one encoding, the
 line the user would see (the provider's own redaction and shortening) and a log record
 (`RedactingFilter`, message and traceback). The check does not trust the code under test: it
 decodes the output every way the key could have been encoded (line breaks, JSON and URL
-escapes, HTML entities, base64 at every alignment, any case) and looks for any 12 characters of
+escapes, HTML entities, base64 and base32 at every alignment, hex, any case, backwards, with
+gaps and invisible characters taken out) and looks for any 12 characters of
 the key in what comes out. The end-to-end case, through the real CLI and a fake server, is in
 `test_provider_errors.py`.
 """
@@ -17,6 +18,7 @@ import io
 import json
 import logging
 import re
+import unicodedata
 from collections.abc import Callable
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
@@ -85,6 +87,19 @@ ENCODED: list[tuple[str, str, str]] = [
     ("base64_wrapped", KEY, _b64(f"Bearer {KEY}")[:30] + "\n" + _b64(f"Bearer {KEY}")[30:]),
     ("base64_json_slash", KEY_ODD, _b64(f"Bearer {KEY_ODD}").replace("/", "\\/")),
     ("base64_url_encoded", KEY, quote(_b64(f"Bearer {KEY}"), safe="")),
+    # beyond what an honest server writes: a hostile one echoing the key so the user sees it
+    ("hex_lower", KEY, KEY.encode().hex()),
+    ("hex_upper_colons", KEY, ":".join(f"{b:02X}" for b in KEY.encode())),
+    ("hex_python_bytes", KEY, "".join(f"\\x{b:02x}" for b in KEY.encode())),
+    ("base32_key", KEY, base64.b32encode(KEY.encode()).decode()),
+    ("base32_bearer_lower", KEY, base64.b32encode(f"Bearer {KEY}".encode()).decode().lower()),
+    ("reversed", KEY, KEY[::-1]),
+    ("spaced", KEY, " ".join(KEY)),
+    ("zero_width_joined", KEY, "\u200b".join(KEY)),
+    ("word_joiner_and_tags", KEY, "\u2060\U000e0041".join(KEY)),
+    ("last_12", KEY, "..." + KEY[-12:]),
+    ("first_12", KEY, KEY[:12] + "..."),
+    ("middle_14_reversed", KEY, KEY[9:23][::-1]),
 ]
 
 
@@ -113,8 +128,35 @@ def _base64_decodings(text: str) -> set[str]:
     return out
 
 
+def _unhide(text: str) -> str:
+    """Without whitespace and the characters a terminal draws as nothing."""
+    return "".join(c for c in text if not c.isspace() and unicodedata.category(c) != "Cf")
+
+
+def _reversed(text: str) -> str:
+    return text[::-1]
+
+
+def _hex_decodings(text: str) -> set[str]:
+    """Every run of hex byte pairs (separators and `\\x` or `0x` prefixes dropped), decoded."""
+    bare = re.sub(r"[:,.\- ]|\\+x|0x", "", text)
+    return {bytes.fromhex(part[: len(part) // 2 * 2]).decode("latin-1")
+            for run in re.findall(r"[0-9a-fA-F]{8,}", bare) for part in (run, run[1:])}
+
+
+def _base32_decodings(text: str) -> set[str]:
+    """Every base32 run, in either case, decoded from each of its eight possible starts."""
+    out: set[str] = set()
+    for run in re.findall(r"[A-Za-z2-7]{8,}", text):
+        for start in range(8):
+            part = run.upper()[start:]
+            out.add(base64.b32decode(part[: len(part) - len(part) % 8]).decode("latin-1"))
+    return out
+
+
 _DECODERS: tuple[Callable[[str], str | set[str]], ...] = (
-    _unbreak, _json_unescape, unquote, unquote_plus, html.unescape, _base64_decodings)
+    _unbreak, _json_unescape, unquote, unquote_plus, html.unescape, _base64_decodings,
+    _unhide, _reversed, _hex_decodings, _base32_decodings)
 
 
 def _views(text: str, depth: int = 3) -> set[str]:

@@ -14,6 +14,10 @@ base64 the key's bits sit at one of three alignments whatever stands before it (
 "user:", nothing): the characters made of key bits alone are searched for, and the whole
 base64 run around them is masked.
 
+Beyond what an honest server writes, a key is caught written backwards, in hex, in base32, with
+spaces or invisible characters between its characters, and any 12 characters of it in a row
+(its last 12, say) are masked with the run they stand in.
+
 A key of any length is redacted. A key of 8 characters or more is replaced wherever it occurs,
 in every form above; a shorter one only where it stands as a whole token (not inside a longer
 run of letters, digits, `_` or `-`) and in its own case: a 3-character key is still caught in
@@ -47,8 +51,16 @@ _KEY_LIKE = re.compile(  # OpenAI/Anthropic style, even with its hyphens escaped
 _BEARER = re.compile(  # an Authorization header's token: 8+ characters, a digit among them
     r"(?i)(\bbearer\s+)(?=[A-Za-z._~+/=\-]*[0-9])[A-Za-z0-9._~+/=\-]{8,}")
 _TOKEN_CHAR = r"[A-Za-z0-9_\-]"
-# Between two characters of a long key: one line break (real, or written `\n` in JSON).
-_BREAK = rf"(?:[ \t]{{0,16}}(?:\r\n|\r|\n|(?:{_ESC}[rn]){{1,2}})[ \t]{{0,16}})?"
+# What a terminal draws as nothing or as a gap: spaces, a soft hyphen, zero-width characters,
+# bidi marks, a BOM and the tag characters. A key spelled out with these between its characters
+# reads as the key on screen.
+_GAP = ("[ \t\u00a0\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069"
+        "\ufeff\U000e0000-\U000e007f]{0,16}")
+# Between two characters of a long key: gaps, and one line break (real, or `\n` in JSON).
+_BREAK = rf"{_GAP}(?:(?:\r\n|\r|\n|(?:{_ESC}[rn]){{1,2}}){_GAP})?"
+# Between two bytes of a key written in hex: nothing, a separator, or each byte's own prefix.
+_HEX_SEP = r"(?:[ :,.\-]|\\{1,4}x|0x)?"
+FRAGMENT = 12  # this many characters of a long key in a row are masked wherever they occur
 _JSON_SHORT = {"/": "/", '"': '"', "\\": "\\", "\b": "b", "\f": "f", "\n": "n", "\r": "r",
                "\t": "t"}
 # What a base64 run around a key's bits may be made of (escaped too); `=` only ends one.
@@ -79,26 +91,38 @@ def redact(text: str, extra: Iterable[str | None] = ()) -> str:
     """`text` with every known key, in any form a server may quote it, and anything shaped
     like a key (`sk-…`, a `Bearer` token) masked."""
     for key in sorted(known_keys(extra), key=len, reverse=True):
-        quoted, encoded = _patterns(key.strip())
+        quoted, encoded, fragments = _patterns(key.strip())
         text = quoted.sub(MASK, text)
         if encoded is not None:
             text = _mask_runs(text, encoded)
+        if fragments is not None:
+            text = _mask_runs(text, fragments)
     text = _KEY_LIKE.sub(MASK, text)
     return _BEARER.sub(rf"\g<1>{MASK}", text)
 
 
+Patterns = tuple[re.Pattern[str], re.Pattern[str] | None, re.Pattern[str] | None]
+
+
 @functools.lru_cache(maxsize=64)
-def _patterns(key: str) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
-    """The key as a server may quote it, and (a long key) the base64 that holds it; built once
-    per key, since a key's pattern is long."""
+def _patterns(key: str) -> Patterns:
+    """The key as a server may quote it; for a long key also the base64 or base32 that holds
+    it, and any FRAGMENT of its characters in a row. Built once per key: they are long."""
     if len(key) < ANYWHERE_MIN:  # whole tokens, own case: a short key is an ordinary word too
         forms = [_spelled(key, fold=False, sep="")]
         forms += [_spelled(f, fold=False, sep="") for f in _base64_whole(key)]
         body = "|".join(forms)
-        return re.compile(rf"(?<!{_TOKEN_CHAR})(?:{body})(?!{_TOKEN_CHAR})"), None
-    cores = sorted(_base64_cores(key), key=len, reverse=True)
+        return re.compile(rf"(?<!{_TOKEN_CHAR})(?:{body})(?!{_TOKEN_CHAR})"), None, None
+    quoted = [_spelled(key, fold=True, sep=_BREAK), _spelled(key[::-1], fold=True, sep=_BREAK),
+              _HEX_SEP.join(_hex(f"{byte:02x}") for byte in key.encode("utf-8"))]
+    cores = sorted(_base64_cores(key) | _base32_cores(key), key=len, reverse=True)
     encoded = "|".join(_BREAK.join(_encoded_char(c) for c in core) for core in cores)
-    return re.compile(_spelled(key, fold=True, sep=_BREAK)), re.compile(encoded)
+    fragments = None
+    if len(key) > FRAGMENT:  # the key whole is caught above, in all its forms
+        grams = {g[i:i + FRAGMENT] for g in (key, key[::-1])
+                 for i in range(len(key) - FRAGMENT + 1)}
+        fragments = re.compile("|".join(map(re.escape, sorted(grams))), re.IGNORECASE)
+    return re.compile("|".join(quoted)), re.compile(encoded), fragments
 
 
 def _spelled(text: str, fold: bool, sep: str) -> str:
@@ -179,9 +203,22 @@ def _base64_cores(key: str) -> set[str]:
     return cores
 
 
+def _base32_cores(key: str) -> set[str]:
+    """As `_base64_cores`, for base32 (five bytes to eight characters: five alignments), in
+    either case."""
+    data = key.encode("utf-8")
+    cores: set[str] = set()
+    for shift in range(5):
+        encoded = base64.b32encode(bytes(shift) + data).decode()
+        core = encoded[-(-shift * 8 // 5):(shift + len(data)) * 8 // 5]
+        cores |= {core, core.lower()}
+    return cores
+
+
 def _mask_runs(text: str, pattern: re.Pattern[str]) -> str:
-    """Each match of a base64 core masked with the whole base64 run around it: the run's edge
-    characters still carry a few of the key's bits."""
+    """Each match of a base64 or base32 core, or of a key's fragment, masked with the whole
+    run of such characters around it: the run's edge characters still carry a few of the key's
+    bits, or the rest of the key."""
     pieces: list[str] = []
     last = 0
     for match in pattern.finditer(text):
