@@ -44,6 +44,12 @@ class MessageTooLong(UsageError):
     kind = "message_too_long"
 
 
+class BadSessionName(UsageError):
+    """A session name that is not one line of visible text: exit 2, no session made."""
+
+    kind = "session_name"
+
+
 class ConfigError(PicochatError):
     """The config file (or an override) is invalid: exit status 2, nothing written."""
 

@@ -9,6 +9,7 @@ import json
 import os
 import pty
 import select
+import sqlite3
 import subprocess
 import sys
 import time
@@ -268,12 +269,16 @@ def test_export_to_a_terminal_is_cleaned_but_a_pipe_and_a_file_keep_the_raw_text
     assert body["checkpoints"][0]["summary"] == SUMMARY
 
 
+def name_as_stored(home: Path, session_id: str, name: str) -> None:
+    """A name picochat now refuses, written as an older picochat (or another program) could
+    have stored it."""
+    with sqlite3.connect(home / "data" / "picochat.db") as db:
+        db.execute("UPDATE sessions SET name = ? WHERE id = ?", (name, session_id))
+    db.close()
+
+
 def test_checkpoints_and_sessions_on_a_terminal(run_cli, home, hostile_session):
-    store = open_store(home / "data" / "picochat.db")
-    try:
-        store.rename_session(hostile_session, "w\x1b]0;renamed\x07\u202e")
-    finally:
-        store.close()
+    name_as_stored(home, hostile_session, "w\x1b]0;renamed\x07\u202e")
     status, shown = run_on_tty("sessions")
     assert status == 0, shown
     assert_terminal_safe(shown)
@@ -313,11 +318,7 @@ def test_picochats_own_lines_are_clean_even_in_a_pipe(run_cli, home, hostile_ses
     """A session named with escapes (a title change, a clipboard write, a screen clear):
     what picochat itself says about it is cleaned even into a pipe, since `| cat` hands those
     bytes to a terminal all the same; data (`history`) stays as stored there."""
-    store = open_store(home / "data" / "picochat.db")
-    try:
-        store.rename_session(hostile_session, NAME)
-    finally:
-        store.close()
+    name_as_stored(home, hostile_session, NAME)
     runs = [run_cli("clear", "-s", NAME),
             run_cli("export", "-s", NAME, "--format", "md", "-o", str(home / "out.md")),
             run_cli("pin", "-s", NAME, "the canary host is kv-7"),

@@ -45,6 +45,7 @@ from picochat.messages import (
     valid_text,
 )
 from picochat.statements import statements_of, to_json
+from picochat.storage.names import check_session_name
 from picochat.storage.owner import my_token, owner_alive
 from picochat.storage.db import (LOCK_SLICE_MS, busy_timeout_ms, connect, connect_reader,
                                  describe_error, transaction)
@@ -272,6 +273,7 @@ class Store:
         return self.session(sid)
 
     def _insert_session(self, c: sqlite3.Connection, name: str, model: str | None) -> str:
+        check_session_name(name)
         now = self._clock()
         sid = "s_" + uuid.uuid4().hex[:12]
         c.execute("INSERT INTO sessions (id, name, created_at, updated_at, model, activity_seq) "
@@ -339,6 +341,7 @@ class Store:
             c.execute("UPDATE sessions SET system_prompt = ? WHERE id = ?", (prompt, session_id))
 
     def rename_session(self, session_id: str, name: str) -> Session:
+        check_session_name(name)
         with self._write() as c:
             clash = c.execute("SELECT id FROM sessions WHERE name = ? AND deleted_at IS NULL "
                               "AND id != ?", (name, session_id)).fetchone()

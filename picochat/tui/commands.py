@@ -216,8 +216,12 @@ async def cmd_new(app: "PicochatApp", name: str) -> None:
         await app.query_one(ChatView).add_notice(
             f"a session named {name!r} exists; /sessions switches to it", "error")
         return
-    await app.open_session(await app.store.io(app.store.create_session,
-                                                name=name or None))
+    try:
+        session = await app.store.io(app.store.create_session, name=name or None)
+    except PicochatError as exc:
+        await app.query_one(ChatView).add_notice(exc.user_line(), "error")
+        return
+    await app.open_session(session)
 
 
 async def cmd_sessions(app: "PicochatApp", _: str) -> None:
