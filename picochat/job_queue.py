@@ -4,10 +4,12 @@ were submitted, so a `/compact` typed during a turn waits for it instead of raci
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger("picochat.session")
 
 
 @dataclass(eq=False)  # compared by identity: the queue keeps a set of those not begun
@@ -32,8 +34,15 @@ class JobQueue:
         self.on_change: Callable[[], None] | None = None
 
     def _changed(self) -> None:
-        if self.on_change is not None:
+        """Tell the listener; its failure (a front end tearing down) is logged, never allowed
+        to stop the loop, or every job after it would wait for good."""
+        if self.on_change is None:
+            return
+        try:
             self.on_change()
+        except Exception as exc:
+            log.warning("job_queue_listener_failed queue=%s kind=%s", self.name,
+                        type(exc).__name__)
 
     @property
     def started(self) -> bool:
