@@ -60,7 +60,7 @@ from picochat.storage.store import Store, UncompactResult, UndoResult, last_turn
 from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
 from picochat.turn import TurnRun, internal_error, settle
-from picochat.unsent import Unsent
+from picochat.unsent import Unsent, keep, take_answers
 from picochat.turn_events import (
     CUT_AT_LIMIT,
     Compacted,
@@ -210,9 +210,10 @@ class SessionWorker:
         return self
 
     async def _recover_drafts(self) -> None:
-        """Answers a killed process was streaming become interrupted answers (any session)."""
+        """Answers a killed process was streaming become interrupted answers (any session),
+        as do those a quitting one kept in the unsent file beside the database."""
         try:
-            answers = await self.store.io(self.store.recover_drafts)
+            answers = await self.store.io(self._recover_answers)
         except PicochatError as exc:  # a read-only or locked database: the drafts wait
             log.warning("drafts_not_recovered kind=%s", exc.kind)
             return
@@ -220,6 +221,20 @@ class SessionWorker:
             log.info("draft_recovered session=%s turn=%s seq=%d chars=%d", m.session_id,
                      m.turn_id, m.seq, len(m.content))
         self.recovered = tuple(answers)
+
+    def _recover_answers(self) -> list[Message]:
+        """On the store's thread: kept answers first (each is newer than its turn's draft),
+        then the drafts. A kept answer that cannot be written goes back to the file."""
+        kept = take_answers(self.store.path.parent)
+        answers: list[Message] = []
+        for i, answer in enumerate(kept):
+            try:
+                answers += self.store.recover_answer(answer.session_id, answer.turn_id,
+                                                     answer.text)
+            except PicochatError:
+                keep(self.store.path.parent, kept[i:])
+                raise
+        return answers + self.store.recover_drafts()
 
     def recovered_notes(self) -> list[str]:
         """What `start()` recovered, in a line each for the user: an answer a killed picochat
@@ -229,7 +244,7 @@ class SessionWorker:
         def late(m: Message) -> str:  # out of place: in the history, not in the context
             return ("; kept out of the context: a newer turn or a /clear came after its "
                     "question" if m.retracted else "")
-        return [f"an answer cut off when picochat was killed is saved as interrupted "
+        return [f"an answer cut off when picochat stopped is saved as interrupted "
                 f"(message #{m.seq}{where(m)}){late(m)}" for m in self.recovered]
 
     async def opened(self) -> None:
@@ -259,6 +274,11 @@ class SessionWorker:
     def not_saved(self, handle: TurnHandle) -> None:
         """A message sent while closing whose row could not be written: returned by `close`."""
         self.unsaved.append(Unsent(self.session_id, handle.turn_id, handle.text))
+
+    def answer_not_saved(self, turn_id: str, text: str) -> None:
+        """The answer streamed so far by a turn stopped while closing, which could not be
+        written: returned by `close`, saved as interrupted by the next start."""
+        self.unsaved.append(Unsent(self.session_id, turn_id, text, role="assistant"))
 
     async def __aenter__(self) -> "SessionWorker":
         return await self.start()

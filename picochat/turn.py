@@ -551,6 +551,8 @@ class TurnRun:
         except PicochatError as exc:
             log.warning("partial_not_saved session=%s turn=%s kind=%s", self.session_id,
                         self.turn_id, exc.kind)
+            if self.worker.closing and text.strip():  # kept beside the database instead
+                self.worker.answer_not_saved(self.turn_id, text)
         log.warning("turn_failed session=%s turn=%s kind=%s user_seq=%d partial_seq=%s",
                     self.session_id, self.turn_id, error.kind, self.user.seq, partial_seq)
         self.handle._emit(TurnFailed(self.turn_id, error, self.user.seq, partial_seq,

@@ -2,8 +2,11 @@
 database's write lock past the shutdown's bound): kept in a private file beside the database,
 and put back in the prompt when that session is next opened. Nothing typed is lost.
 
+The answer being streamed at that quit is kept there too (`role` "assistant"): the next picochat
+to start saves it as that turn's interrupted answer, as it would a killed process's draft.
+
 The file holds the user's words, so it is 0600 and written whole or not at all; it goes away
-once every message in it is back in a prompt.
+once every message in it is back in a prompt or the database.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from picochat.fsutil import atomic_write_text
 
@@ -26,6 +29,7 @@ class Unsent:
     session_id: str
     turn_id: str
     text: str
+    role: str = "user"  # "assistant": the turn's answer so far, not a message to send again
 
 
 def unsent_file(data_dir: Path) -> Path:
@@ -47,12 +51,21 @@ def take(data_dir: Path, session_id: str) -> list[Unsent]:
     """The session's kept messages, oldest first, removed from the file (the others stay).
     A file that cannot be read or rewritten is left alone and yields nothing: better kept
     twice than lost."""
+    return _take(data_dir, lambda m: m.role == "user" and m.session_id == session_id)
+
+
+def take_answers(data_dir: Path) -> list[Unsent]:
+    """Every kept answer, of any session, removed from the file (as `take`)."""
+    return _take(data_dir, lambda m: m.role == "assistant")
+
+
+def _take(data_dir: Path, wanted: Callable[[Unsent], bool]) -> list[Unsent]:
     path = unsent_file(data_dir)
     kept = _read(path)
-    mine = [m for m in kept if m.session_id == session_id]
+    mine = [m for m in kept if wanted(m)]
     if not mine:
         return []
-    rest = [m for m in kept if m.session_id != session_id]
+    rest = [m for m in kept if not wanted(m)]
     try:
         if rest:
             atomic_write_text(path, json.dumps(
@@ -69,7 +82,8 @@ def take(data_dir: Path, session_id: str) -> list[Unsent]:
 def _read(path: Path) -> list[Unsent]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return [Unsent(str(m["session_id"]), str(m["turn_id"]), str(m["text"]))
+        return [Unsent(str(m["session_id"]), str(m["turn_id"]), str(m["text"]),
+                       "assistant" if m.get("role") == "assistant" else "user")
                 for m in data["messages"]]
     except FileNotFoundError:
         return []

@@ -279,7 +279,7 @@ def test_ask_killed_mid_answer_loses_at_most_the_last_moments(home, run_cli):
     shown += rest.decode()
     nxt = run_cli("ask", "next question")  # the next start recovers the draft, and says so
     assert nxt.status == 0
-    assert "an answer cut off when picochat was killed is saved as interrupted (message #2)" \
+    assert "an answer cut off when picochat stopped is saved as interrupted (message #2)" \
         in nxt.stderr
     store = open_store(home / "data" / "picochat.db")
     try:
@@ -412,11 +412,11 @@ async def test_the_app_opens_with_a_killed_answer_recovered_and_says_so(store):
         await settle(pilot, app, lambda: app.ready)
 
         def told() -> bool:
-            return any("cut off when picochat was killed" in str(n.message)
+            return any("cut off when picochat stopped" in str(n.message)
                        for n in app._notifications)
         await settle(pilot, app, told, what="the recovered answer was never told")
         notes = [str(n.message) for n in app._notifications]
-        assert any("cut off when picochat was killed is saved as interrupted (message #2)" in n
+        assert any("cut off when picochat stopped is saved as interrupted (message #2)" in n
                    for n in notes), notes
         assert "The port is 8443" in "".join(
             w.source for w in app.query_one(ChatView).query("AssistantMessage"))
@@ -465,13 +465,14 @@ async def test_quitting_while_another_picochat_holds_the_lock_keeps_every_messag
     assert took < 60, took
     assert SHUTDOWN_WAIT_S < 60
     note = app.exit_note or ""
-    assert "2 messages you sent could not be saved" in note and str(unsent_file(paths.data_dir)) \
-        in note, note
+    assert ("2 messages you sent and the answer being written could not be saved" in note
+            and str(unsent_file(paths.data_dir)) in note), note
     kept = unsent_file(paths.data_dir)
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
     assert [m.content for m in store.history(session.id)] == ["first question"]
 
-    # the next start: both are back in the prompt, oldest first, and the file is gone
+    # the next start: both are back in the prompt, oldest first, the answer streamed at the
+    # quit is saved as its turn's interrupted answer, and the file is gone
     app = PicochatApp(store, store.find_session("t"), model, Slow(["ok"], gap=0), SMALL_KEEP,
                       paths)
     async with app.run_test(size=SIZE) as pilot:
@@ -479,6 +480,8 @@ async def test_quitting_while_another_picochat_holds_the_lock_keeps_every_messag
         assert app.query_one(Prompt).text == ("second: keep port 8443\n\n"
                                               "third: and the host kv-7")
         assert any("back in the prompt" in str(n.message) for n in app._notifications)
+    assert [(m.content, m.status) for m in store.history(session.id)] == [
+        ("first question", "complete"), ("part", "interrupted")]
     assert not kept.exists()
     store.close()
 
@@ -651,3 +654,101 @@ async def test_a_refresh_after_another_writer_keeps_the_notice_just_said(store):
         await app.reload(from_elsewhere=True)
         assert texts(app, Notice)[-1] == "Took back your last turn"
         assert "from elsewhere" in texts(app, UserMessage)
+
+
+class TwoParts(Slow):
+    """Streams "before the lock, ", waits for `go`, streams "after it", then holds: the
+    answer's end arrives while another process holds the lock, so no draft has it."""
+
+    def __init__(self, go: asyncio.Event, hold: asyncio.Event):
+        super().__init__([], gap=0, hold=hold)
+        self.go = go
+
+    async def stream(self, request):
+        from picochat.providers.base import TextDelta
+
+        yield TextDelta("before the lock, ")
+        await self.go.wait()
+        yield TextDelta("after it")
+        await self.hold.wait()
+
+
+async def test_the_answer_streamed_under_the_lock_at_quit_is_saved_whole_at_the_next_start(
+        tmp_path, monkeypatch):
+    """The answer streaming when the app quits under another process's lock could not be
+    written; its draft held only what came before the lock. It is kept beside the database
+    with the unsent messages, and the next start saves it, all of it, as its turn's
+    interrupted answer."""
+    from picochat.paths import resolve_paths
+    from picochat.tui.app import PicochatApp
+    from picochat.tui.chat import AssistantMessage
+    from picochat.unsent import unsent_file
+    from tests.test_tui import SMALL_KEEP
+
+    monkeypatch.setenv("PICOCHAT_BUSY_TIMEOUT_MS", "120000")
+    paths = resolve_paths(str(tmp_path / "data"), str(tmp_path / "cfg" / "config.toml"))
+    store = open_store(paths.database)
+    session = store.create_session("t")
+    model = resolve_model(SMALL_KEEP, "offline")
+    go, hold = asyncio.Event(), asyncio.Event()
+    app = PicochatApp(store, session, model, TwoParts(go, hold), SMALL_KEEP, paths)
+    blocker = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, app, lambda: app.ready)
+            await say(pilot, "what is the port?")
+            await settle(pilot, app, lambda: [r[1] for r in draft_rows(store.path)]
+                         == ["before the lock, "], what="the first draft was never saved")
+            blocker.execute("BEGIN IMMEDIATE")
+            go.set()
+            await settle(pilot, app, lambda: "after it" in "".join(
+                a.text for a in app.query_one(ChatView).query(AssistantMessage)))
+            app.exit()
+    finally:
+        if blocker.in_transaction:
+            blocker.execute("ROLLBACK")
+        blocker.close()
+    assert "the answer being written could not be saved" in (app.exit_note or "")
+    assert "you sent" not in (app.exit_note or "")  # the question was saved before the lock
+    assert unsent_file(paths.data_dir).exists()
+
+    worker = await SessionWorker(store, session.id, resolve_model(Config(), "offline"),
+                                 Slow([]), "sys").start()
+    try:
+        assert [(m.content, m.status) for m in store.history(session.id)] == [
+            ("what is the port?", "complete"), ("before the lock, after it", INTERRUPTED)]
+        assert worker.recovered_notes() == [
+            "an answer cut off when picochat stopped is saved as interrupted (message #2)"]
+        assert draft_rows(store.path) == []
+        assert not unsent_file(paths.data_dir).exists()
+    finally:
+        await worker.close()
+        store.close()
+
+
+def test_a_kept_answer_gives_way_to_one_already_saved_and_keeps_to_its_turns_place(tmp_path):
+    """`recover_answer` writes a turn's answer once: not when another process already saved
+    one for that turn, nor for a session gone; after a newer turn it stays out of the context
+    (the rule drafts follow); a turn's tool-call rows do not count as its answer."""
+    store = open_store(tmp_path / "p.db")
+    try:
+        s = store.create_session("s")
+        store.append_message(s.id, "user", "q1", turn_id="t1")
+        store.append_message(s.id, "assistant", "a1 saved", turn_id="t1", status=INTERRUPTED)
+        assert store.recover_answer(s.id, "t1", "a1 saved and more") == []
+        store.append_message(s.id, "user", "q2", turn_id="t2")
+        store.append_message(s.id, "assistant", "", turn_id="t2", tool_calls=[{
+            "id": "c1", "type": "function", "function": {"name": "now", "arguments": "{}"}}])
+        store.append_message(s.id, "tool", "12:00", turn_id="t2", tool_call_id="c1",
+                             name="now", tool_status="ok")
+        [answer] = store.recover_answer(s.id, "t2", "it is noon")
+        assert (answer.content, answer.status, answer.retracted) == (
+            "it is noon", INTERRUPTED, False)
+        store.append_message(s.id, "user", "q3", turn_id="t3")
+        store.append_message(s.id, "user", "q4", turn_id="t4")
+        [late] = store.recover_answer(s.id, "t3", "answer to q3")
+        assert late.retracted  # in the log, never read as the answer to q4
+        assert store.recover_answer("s_gone", "t9", "x") == []
+        assert draft_rows(store.path) == []
+    finally:
+        store.close()

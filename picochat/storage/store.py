@@ -487,6 +487,23 @@ class Store:
                 "assistant", content, turn_id=turn_id, status=INTERRUPTED)], if_draft=turn_id)
         return recovered
 
+    def recover_answer(self, session_id: str, turn_id: str, text: str) -> list[Message]:
+        """An answer a quitting picochat streamed but could not write (the database was locked;
+        it was kept in the unsent file): saved as its turn's interrupted answer, in its place as
+        `recover_drafts` places a draft. Its draft, if one was saved, has older text and gives
+        way. Nothing is written when the turn already has an answer (another process recovered
+        the draft first) or its session is gone. Returns the answer written, if any."""
+        with self._write() as c:
+            if not c.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() \
+                    or c.execute("SELECT 1 FROM messages WHERE session_id = ? AND turn_id = ? "
+                                 "AND role = 'assistant' AND tool_calls IS NULL",
+                                 (session_id, turn_id)).fetchone():
+                c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
+                return []
+        self.save_draft(session_id, turn_id, text)  # killed before the next line: still a draft
+        return self.append_messages(session_id, [NewMessage(
+            "assistant", text, turn_id=turn_id, status=INTERRUPTED)], if_draft=turn_id)
+
     def history(self, session_id: str) -> list[Message]:
         """The raw log, all of it, with undone rows marked (for `history` and `export`)."""
         with self._read() as c:

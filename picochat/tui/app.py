@@ -257,20 +257,29 @@ class PicochatApp(App[None]):
             self.signals.loop_ends()
 
     def _keep_unsaved(self, unsaved: tuple[Unsent, ...]) -> str:
-        """Messages sent but not saved at quit go to the unsent file; the line says where.
-        If even that fails, the line holds the words themselves: the terminal keeps them."""
-        n = len(unsaved)
-        what = f"{n} message{'s' if n != 1 else ''} you sent could not be saved"
+        """Messages sent but not saved at quit, and the answer being streamed, go to the unsent
+        file; the line says where. If even that fails, the line holds the user's words
+        themselves: the terminal keeps them."""
+        sent = [m for m in unsaved if m.role == "user"]
+        n = len(sent)
+        parts = [f"{n} message{'s' if n != 1 else ''} you sent"] if n else []
+        parts += ["the answer being written"] if len(sent) < len(unsaved) else []
+        what = " and ".join(parts) + " could not be saved"
         if self.paths is not None:
             try:
                 path = keep(self.paths.data_dir, unsaved)
+                back = [f"{'they come' if n != 1 else 'it comes'} back in the prompt when "
+                        "this session is opened again"] if n else []
+                back += ["the answer is saved as interrupted when picochat next starts"] \
+                    if len(sent) < len(unsaved) else []
                 return (f"{what} (the database stayed locked by another picochat); kept in "
-                        f"{path}, {'they come' if n != 1 else 'it comes'} back in the prompt "
-                        "when this session is opened again")
+                        f"{path}; " + "; ".join(back))
             except OSError as exc:
                 log.warning("unsent_not_kept kind=%s", type(exc).__name__)
+        if not n:
+            return f"{what}, nor kept in a file"
         return f"{what}, nor kept in a file; here {'they are' if n != 1 else 'it is'}: " + \
-            " | ".join(m.text for m in unsaved)
+            " | ".join(m.text for m in sent)
 
     def restore_unsent(self) -> None:
         """Messages of this session kept at a quit that could not save them: back in the
