@@ -176,6 +176,27 @@ def test_an_error_body_is_bounded_whole_whatever_its_lines(monkeypatch):
         read_bounded(400, {"content-type": "text/plain"}, b"short line\n" * (200 * 1024))
 
 
+def test_a_compressed_error_body_past_the_bound_is_told_as_an_error_body(monkeypatch):
+    """A gzip bomb on a 422 was told as "sent one event of more than 16 MiB", as if the
+    answer's stream had flooded: it is the server's error response that was too large."""
+    from picochat.providers.litellm_provider import LiteLLMProvider
+
+    monkeypatch.setattr(http_bounds, "MAX_EVENT_BYTES", 1 * MiB)
+    body = gzip.compress(b'{"error": {"message": "' + b"a" * (4 * MiB))
+    with pytest.raises(http_bounds.EventTooLarge) as caught:
+        read_bounded(422, {"content-type": "application/json", "content-encoding": "gzip"},
+                     body)
+    assert caught.value.status == 422
+    provider = LiteLLMProvider("openai/fake-model", "openai", api_base="http://127.0.0.1:9/v1",
+                               api_key="test-key")
+    assert provider._stopped(RuntimeError("unrelated"), None) is None
+    wrapped = RuntimeError("litellm's wrapper")
+    wrapped.__cause__ = caught.value
+    assert provider._stopped(wrapped, None).user_line() == (
+        "the server at http://127.0.0.1:9/v1 answered HTTP 422 with an error body of more "
+        "than 1 MiB; stopped reading it (retry, or check the server)")
+
+
 @pytest.mark.parametrize("sse", [True, False])
 def test_the_meter_counts_from_the_last_boundary_across_chunks(sse):
     meter = http_bounds.EventMeter(16, http_bounds.SSE_ENDS if sse else http_bounds.LINE_ENDS)
@@ -285,7 +306,9 @@ _FASTAPI = {"detail": [{"loc": ["body", "max_tokens"], "msg": "Input should be l
                                b"<body><h1>Unprocessable</h1></body></html>"),
      ": 422 Unprocessable Entity"),
     (("raw", 422, "application/json", b""), ", with no reason given"),
-], ids=["json", "fastapi", "html", "empty"])
+    (("raw", 422, "text/html", b"<html><body><h1>422</h1></body></html>"),
+     ", with no reason given"),  # was "(HTTP 422): 422"
+], ids=["json", "fastapi", "html", "empty", "html-only-the-status"])
 def test_a_422_is_the_servers_refusal_in_its_words(run_cli, fake, item, said):
     fake.script(item, item)  # litellm sends a refused request once more, without what it names
     result = ask(run_cli, "hello")

@@ -176,6 +176,14 @@ def refusal_words(body: bytes, content_type: str = "") -> str:
     return text
 
 
+def only_the_status(words: str, status: int) -> bool:
+    """Whether an error body's words say no more than its status ("422", "Error 422", "HTTP
+    422 Unprocessable Entity" does say more: its reason)."""
+    bare = re.sub(r"[\W_]+", " ", words).strip().lower()
+    return bare in {str(status), f"error {status}", f"http {status}", f"{status} error",
+                    f"status {status}", f"http error {status}"}
+
+
 def _json_words(data: Any) -> str:
     """The message a JSON error body carries ("" when it names none)."""
     if not isinstance(data, dict):

@@ -38,11 +38,13 @@ LINE_ENDS = (b"\n", b"\r")                  # a newline ends an NDJSON event
 
 
 class EventTooLarge(Exception):
-    """One event of a response went past `limit` bytes: reading it stopped."""
+    """One event of a response went past `limit` bytes: reading it stopped. `status`: the
+    HTTP status when the response was an error (its whole body is the one event)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, status: int | None = None) -> None:
         super().__init__(f"a stream event over {limit} bytes")
         self.limit = limit
+        self.status = status
 
 
 def size_text(n: int) -> str:
@@ -56,9 +58,10 @@ class EventMeter:
     """Bytes since the last event boundary (one of `ends`; none: the whole body is one
     event); `feed` raises EventTooLarge past the limit."""
 
-    def __init__(self, limit: int, ends: tuple[bytes, ...]) -> None:
+    def __init__(self, limit: int, ends: tuple[bytes, ...], status: int | None = None) -> None:
         self.limit = limit
         self.ends = ends
+        self.status = status  # an error response's, told with the failure
         self.pending = 0   # bytes after the last boundary seen
         self._tail = b""   # the last bytes seen: a boundary may straddle two chunks
 
@@ -68,7 +71,7 @@ class EventMeter:
         self.pending = len(window) - cut if cut >= 0 else self.pending + len(data)
         self._tail = window[-3:]
         if self.pending > self.limit:
-            raise EventTooLarge(self.limit)
+            raise EventTooLarge(self.limit, self.status)
 
 
 def _after(data: bytes, end: bytes) -> int:
@@ -158,7 +161,7 @@ def _meter(response: Any) -> EventMeter:
     """An SSE stream's events end at a blank line, other bodies' at a newline; an error body
     is read whole by the SDK, so all of it is one event."""
     if response.status_code >= 400:
-        return EventMeter(MAX_EVENT_BYTES, ())
+        return EventMeter(MAX_EVENT_BYTES, (), response.status_code)
     sse = response.headers.get("content-type", "").lower().startswith("text/event-stream")
     return EventMeter(MAX_EVENT_BYTES, SSE_ENDS if sse else LINE_ENDS)
 

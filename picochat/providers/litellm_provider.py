@@ -406,8 +406,10 @@ class LiteLLMProvider(Provider):
             log.warning("stream_event_too_large model=%s limit=%d received=%d",
                         self.info.model, big.limit, received or 0)
             server = f"the server at {self.api_base}" if self.api_base else self.info.provider_kind
-            return pe.StreamTooLarge(f"{server} sent one event of more than "
-                                     f"{http_bounds.size_text(big.limit)}; stopped reading it",
+            size = http_bounds.size_text(big.limit)
+            said = (f"answered HTTP {big.status} with an error body of more than {size}"
+                    if big.status else f"sent one event of more than {size}")
+            return pe.StreamTooLarge(f"{server} {said}; stopped reading it",
                                      f"{kept}retry, or check the server")
         if any(_REPEATING.search(str(e)) for e in chain):
             log.warning("stream_repeating model=%s received=%d", self.info.model, received or 0)
@@ -429,6 +431,8 @@ class LiteLLMProvider(Provider):
             return pe.BadProviderRequest(f"{where} refused the request without saying why",
                                          "the server's log may say why")
         raw = self._redact(pe.refusal_words(bytes(last.body), last.content_type))
+        if pe.only_the_status(raw, last.status):  # "(HTTP 422): 422" tells nothing twice
+            raw = ""
         if raw and pe.looks_like_overflow(raw):
             return self._overflow(raw, request)
         if raw and request.tools and pe.refuses_tools(raw):
