@@ -521,14 +521,17 @@ def _usage(reply: Any) -> Usage | None:
 
 def forget_old_chunks(response: Any) -> None:
     """Past twice KEPT_CHUNKS, drop the middle of litellm's kept `chunks`: the first (its id and
-    model), every one with usage (`_server_counted` reads them) and the newest KEPT_CHUNKS
-    (litellm's repetition check reads the last few) stay. Memory per answer is then bounded
-    whatever the number of chunks; only litellm's log of the whole reply is left partial."""
+    model), the newest of the middle's chunks with usage (litellm takes the newest usage as the
+    total, `_server_counted` needs one) and the newest KEPT_CHUNKS (litellm's repetition check
+    reads the last few) stay. Memory per answer is then bounded whatever the number of chunks,
+    even when every chunk carries usage (vLLM's continuous usage stats), and each trim is paid
+    for by the KEPT_CHUNKS appended since the last; only litellm's log of the whole reply is
+    left partial."""
     chunks = getattr(response, "chunks", None)
     if not isinstance(chunks, list) or len(chunks) <= 2 * KEPT_CHUNKS:
         return
-    chunks[1:-KEPT_CHUNKS] = [c for c in chunks[1:-KEPT_CHUNKS]
-                              if getattr(c, "usage", None) is not None]
+    counted = [c for c in chunks[1:-KEPT_CHUNKS] if getattr(c, "usage", None) is not None]
+    chunks[1:-KEPT_CHUNKS] = counted[-1:]
 
 
 def _server_counted(response: Any) -> bool:
