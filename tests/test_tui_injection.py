@@ -165,9 +165,18 @@ async def test_theme_file_names_and_values_in_notices_are_literal(store, tmp_pat
 
 # --- titles and lists -----------------------------------------------------------------------
 
+def stored_as_named(store, name: str) -> None:
+    """A session with a name picochat now refuses (escapes), as an older picochat or another
+    program could have stored it."""
+    session = store.create_session("to be renamed")
+    with store._write() as c:
+        c.execute("UPDATE sessions SET name = ? WHERE id = ?", (name, session.id))
+
+
 async def test_a_session_name_in_the_list_status_bar_info_card_and_delete_question(store):
     """The session name of the issue, which retitled the terminal from /sessions."""
     store.create_session("other")
+    stored_as_named(store, f"esc{HOSTILE}")
     app = make_app(store, name=f"esc{HOSTILE}")
     async with app.run_test(size=WIDE, notifications=True) as pilot:
         await settle(pilot, app, lambda: app.ready)
@@ -197,17 +206,24 @@ async def test_a_session_name_in_the_list_status_bar_info_card_and_delete_questi
 
 
 async def test_rename_shows_the_new_name_literally_in_the_notice_and_the_status_bar(store):
+    """Markup in a new name is shown as written; escapes in one are refused (a session name
+    is one line of visible text) and the name stays."""
+    markup = f"{CLICK} [bold]b [/] end"
     app = make_app(store)
     async with app.run_test(size=WIDE, notifications=True) as pilot:
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, f"/rename {HOSTILE}")
+        await settle(pilot, app, lambda: any("one line of visible text" in t
+                                             for t in texts(app, Notice)))
+        assert app.session.name == "t"
+        await say(pilot, f"/rename {markup}")
         await settle(pilot, app, lambda: any("renamed" in t for t in texts(app, Notice)))
         # the notice and the status bar both drawn with the new name
-        await settle(pilot, app, lambda: SHOWN in str(app.query_one(StatusBar).render())
-                     and screen_text(app).count(SHOWN) >= 2)
-        assert_literal(str(app.query_one(StatusBar).render()))
-        assert_literal("\n".join(texts(app, Notice)), f"Session renamed to {SHOWN}")
-        assert_on_screen(app)
+        await settle(pilot, app, lambda: markup in str(app.query_one(StatusBar).render())
+                     and screen_text(app).count(markup) >= 2)
+        assert_literal(str(app.query_one(StatusBar).render()), markup)
+        assert_literal("\n".join(texts(app, Notice)), f"Session renamed to {markup}")
+        assert_on_screen(app, markup)
 
 
 async def test_search_query_and_snippets_are_literal_in_the_list(store):
