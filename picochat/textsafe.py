@@ -5,6 +5,7 @@ spelling out a command). Both front ends show it only through this module (pure,
 library only), and the app copies only what it shows.
 
 - `clean(text)`: the text as it may be shown on a terminal (and copied from one).
+- `without_escapes(text)`: the same characters in a row, before invisible ones are named.
 - `StreamCleaner`: `clean` for text that arrives in pieces, where an escape sequence may be split
   between two pieces: the joined output equals `clean` of the joined input.
 - `json_for_terminal(text)`: JSON text with the characters a terminal would obey written as
@@ -47,8 +48,15 @@ def clean(text: str) -> str:
     """`text` without escape sequences or control characters (tabs and newlines stay), and
     with bidi controls and invisible characters named as visible text (`<U+202E>`,
     `<U+200B>`) instead of reordering the line or hiding text in it."""
-    text = _ESCAPES.sub("", text.replace("\r\n", "\n"))
-    return _NAMED.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+    return _NAMED.sub(lambda m: f"<U+{ord(m.group()):04X}>", without_escapes(text))
+
+
+def without_escapes(text: str) -> str:
+    """`text` without escape sequences or control characters (tabs and newlines stay, CR LF
+    becomes LF): the characters `clean` keeps in a row. Whatever reads text for what it says
+    (key masking) reads this, or a key spelled with `ESC[0m` or NUL between its characters
+    would pass, then show whole once cleaned."""
+    return _ESCAPES.sub("", text.replace("\r\n", "\n"))
 
 
 class StreamCleaner:

@@ -100,6 +100,16 @@ ENCODED: list[tuple[str, str, str]] = [
     ("last_12", KEY, "..." + KEY[-12:]),
     ("first_12", KEY, KEY[:12] + "..."),
     ("middle_14_reversed", KEY, KEY[9:23][::-1]),
+    # what a terminal draws as nothing between the characters: picochat cleans the line after
+    ("sgr_reset_joined", KEY, "\x1b[0m".join(KEY)),
+    ("nul_joined", KEY, "\x00".join(KEY)),
+    ("bel_joined", KEY, "\x07".join(KEY)),
+    ("del_joined", KEY, "\x7f".join(KEY)),
+    ("colours_joined", KEY, "".join(f"\x1b[3{i % 8}m{c}" for i, c in enumerate(KEY))),
+    ("osc_title_joined", KEY, "\x1b]0;t\x07".join(KEY)),
+    ("carriage_returns", KEY, KEY[:11] + "\r" + KEY[11:22] + "\r" + KEY[22:]),
+    ("hex_0x_spaced", KEY, " ".join(f"0x{b:02x}" for b in KEY.encode())),
+    ("fullwidth", KEY, "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in KEY)),
 ]
 
 
@@ -154,9 +164,17 @@ def _base32_decodings(text: str) -> set[str]:
     return out
 
 
+def _as_shown(text: str) -> str:
+    """What a terminal shows in a row: escape sequences and control characters gone,
+    compatibility forms (fullwidth) folded."""
+    text = re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?"
+                  r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]", "", text)
+    return unicodedata.normalize("NFKC", text)
+
+
 _DECODERS: tuple[Callable[[str], str | set[str]], ...] = (
     _unbreak, _json_unescape, unquote, unquote_plus, html.unescape, _base64_decodings,
-    _unhide, _reversed, _hex_decodings, _base32_decodings)
+    _unhide, _reversed, _hex_decodings, _base32_decodings, _as_shown)
 
 
 def _views(text: str, depth: int = 3) -> set[str]:

@@ -35,7 +35,10 @@ import logging
 import os
 import re
 import threading
+import unicodedata
 from collections.abc import Iterable
+
+from picochat.textsafe import without_escapes
 
 MASK = "[key]"
 ANYWHERE_MIN = 8  # shorter keys are matched as whole tokens only, in their own case
@@ -59,7 +62,7 @@ _GAP = ("[ \t\u00a0\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2
 # Between two characters of a long key: gaps, and one line break (real, or `\n` in JSON).
 _BREAK = rf"{_GAP}(?:(?:\r\n|\r|\n|(?:{_ESC}[rn]){{1,2}}){_GAP})?"
 # Between two bytes of a key written in hex: nothing, a separator, or each byte's own prefix.
-_HEX_SEP = r"(?:[ :,.\-]|\\{1,4}x|0x)?"
+_HEX_SEP = r"[ :,.\-]{0,2}(?:\\{1,4}x|0[xX])?"
 FRAGMENT = 12  # this many characters of a long key in a row are masked wherever they occur
 _JSON_SHORT = {"/": "/", '"': '"', "\\": "\\", "\b": "b", "\f": "f", "\n": "n", "\r": "r",
                "\t": "t"}
@@ -89,7 +92,10 @@ def known_keys(extra: Iterable[str | None] = ()) -> set[str]:
 
 def redact(text: str, extra: Iterable[str | None] = ()) -> str:
     """`text` with every known key, in any form a server may quote it, and anything shaped
-    like a key (`sk-…`, a `Bearer` token) masked."""
+    like a key (`sk-…`, a `Bearer` token) masked. The text is first read as a terminal shows
+    it: escape sequences and control characters out, compatibility forms (fullwidth, math
+    letters) folded, so none of them between or inside a key's characters hides it."""
+    text = unicodedata.normalize("NFKC", without_escapes(text))
     for key in sorted(known_keys(extra), key=len, reverse=True):
         quoted, encoded, fragments = _patterns(key.strip())
         text = quoted.sub(MASK, text)
