@@ -24,6 +24,11 @@ from tests.waiting import settle
     ("o\u200bps", "it has an invisible or unassigned character (U+200B)"),
     ("ops\U000e0041", "it has an invisible or unassigned character (U+E0041)"),
     ("   ", "it is empty"),
+    ("a\u200db", "it has an invisible or unassigned character (U+200D)"),
+    ("\u3164", "it has an invisible or unassigned character (U+3164)"),
+    ("ops\u2800x", "it has an invisible or unassigned character (U+2800)"),
+    ("\ufe0f", "it has no visible character"),
+    ("\u0301", "it has no visible character"),
     ("x" * (MAX_NAME_CHARS + 1), f"it is 201 characters long; the most is {MAX_NAME_CHARS}"),
 ])
 def test_a_name_that_is_not_one_visible_line_says_why(name, problem):
