@@ -22,6 +22,9 @@ from picochat.fsutil import atomic_write_text
 
 log = logging.getLogger("picochat.unsent")
 FILE_NAME = "unsent.json"
+# Far above what a quit writes (messages the window takes, an answer under its 32 MiB bound);
+# a file past it was not written by picochat, and loading it took 3 GB for 120 MB of JSON.
+MAX_FILE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,10 @@ def _take(data_dir: Path, wanted: Callable[[Unsent], bool]) -> list[Unsent]:
 
 def _read(path: Path) -> list[Unsent]:
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:  # not what a quit writes: left for the user, not loaded
+            log.warning("unsent_too_large bytes=%d", size)
+            return []
         data = json.loads(path.read_text(encoding="utf-8"))
         return [Unsent(str(m["session_id"]), str(m["turn_id"]), str(m["text"]),
                        "assistant" if m.get("role") == "assistant" else "user")

@@ -749,6 +749,26 @@ def test_a_kept_answer_gives_way_to_one_already_saved_and_keeps_to_its_turns_pla
         [late] = store.recover_answer(s.id, "t3", "answer to q3")
         assert late.retracted  # in the log, never read as the answer to q4
         assert store.recover_answer("s_gone", "t9", "x") == []
+        assert store.recover_answer(s.id, "t_made_up", "an answer to nothing") == []
         assert draft_rows(store.path) == []
     finally:
         store.close()
+
+
+def test_an_unsent_file_far_larger_than_a_quit_writes_is_left_alone(tmp_path, monkeypatch):
+    """A 120 MB unsent.json (not of picochat's making) took 3 GB and 42 s to load: past its
+    bound the file is neither loaded nor removed."""
+    import json
+
+    from picochat import unsent
+
+    monkeypatch.setattr(unsent, "MAX_FILE_BYTES", 4096)
+    path = unsent.unsent_file(tmp_path)
+    big = [{"session_id": "s", "turn_id": f"t{i}", "text": "x" * 100} for i in range(60)]
+    path.write_text(json.dumps({"version": 1, "messages": big}), encoding="utf-8")
+    assert unsent.take(tmp_path, "s") == [] and unsent.take_answers(tmp_path) == []
+    assert path.exists()
+    small = {"version": 1, "messages": big[:2]}
+    path.write_text(json.dumps(small), encoding="utf-8")
+    assert [m.turn_id for m in unsent.take(tmp_path, "s")] == ["t0", "t1"]
+    assert not path.exists()

@@ -492,12 +492,14 @@ class Store:
         it was kept in the unsent file): saved as its turn's interrupted answer, in its place as
         `recover_drafts` places a draft. Its draft, if one was saved, has older text and gives
         way. Nothing is written when the turn already has an answer (another process recovered
-        the draft first) or its session is gone. Returns the answer written, if any."""
+        the draft first), or no question of that turn is in that session (a session gone, a file
+not of picochat's making). Returns the answer written, if any."""
         with self._write() as c:
-            if not c.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() \
-                    or c.execute("SELECT 1 FROM messages WHERE session_id = ? AND turn_id = ? "
-                                 "AND role = 'assistant' AND tool_calls IS NULL",
-                                 (session_id, turn_id)).fetchone():
+            asked = c.execute("SELECT 1 FROM messages WHERE session_id = ? AND turn_id = ? "
+                              "AND role = 'user'", (session_id, turn_id)).fetchone()
+            if not asked or c.execute("SELECT 1 FROM messages WHERE session_id = ? AND "
+                                      "turn_id = ? AND role = 'assistant' AND tool_calls IS "
+                                      "NULL", (session_id, turn_id)).fetchone():
                 c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
                 return []
         self.save_draft(session_id, turn_id, text)  # killed before the next line: still a draft
