@@ -3,7 +3,9 @@ database's write lock past the shutdown's bound): kept in a private file beside 
 and put back in the prompt when that session is next opened. Nothing typed is lost.
 
 The answer being streamed at that quit is kept there too (`role` "assistant"): the next picochat
-to start saves it as that turn's interrupted answer, as it would a killed process's draft.
+to start saves it as that turn's interrupted answer, as it would a killed process's draft. So is
+whatever the prompt held at any quit (`role` "typed"): messages put back there by the last open
+and not sent again would otherwise be lost by the next quit.
 
 The file holds the user's words, so it is 0600 and written whole or not at all; it goes away
 once every message in it is back in a prompt or the database.
@@ -32,7 +34,9 @@ class Unsent:
     session_id: str
     turn_id: str
     text: str
-    role: str = "user"  # "assistant": the turn's answer so far, not a message to send again
+    # "user": a message sent and not saved; "typed": what the prompt held at the quit, never
+    # sent; "assistant": the turn's answer so far, not a message to send again
+    role: str = "user"
 
 
 def unsent_file(data_dir: Path) -> Path:
@@ -54,7 +58,7 @@ def take(data_dir: Path, session_id: str) -> list[Unsent]:
     """The session's kept messages, oldest first, removed from the file (the others stay).
     A file that cannot be read or rewritten is left alone and yields nothing: better kept
     twice than lost."""
-    return _take(data_dir, lambda m: m.role == "user" and m.session_id == session_id)
+    return _take(data_dir, lambda m: m.role != "assistant" and m.session_id == session_id)
 
 
 def take_answers(data_dir: Path) -> list[Unsent]:
@@ -90,7 +94,7 @@ def _read(path: Path) -> list[Unsent]:
             return []
         data = json.loads(path.read_text(encoding="utf-8"))
         return [Unsent(str(m["session_id"]), str(m["turn_id"]), str(m["text"]),
-                       "assistant" if m.get("role") == "assistant" else "user")
+                       m.get("role") if m.get("role") in ("assistant", "typed") else "user")
                 for m in data["messages"]]
     except FileNotFoundError:
         return []

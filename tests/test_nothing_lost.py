@@ -772,3 +772,42 @@ def test_an_unsent_file_far_larger_than_a_quit_writes_is_left_alone(tmp_path, mo
     path.write_text(json.dumps(small), encoding="utf-8")
     assert [m.turn_id for m in unsent.take(tmp_path, "s")] == ["t0", "t1"]
     assert not path.exists()
+
+
+async def test_what_the_prompt_holds_at_a_quit_comes_back_at_the_next_open(tmp_path):
+    """Messages put back in the prompt by an open (unsent at the last quit) were lost if the
+    user quit again without sending them: the file was gone, the words only on screen. What
+    the prompt holds at any quit is now kept, and comes back."""
+    from picochat.paths import resolve_paths
+    from picochat.tui.app import PicochatApp
+    from picochat.unsent import Unsent, keep, unsent_file
+    from tests.test_tui import SMALL_KEEP
+
+    paths = resolve_paths(str(tmp_path / "data"), str(tmp_path / "cfg" / "config.toml"))
+    store = open_store(paths.database)
+    session = store.create_session("t")
+    model = resolve_model(SMALL_KEEP, "offline")
+    keep(paths.data_dir, [Unsent(session.id, "t_1", "port 8443 for the canary")])
+    try:
+        for _ in range(2):  # opened, nothing sent, quit: twice over
+            app = PicochatApp(store, store.find_session("t"), model, Slow(["ok"], gap=0),
+                              SMALL_KEEP, paths)
+            async with app.run_test(size=SIZE) as pilot:
+                await settle(pilot, app, lambda: app.ready and app.query_one(Prompt).text)
+                assert app.query_one(Prompt).text == "port 8443 for the canary"
+                app.exit()
+            assert app.exit_note == (f"what you were typing is kept in "
+                                     f"{unsent_file(paths.data_dir)}; it comes back in the "
+                                     "prompt when this session is opened again")
+        app = PicochatApp(store, store.find_session("t"), model, Slow(["ok"], gap=0),
+                          SMALL_KEEP, paths)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, app, lambda: app.ready and app.query_one(Prompt).text)
+            assert any("what you were typing when picochat last quit is back in the prompt"
+                       in str(n.message) for n in app._notifications)
+            app.query_one(Prompt).clear()  # the user lets it go: nothing is kept
+            app.exit()
+        assert app.exit_note is None and not unsent_file(paths.data_dir).exists()
+        assert store.history(session.id) == []  # nothing was sent meanwhile
+    finally:
+        store.close()

@@ -124,6 +124,7 @@ class PicochatApp(App[None]):
         self._theme_notes = self.load_themes()
         self.saved_theme = self.theme  # what the config file says now
         self.exit_note: str | None = None  # the CLI prints it once the screen is restored
+        self._typed_at_exit: str | None = None  # the prompt's text when the quit began
         self.database_gone = False   # the database file was deleted or replaced meanwhile
         self._outside_pending = False  # another process wrote: shown once nothing runs here
         self._watching = False
@@ -251,35 +252,56 @@ class PicochatApp(App[None]):
         report_log_off_to(self._log_reporter)  # the screen is going: say it as before
         self._gc.stop()
         unsaved = await self.worker.close(within_s=SHUTDOWN_WAIT_S)
+        typed = self._typed_at_exit or ""
+        if typed.strip() and self.paths is not None:
+            unsaved += (Unsent(self.session.id, "typed", typed, role="typed"),)
         if unsaved:
             self.exit_note = self._keep_unsaved(unsaved)
         if self.signals is not None:
             self.signals.loop_ends()
 
+    def exit(self, result: Any = None, return_code: int = 0, message: Any = None) -> None:
+        """Every way out (ctrl+q, /quit, a quit signal) comes here: what the prompt holds
+        then, messages put back there by the last open above all, is kept for the next."""
+        if self._typed_at_exit is None:
+            try:
+                self._typed_at_exit = self.query_one(Prompt).text
+            except Exception:  # noqa: BLE001 - not mounted yet, or any more
+                self._typed_at_exit = ""
+        super().exit(result, return_code, message)
+
     def _keep_unsaved(self, unsaved: tuple[Unsent, ...]) -> str:
-        """Messages sent but not saved at quit, and the answer being streamed, go to the unsent
-        file; the line says where. If even that fails, the line holds the user's words
-        themselves: the terminal keeps them."""
+        """Messages sent but not saved at quit, the answer being streamed and the prompt's
+        text go to the unsent file; the line says where. If even that fails, the line holds
+        the user's words themselves: the terminal keeps them."""
         sent = [m for m in unsaved if m.role == "user"]
+        typed = [m for m in unsaved if m.role == "typed"]
+        answer = any(m.role == "assistant" for m in unsaved)
         n = len(sent)
         parts = [f"{n} message{'s' if n != 1 else ''} you sent"] if n else []
-        parts += ["the answer being written"] if len(sent) < len(unsaved) else []
-        what = " and ".join(parts) + " could not be saved"
+        parts += ["the answer being written"] if answer else []
+        what = " and ".join(parts) + " could not be saved" if parts else ""
         if self.paths is not None:
             try:
                 path = keep(self.paths.data_dir, unsaved)
+                if not parts:
+                    return (f"what you were typing is kept in {path}; it comes back in the "
+                            "prompt when this session is opened again")
                 back = [f"{'they come' if n != 1 else 'it comes'} back in the prompt when "
                         "this session is opened again"] if n else []
+                back += ["what you were typing comes back in the prompt too"] if typed else []
                 back += ["the answer is saved as interrupted when picochat next starts"] \
-                    if len(sent) < len(unsaved) else []
+                    if answer else []
                 return (f"{what} (the database stayed locked by another picochat); kept in "
                         f"{path}; " + "; ".join(back))
             except OSError as exc:
                 log.warning("unsent_not_kept kind=%s", type(exc).__name__)
-        if not n:
+        words = sent + typed
+        if not words:
             return f"{what}, nor kept in a file"
-        return f"{what}, nor kept in a file; here {'they are' if n != 1 else 'it is'}: " + \
-            " | ".join(m.text for m in sent)
+        return (f"{what or 'what you were typing could not be kept'}, nor kept in a file; here "
+                f"{'they are' if len(words) != 1 else 'it is'}: " +
+                " | ".join(m.text for m in words))
 
     def restore_unsent(self) -> None:
         """Messages of this session kept at a quit that could not save them: back in the
@@ -292,10 +314,11 @@ class PicochatApp(App[None]):
         prompt = self.query_one(Prompt)
         for message in reversed(back):
             prompt.put_ahead(turns.as_typed(message.text), "\n\n")
-        n = len(back)
-        self.notify(literal(f"{n} message{'s' if n != 1 else ''} that could not be saved when "
-                            f"picochat last quit {'are' if n != 1 else 'is'} back in the prompt"),
-                    title="Not lost", timeout=10)
+        n = sum(m.role == "user" for m in back)
+        said = (f"{n} message{'s' if n != 1 else ''} that could not be saved when picochat last "
+                f"quit {'are' if n != 1 else 'is'} back in the prompt") if n else \
+            "what you were typing when picochat last quit is back in the prompt"
+        self.notify(literal(said), title="Not lost", timeout=10)
 
     # --- what is shown --------------------------------------------------------------------------
 
