@@ -308,7 +308,8 @@ _FASTAPI = {"detail": [{"loc": ["body", "max_tokens"], "msg": "Input should be l
     (("raw", 422, "application/json", b""), ", with no reason given"),
     (("raw", 422, "text/html", b"<html><body><h1>422</h1></body></html>"),
      ", with no reason given"),  # was "(HTTP 422): 422"
-], ids=["json", "fastapi", "html", "empty", "html-only-the-status"])
+    (("status", 422, {"error": {"message": 12345}}), ": 12345"),  # was "cannot connect"
+], ids=["json", "fastapi", "html", "empty", "html-only-the-status", "number"])
 def test_a_422_is_the_servers_refusal_in_its_words(run_cli, fake, item, said):
     fake.script(item, item)  # litellm sends a refused request once more, without what it names
     result = ask(run_cli, "hello")

@@ -192,6 +192,8 @@ def _json_words(data: Any) -> str:
     if isinstance(error, dict):
         error = error.get("message")
     for said in (error, data.get("message"), data.get("detail")):
+        if isinstance(said, (int, float)) and not isinstance(said, bool):
+            said = str(said)  # a code for a message: still the server's word
         if isinstance(said, str) and said.strip():
             return said.strip()
         if isinstance(said, list):  # FastAPI / vLLM validation: [{"loc": [...], "msg": ...}]

@@ -204,7 +204,15 @@ class LiteLLMProvider(Provider):
         error response the transport kept (providers.http_bounds)."""
         litellm = import_litellm()
         with http_bounds.watch() as refused:
-            response = await litellm.acompletion(**kwargs)
+            try:
+                response = await litellm.acompletion(**kwargs)
+            except litellm.APIConnectionError:
+                # litellm's word for a body it could not read (a 422 whose message is a
+                # number): the server did answer, so it is told in its words, never as
+                # "cannot connect"
+                if refused:
+                    raise self._refused(refused, request) from None
+                raise
         if response is None or (kwargs.get("stream") and not hasattr(response, "__aiter__")):
             raise self._refused(refused, request)
         return response
