@@ -3,7 +3,7 @@
 # core busy while pytest runs, as on a CI machine shared with other work. The spinners start
 # here and are stopped here, however pytest ends (a failure, Ctrl-C, a kill of this script).
 #
-#   tests/stress.sh                    # the default suite, under load
+#   tests/stress.sh -n auto            # the default suite as CI runs it, under load
 #   tests/stress.sh -m reliability     # any pytest arguments pass through
 #   STRESS_SPINNERS=4 tests/stress.sh  # more load than cores
 #
