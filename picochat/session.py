@@ -60,7 +60,7 @@ from picochat.storage.store import Store, UncompactResult, UndoResult, last_turn
 from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
 from picochat.turn import TurnRun, internal_error, settle
-from picochat.unsent import Unsent, keep, take_answers
+from picochat.unsent import Unsent, forget, kept_answers
 from picochat.turn_events import (
     CUT_AT_LIMIT,
     Compacted,
@@ -224,16 +224,12 @@ class SessionWorker:
 
     def _recover_answers(self) -> list[Message]:
         """On the store's thread: kept answers first (each is newer than its turn's draft),
-        then the drafts. A kept answer that cannot be written goes back to the file."""
-        kept = take_answers(self.store.path.parent)
+        then the drafts. A kept answer leaves the file once written, not before."""
+        folder = self.store.path.parent
         answers: list[Message] = []
-        for i, answer in enumerate(kept):
-            try:
-                answers += self.store.recover_answer(answer.session_id, answer.turn_id,
-                                                     answer.text)
-            except PicochatError:
-                keep(self.store.path.parent, kept[i:])
-                raise
+        for answer in kept_answers(folder):
+            answers += self.store.recover_answer(answer.session_id, answer.turn_id, answer.text)
+            forget(folder, [answer])
         return answers + self.store.recover_drafts()
 
     def recovered_notes(self) -> list[str]:

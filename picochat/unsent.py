@@ -61,9 +61,17 @@ def take(data_dir: Path, session_id: str) -> list[Unsent]:
     return _take(data_dir, lambda m: m.role != "assistant" and m.session_id == session_id)
 
 
-def take_answers(data_dir: Path) -> list[Unsent]:
-    """Every kept answer, of any session, removed from the file (as `take`)."""
-    return _take(data_dir, lambda m: m.role == "assistant")
+def kept_answers(data_dir: Path) -> list[Unsent]:
+    """Every kept answer, of any session, left in the file: `forget` them once written, so a
+    kill in between loses none (writing one twice writes it once: `Store.recover_answer`)."""
+    return [m for m in _read(unsent_file(data_dir)) if m.role == "assistant"]
+
+
+def forget(data_dir: Path, done: Iterable[Unsent]) -> None:
+    """Remove these from the file (others, kept meanwhile by another picochat, stay)."""
+    gone = set(done)
+    if gone:
+        _take(data_dir, lambda m: m in gone)
 
 
 def _take(data_dir: Path, wanted: Callable[[Unsent], bool]) -> list[Unsent]:

@@ -766,7 +766,7 @@ def test_an_unsent_file_far_larger_than_a_quit_writes_is_left_alone(tmp_path, mo
     path = unsent.unsent_file(tmp_path)
     big = [{"session_id": "s", "turn_id": f"t{i}", "text": "x" * 100} for i in range(60)]
     path.write_text(json.dumps({"version": 1, "messages": big}), encoding="utf-8")
-    assert unsent.take(tmp_path, "s") == [] and unsent.take_answers(tmp_path) == []
+    assert unsent.take(tmp_path, "s") == [] and unsent.kept_answers(tmp_path) == []
     assert path.exists()
     small = {"version": 1, "messages": big[:2]}
     path.write_text(json.dumps(small), encoding="utf-8")
@@ -811,3 +811,34 @@ async def test_what_the_prompt_holds_at_a_quit_comes_back_at_the_next_open(tmp_p
         assert store.history(session.id) == []  # nothing was sent meanwhile
     finally:
         store.close()
+
+
+async def test_a_kept_answer_stays_in_the_file_until_it_is_written(tmp_path, monkeypatch):
+    """A start that cannot write the kept answer (the database locked by another picochat)
+    leaves it in the file; the next start writes it, once, and removes it."""
+    from picochat.unsent import Unsent, keep, kept_answers
+
+    monkeypatch.setenv("PICOCHAT_BUSY_TIMEOUT_MS", "200")
+    store = open_store(tmp_path / "picochat.db")
+    session = store.create_session("s")
+    store.append_message(session.id, "user", "the port?", turn_id="t1")
+    answer = Unsent(session.id, "t1", "it is 8443", role="assistant")
+    keep(tmp_path, [answer])
+    blocker = sqlite3.connect(store.path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        worker = await SessionWorker(store, session.id, resolve_model(Config(), "offline"),
+                                     Slow([]), "sys").start()
+        await worker.close()
+        assert kept_answers(tmp_path) == [answer]
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    for _ in range(2):  # the second start finds nothing more to do
+        worker = await SessionWorker(store, session.id, resolve_model(Config(), "offline"),
+                                     Slow([]), "sys").start()
+        await worker.close()
+    assert [(m.content, m.status) for m in store.history(session.id)] == [
+        ("the port?", "complete"), ("it is 8443", INTERRUPTED)]
+    assert kept_answers(tmp_path) == []
+    store.close()

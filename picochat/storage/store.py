@@ -454,11 +454,15 @@ class Store:
         """The text of a turn's answer so far, replacing the previous draft of that turn.
         Outside the append-only log: the answer itself is appended once, when it ends."""
         with self._write() as c:
-            c.execute("INSERT INTO drafts (turn_id, session_id, content, owner_pid, owner_start, "
-                      "owner_lock, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(turn_id) "
-                      "DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at",
-                      (turn_id, session_id, valid_text(content), os.getpid(),
-                       process_start(os.getpid()), my_token(self.path), self._clock()))
+            self._put_draft(c, session_id, turn_id, content)
+
+    def _put_draft(self, c: sqlite3.Connection, session_id: str, turn_id: str,
+                   content: str) -> None:
+        c.execute("INSERT INTO drafts (turn_id, session_id, content, owner_pid, owner_start, "
+                  "owner_lock, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(turn_id) "
+                  "DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at",
+                  (turn_id, session_id, valid_text(content), os.getpid(),
+                   process_start(os.getpid()), my_token(self.path), self._clock()))
 
     def drop_draft(self, turn_id: str) -> None:
         with self._write() as c:
@@ -502,7 +506,9 @@ not of picochat's making). Returns the answer written, if any."""
                                       "NULL", (session_id, turn_id)).fetchone():
                 c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
                 return []
-        self.save_draft(session_id, turn_id, text)  # killed before the next line: still a draft
+            # in the same transaction as the check: a second process recovering the same
+            # answer either sees it written or finds the draft gone when it appends
+            self._put_draft(c, session_id, turn_id, text)  # killed after this: still a draft
         return self.append_messages(session_id, [NewMessage(
             "assistant", text, turn_id=turn_id, status=INTERRUPTED)], if_draft=turn_id)
 
