@@ -283,3 +283,40 @@ def test_a_rejected_automatic_summary_is_not_asked_for_again_on_every_turn(store
     assert store.compaction_wait(sid) is not None
     done = auto("manual")
     assert done.compacted and store.compaction_wait(sid) is None  # a compaction ends it
+
+
+# --- how many statements the share holds ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("window, least, ordinary", [(3_000, 5, 10), (8_192, 20, 45),
+                                                     (32_768, 90, 160)])
+def test_the_ledger_share_holds_as_many_statements_as_the_readmes_say(tmp_path, window, least,
+                                                                       ordinary):
+    """README.md and compaction/README.md state the guarantee in numbers: the exact facts'
+    share holds at least 5 of your statements at 3,000 tokens, 20 at 8K and 90 from 32K
+    (default settings, the built-in tools), about 45 and 160 of ordinary length at 8K and
+    32K. The labelled corpus's sentences, stated one a message, are fitted to the share an
+    app at that window gives them; lines of 40 tokens, the long end, give the least."""
+    from picochat.config import Config, ModelConfig
+    from picochat.ledger import STATEMENT, USER, Ledger, extract, fit
+    from picochat.models import resolve_model
+    from picochat.providers.offline import OfflineProvider
+    from picochat.session import SessionWorker
+    from tests.fixtures.statements_corpus import SENTENCES
+
+    config = Config(models={"w": ModelConfig("w", "offline", token_limit=window)})
+    store = open_store(tmp_path / "p.db")
+    try:
+        session = store.create_session("s")
+        for i, (sentence, *_) in enumerate(SENTENCES * 2):  # enough to overfill 32K's share
+            store.append_message(session.id, "user", sentence, turn_id=f"t{i}")
+        worker = SessionWorker.from_config(store, session.id, resolve_model(config, "w"),
+                                           OfflineProvider(0), config)
+        share = worker.info().room.ledger
+        kept = fit(Ledger(tuple(extract(store.history(session.id)))), share).facts
+        mine = [f for f in kept if f.kind == STATEMENT and f.said_by == USER]
+        print(f"\n{window:,}: a share of {share:,} tokens holds {len(mine)} statements")
+        assert ordinary <= len(mine) <= ordinary * 1.1, (share, len(mine))
+        assert share // 40 >= least, share  # statements of 40 tokens each
+    finally:
+        store.close()
