@@ -302,6 +302,7 @@ def test_the_ledger_share_holds_as_many_statements_as_the_readmes_say(tmp_path, 
     from picochat.models import resolve_model
     from picochat.providers.offline import OfflineProvider
     from picochat.session import SessionWorker
+    from picochat.statements import LONG_LINE_TOKENS
     from tests.fixtures.statements_corpus import SENTENCES
 
     config = Config(models={"w": ModelConfig("w", "offline", token_limit=window)})
@@ -317,6 +318,6 @@ def test_the_ledger_share_holds_as_many_statements_as_the_readmes_say(tmp_path, 
         mine = [f for f in kept if f.kind == STATEMENT and f.said_by == USER]
         print(f"\n{window:,}: a share of {share:,} tokens holds {len(mine)} statements")
         assert ordinary <= len(mine) <= ordinary * 1.1, (share, len(mine))
-        assert share // 40 >= least, share  # statements of 40 tokens each
+        assert share // LONG_LINE_TOKENS >= least, share  # long statements, 40 tokens each
     finally:
         store.close()

@@ -24,6 +24,8 @@ async def test_the_first_run_explains_the_offline_model_and_the_way_to_a_real_on
         assert "built-in offline model" in text
         assert "OPENAI_API_KEY" in text and "/model" in text and "config init" in text
         assert "F1 help" in text and "F2 checkpoints" in text and "ctrl+q quits" in text
+        # the guarantee at this window (128,000: a 4,096-token share, 40 tokens a long line)
+        assert "at least 102 of your statements kept with their subject" in text
         await chat_once(pilot, app, store, "hello")
         assert not app.query(Welcome)  # the conversation has begun: it goes
         assert all(m.content != text for m in store.history(app.session.id))
@@ -47,4 +49,5 @@ async def test_a_real_model_is_named_with_its_window(store):
         await settle(pilot, app, lambda: app.ready)
         text = shown(app)
         assert "You are talking to big, with a window of 64,000 tokens" in text
+        assert "at least 102 of your statements kept with their subject" in text
         assert "offline" not in text

@@ -37,6 +37,7 @@ from picochat.models import ResolvedModel
 from picochat.opening import open_model
 from picochat.providers.base import Provider
 from picochat.session import SessionWorker
+from picochat.statements import LONG_LINE_TOKENS
 from picochat.storage.store import Store
 from picochat.tui import commands, slash, turns
 from picochat.tui.chat import PAGE, ChatView
@@ -427,7 +428,8 @@ class PicochatApp(App[None]):
             for text, kind in kept:
                 await chat.add_notice(text, kind)
             if not newest:  # an empty session: who answers, how to reach a real model, the keys
-                await chat.add(Welcome(self.worker.model, self.worker.limits.window))
+                await chat.add(Welcome(self.worker.model, self.worker.limits.window,
+                                       self.worker.info().room.ledger // LONG_LINE_TOKENS))
         await self.refresh_panel()
 
     async def refresh_panel(self) -> None:

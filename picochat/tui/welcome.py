@@ -13,14 +13,18 @@ from picochat.tui.safe import literal
 KEYS = "Enter sends · ctrl+j adds a line · F1 help · F2 checkpoints · ctrl+q quits"
 
 
-def welcome_text(model: ResolvedModel, window: int) -> str:
-    """The welcome for `model` (the offline model gets the way to a real one)."""
+def welcome_text(model: ResolvedModel, window: int, statements: int) -> str:
+    """The welcome for `model` (the offline model gets the way to a real one); `statements`:
+    how many of the user's statements the exact facts' share holds at least, at this window."""
+    kept = (f"at least {statements:,} of your statements kept with their subject"
+            if statements > 0 else "your statements kept with their subject")
     if model.offline:
         return "\n".join([
             "Welcome to picochat.",
             "",
             "You are talking to the built-in offline model: no network and no key. It only "
-            "reflects what you send, so you can try everything here, compaction included.",
+            "reflects what you send, so you can try everything here, compaction included: "
+            f"{kept}, pastes as pointer lines, /pin TEXT word for word in every request.",
             "",
             "To talk to a real model, pick one of:",
             "  · export OPENAI_API_KEY=… (or ANTHROPIC_API_KEY=…) and start picochat again",
@@ -34,7 +38,7 @@ def welcome_text(model: ResolvedModel, window: int) -> str:
         "Welcome to picochat.",
         "",
         f"You are talking to {model.label}, with a window of {window:,} tokens. Long chats are "
-        "compacted as they grow: your statements kept with their subject, pastes and old tool "
+        f"compacted as they grow: {kept}, pastes and old tool "
         "results as pointer lines (past their share the oldest are counted, and /search finds "
         "them); /pin TEXT keeps a statement word for word in every request, never dropped. F2 "
         "shows what was summarized.",
@@ -48,5 +52,6 @@ class Welcome(Static):
     Welcome { margin: 1 0 0 0; padding: 1 2; border: round $primary 50%; color: $text; }
     """
 
-    def __init__(self, model: ResolvedModel, window: int) -> None:
-        super().__init__(literal(welcome_text(model, window)), classes="until-first")
+    def __init__(self, model: ResolvedModel, window: int, statements: int) -> None:
+        super().__init__(literal(welcome_text(model, window, statements)),
+                         classes="until-first")
