@@ -189,14 +189,16 @@ def test_plain_statements_reach_the_model_with_their_subject_at_8k(
     fake_openai.default_text = realistic_chat.ANSWER
     use_fake_server(config_file, fake_openai, 8192)
     compacted = 0
-    for text in realistic_chat.turns():
+    turns = list(realistic_chat.turns())
+    for text in turns:
         status = main(["ask", "--session", "s", "--json", text])
         out, err = capsys.readouterr()
         assert status == 0, err
         reply = json.loads(out)
         assert not reply["compaction"] or reply["compaction"]["status"] != "failed", reply
         compacted += bool(reply["compaction"] and reply["compaction"]["status"] == "compacted")
-    assert 1 <= compacted <= 7
+    # issue 30: at most 7 in this run, and ordinary turns at 8K compact at most once in six
+    assert 1 <= compacted <= min(7, len(turns) // 6), (compacted, len(turns))
     assert "Redis" not in summary_text(1)  # the server's summaries keep nothing
     lines = "\n".join(str(m.get("content") or "")
                       for m in fake_openai.turn_requests[-1]["messages"]).splitlines()
