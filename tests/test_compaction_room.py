@@ -125,6 +125,23 @@ def sentence(n: int, words: int) -> str:
             + "Some more context about it: " + WORD * words)
 
 
+def paste(n: int, words: int) -> str:
+    """A pasted log of about `words` tokens (lines of some 20): one pointer line in the
+    ledger, whatever its size."""
+    lines = [f"2026-12-01T10:{i % 60:02d}:00Z INFO req-{n}-{i} GET /api/v{n}/items 200 {i}ms"
+             for i in range(max(2, words // 20))]
+    return "Here is the log:\n```\n" + "\n".join(lines) + "\n```"
+
+
+def correction(n: int) -> str:
+    """The user correcting an earlier statement: it retires the old line."""
+    return f"Actually, service {n // 2} listens on port {9500 + n} now."
+
+
+def user_says(n: int, words: int, style: str) -> str:
+    return {"say": sentence, "paste": paste}.get(style, lambda n, _: correction(n))(n, words)
+
+
 @st.composite
 def conversations(draw):
     window = draw(st.sampled_from([2_048, 4_096, 8_192, 32_768, 200_000]))
@@ -135,10 +152,14 @@ def conversations(draw):
     # a third element: the words of a file the model read in that turn (0: no tool ran); a
     # turn that reads one is mostly the file, within its twentieth. A long run of them is
     # where compaction folds tool results as pointer lines instead of summarizing.
-    turns = [(5, 5, most - 20) if read else (a, b, 0)
-             for a, b, read in draw(st.lists(st.tuples(
+    # and what the user says: a statement, a pasted log (within the turn's twentieth) or a
+    # correction of an earlier statement (issue 30: statements, pastes and corrections mixed)
+    turns = [(5, 5, most - 20, style) if read else (a, b, 0, style)
+             for a, b, read, style in draw(st.lists(st.tuples(
                  st.integers(5, most), st.integers(5, most),
-                 st.sampled_from([True, True, True, False])), min_size=30, max_size=60))]
+                 st.sampled_from([True, True, True, False]),
+                 st.sampled_from(["say", "say", "paste", "correct"])),
+                 min_size=30, max_size=60))]
     return limits, turns, draw(st.sampled_from([0.1, 0.6, 1.0]))
 
 
@@ -152,8 +173,8 @@ def test_every_automatic_compaction_leaves_at_most_sixty_percent_and_frees_a_qua
     try:
         sid = store.create_session("p").id
         compactions = pointers = 0
-        for n, (asked, answered, read) in enumerate(turns):
-            store.append_message(sid, "user", sentence(n, asked), turn_id=f"t{n}")
+        for n, (asked, answered, read, style) in enumerate(turns):
+            store.append_message(sid, "user", user_says(n, asked, style), turn_id=f"t{n}")
             if read:
                 call = {"id": f"c{n}", "type": "function", "function": {
                     "name": "read_file", "arguments": f'{{"path": "f{n}.txt"}}'}}
