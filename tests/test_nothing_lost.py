@@ -450,6 +450,8 @@ async def test_quitting_while_another_picochat_holds_the_lock_keeps_every_messag
             await settle(pilot, app, lambda: app.ready)
             await say(pilot, "first question")
             await settle(pilot, app, lambda: app.worker.busy and store.history(session.id))
+            # the answer has begun (its first draft is saved as its first piece arrives)
+            await settle(pilot, app, lambda: [r[1] for r in draft_rows(store.path)] == ["part"])
             await say(pilot, "second: keep port 8443")
             await say(pilot, "third: and the host kv-7")
             await settle(pilot, app, lambda: app.worker.queued == 2)
