@@ -511,6 +511,9 @@ class PicochatApp(App[None]):
         except PicochatError as exc:  # a locked or full database: one line, the app goes on
             await chat.add_notice(exc.user_line(), "error")
 
+    def on_prompt_scroll(self, event: Prompt.Scroll) -> None:
+        self.query_one(ChatView).page(event.where)
+
     async def on_prompt_take_back(self, event: Prompt.TakeBack) -> None:
         """Up in the empty prompt while messages are queued: the newest comes back to edit."""
         if not await turns.take_back(self):

@@ -401,6 +401,24 @@ class ChatView(VerticalScroll):
 
     _follows = 0  # times the view went back to following the bottom
 
+    def page(self, where: int | str) -> None:
+        """From the keyboard, wherever the focus is: a page up (-1) or down (1), the start
+        ("start": older pages load as it is reached) or the newest message ("end", following
+        it again). Going up lets go of the newest text; reaching the bottom follows it."""
+        if where == "end":
+            self.follow()
+            return
+        if where == "start" or (where == -1 and self.scroll_y <= 0):
+            self.release_anchor()
+            if self.scroll_y <= 0:  # already there: no scroll change would ask for more
+                self.want_older()
+            self.scroll_home(animate=False, immediate=True)
+            return
+        if where == -1:
+            self.release_anchor()
+        step = max(1, self.scrollable_content_region.height - 2)  # a line or two stay in view
+        self.scroll_to(y=self.scroll_y + int(where) * step, animate=False, immediate=True)
+
     def follow(self) -> None:
         """Back to the bottom, following new text (sending a message does this); where the
         last jump landed is no longer marked."""

@@ -15,6 +15,9 @@ KEYS: tuple[tuple[str, str], ...] = (
                "alt+enter as enter, which sends)"),
     ("esc or ctrl+c", "stop the running answer (esc also closes the slash-command list)"),
     ("up / down", "earlier prompts; with the slash-command list open, walk it"),
+    ("pageup / pagedown", "scroll the transcript a page (from the prompt too)"),
+    ("ctrl+home / ctrl+end", "the transcript's start (older messages load) / its newest "
+                             "message, following new text again"),
     ("up (empty prompt, while queued)", "take the newest queued message back to edit it "
                                         "(Enter sends it again; up again takes the one "
                                         "before)"),

@@ -26,7 +26,8 @@ class Prompt(TextArea):
     HELP = ("Enter sends. ctrl+j adds a newline. Up/down on the first/last line recall "
             "prompts; while messages are queued, up in the empty prompt takes the newest back "
             "to edit (again: the one before it). Tab completes a slash command; Tab or up/down "
-            "then walk the list.")
+            "then walk the list. PageUp/PageDown scroll the transcript a page, ctrl+home and "
+            "ctrl+end to its start and its newest message.")
     # alt+enter only where the terminal reports it as such (kitty's protocol); most send it as
     # ESC and Enter, which arrives as a plain enter: the help names ctrl+j
     NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")
@@ -47,6 +48,17 @@ class Prompt(TextArea):
     class TakeBack(Message):
         """Up in the empty prompt while `takeable`: the app takes the newest queued message
         back (its turn cancelled, it leaves the transcript) and calls `take_back`."""
+
+    @dataclass
+    class Scroll(Message):
+        """A key that scrolls the transcript from the prompt (the prompt is a few lines: a
+        page of it is not what PageUp means here): -1/+1 a page, "start" or "end"."""
+        where: int | str
+
+    SCROLL_KEYS: dict[str, int | str] = {"pageup": -1, "pagedown": 1, "shift+pageup": -1,
+                                         "shift+pagedown": 1, "ctrl+home": "start",
+                                         "ctrl+end": "end", "shift+home": "start",
+                                         "shift+end": "end"}
 
     def __init__(self, prompts: list[str] | None = None, **kwargs) -> None:
         """`prompts`: earlier prompts, oldest first (`Store.user_prompts`); up starts from
@@ -69,6 +81,12 @@ class Prompt(TextArea):
             event.stop()
             event.prevent_default()
             self.insert("\n")
+            return
+        where = self.SCROLL_KEYS.get(event.key)
+        if where is not None:
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.Scroll(where))
             return
         step = self.WALK_KEYS.get(event.key)
         if step is not None and self.hints_open and self._recall is None:
