@@ -48,8 +48,7 @@ def keep(data_dir: Path, messages: Iterable[Unsent]) -> Path:
     written: the caller says so, with the words still on its hands."""
     path = unsent_file(data_dir)
     kept = _read(path) + list(messages)
-    atomic_write_text(path, json.dumps({"version": 1, "messages": [asdict(m) for m in kept]},
-                                       ensure_ascii=False))
+    _write(path, kept)
     log.info("unsent_kept count=%d", len(kept))
     return path
 
@@ -83,8 +82,7 @@ def _take(data_dir: Path, wanted: Callable[[Unsent], bool]) -> list[Unsent]:
     rest = [m for m in kept if not wanted(m)]
     try:
         if rest:
-            atomic_write_text(path, json.dumps(
-                {"version": 1, "messages": [asdict(m) for m in rest]}, ensure_ascii=False))
+            _write(path, rest)
         else:
             os.unlink(path)
     except OSError as exc:
@@ -92,6 +90,12 @@ def _take(data_dir: Path, wanted: Callable[[Unsent], bool]) -> list[Unsent]:
         return []
     log.info("unsent_taken count=%d", len(mine))
     return mine
+
+
+def _write(path: Path, messages: list[Unsent]) -> None:
+    """The whole file, written whole or not at all (0600: it holds the user's words)."""
+    atomic_write_text(path, json.dumps({"version": 1, "messages": [asdict(m) for m in messages]},
+                                       ensure_ascii=False))
 
 
 def _read(path: Path) -> list[Unsent]:
