@@ -108,6 +108,8 @@ LEDGER_PART = 0.40  # of the room left after the fixed part: the exact-fact ledg
 PROSE_PART = 0.20   # the model's summary text; the kept raw tail takes the rest
 MIN_PROSE = 160     # nine headings and a line under each
 MIN_LEDGER = 160    # a handful of statements and the drop note
+TINY_PROSE = 112    # where 60 % has no room for both: nine headings, a few words, the drop note
+TINY_LEDGER = 96    # ...and two statements
 
 
 def summary_reserve(window: int) -> int:
@@ -171,13 +173,23 @@ def compaction_room(limits: BudgetLimits, fixed: int) -> CompactionRoom:
     target = int(limits.threshold * AFTER_SHARE)
     framed = fixed + tokens.scale(_summary_framing(), limits.token_factor)
     room = max(0, target - framed)
-    # A tiny window or a big system prompt leaves less than a summary and a ledger need under
-    # 60 %: they get their floors, up to the threshold (which still holds), the tail nothing.
-    room = max(room, min(MIN_PROSE + MIN_LEDGER, max(0, limits.threshold - framed)))
+    if room < MIN_PROSE + MIN_LEDGER:
+        return _tiny_room(limits, framed, target, room)
     ledger = min(ledger_cap(limits.window), max(MIN_LEDGER, int(room * LEDGER_PART)), room)
     prose = min(summary_reserve(limits.window), max(MIN_PROSE, int(room * PROSE_PART)))
     tail = max(0, min(limits.keep_recent, room - ledger - prose))
     return CompactionRoom(target, ledger, prose, tail)
+
+
+def _tiny_room(limits: BudgetLimits, framed: int, target: int, room: int) -> CompactionRoom:
+    """A tiny window (2K with the built-in tools) or a big system prompt leaves less under 60 %
+    than a summary and a ledger take at their usual floors: the two share what there is
+    (the ledger a little more: a fact cannot be rebuilt from prose), the tail keeps only the
+    newest turn. Under TINY_PROSE + TINY_LEDGER they keep those floors, past 60 % but never
+    past the threshold."""
+    room = max(room, min(TINY_PROSE + TINY_LEDGER, max(0, limits.threshold - framed)))
+    prose = max(min(TINY_PROSE, room), int(room * MIN_PROSE / (MIN_PROSE + MIN_LEDGER) * 0.9))
+    return CompactionRoom(target, max(0, room - prose), prose, 0)
 
 
 # --- pins ----------------------------------------------------------------------------------------

@@ -116,6 +116,22 @@ def test_a_tiny_cap_keeps_the_headings_the_latest_request_and_what_facts_fit():
     assert all(v in said(ledger) for v in facts_of(12)) and ledger.dropped
 
 
+def test_a_two_k_windows_cap_clips_the_latest_request_instead_of_overflowing():
+    """At 2,048 tokens with the built-in tools the prose cap is some 110 tokens: the nine
+    headings and a long latest request do not fit together, so the request is clipped (at a
+    word) and the summary stays within its cap, where the gate would refuse it."""
+    long_ask = ("Please go through the whole rollout plan for the Lisbon and Oslo regions, "
+                "check every canary stage against the runbook, and tell me which of the "
+                "alerts we should silence during the maintenance window next Tuesday night.")
+    span = chatty_span(3) + [msg(7, "user", long_ask)]
+    for cap in (112, 130):
+        capped = summary_of(span, cap=cap)
+        assert tokens.count_text(capped) <= cap
+        assert headings(capped) == list(sc.HEADINGS)
+        [objective] = section(capped, "Objective")
+        assert "Please go through" in objective and objective.endswith("…")
+
+
 def test_facts_go_oldest_first_and_are_counted_when_even_they_do_not_fit():
     span = [msg(i, "user", planted(i)) for i in range(1, 61)]
     capped = summary_of(span, cap=400)

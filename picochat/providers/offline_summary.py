@@ -42,6 +42,7 @@ _TODO = re.compile(r"\b(todo|next|remaining|still need|not yet|later|outstanding
 
 FACTS = fact_ledger.FACTS_HEADING
 _ITEM_CHARS = 200
+_FEW_WORDS = 40  # the least of the latest request a summary keeps (characters)
 _LATEST = "Latest request: "
 _REPLIES = re.compile(r"^(\d+) assistant replies")
 _JOINED = ("Files and Operations", FACTS)  # short items, several per line
@@ -270,6 +271,18 @@ def _render(prose: dict[str, list[str]], plain: list[str], ledger: Ledger,
     if tokens.count_text(text) > max_tokens and len(prose["Objective"]) > 1:
         # not even the headings and both requests fit: only the latest request stays
         prose["Objective"] = prose["Objective"][-1:]
+        text = _fit_facts(prose, plain, ledger, max_tokens, older_than)
+    if tokens.count_text(text) > max_tokens and prose["Objective"]:
+        # a tiny window's cap (2K with the tools: some 110 tokens): the latest request is
+        # clipped to what fits beside the headings, not left to overflow the cap
+        # clipped to what fits beside the headings and the facts, or to a few words when not
+        # even those fit (then the facts give way, as _fit_facts counts)
+        request = prose["Objective"][0]
+
+        def fits(n: int) -> bool:
+            prose["Objective"] = [clip(request, n)]
+            return tokens.count_text(_text(prose, plain, ledger)) <= max_tokens
+        fits(max(_FEW_WORDS, tokens.most_that_fit(_FEW_WORDS, len(request), fits)))
         text = _fit_facts(prose, plain, ledger, max_tokens, older_than)
     return text
 
