@@ -268,6 +268,34 @@ def test_at_2k_with_the_built_in_tools_a_long_chat_lands_at_sixty_percent_and_it
     assert len(landed) >= 5 and max(landed) <= target, (landed, target)
 
 
+def test_a_correction_in_the_fold_does_not_take_the_context_past_sixty_percent(store):
+    """A fitted ledger is not monotonic in its fold: a correction retires a line, so the fold
+    of all but the newest turn (what the tail is first sized for) can need less than the fold
+    the cut really makes. Hypothesis found a 4K chat landing 4 tokens over 60 %; the cut is
+    now made again for the real fold's ledger."""
+    limits = budget_limits(4_096, None, 16_384, 20_000)
+    tools = schemas(BUILTIN)
+    sid = store.create_session("c").id
+    provider = Filler(1.0)
+    for n, style in enumerate("sssssspsssppcsssssssssssssssss"):
+        say = {"s": "say", "p": "paste", "c": "correct"}[style]
+        store.append_message(sid, "user", user_says(n, 5, say), turn_id=f"t{n}")
+        call = {"id": f"c{n}", "type": "function", "function": {
+            "name": "read_file", "arguments": f'{{"path": "f{n}.txt"}}'}}
+        store.append_message(sid, "assistant", "", tool_calls=[call], turn_id=f"t{n}")
+        store.append_message(sid, "tool", f"file {n}: " + WORD * 82, tool_call_id=f"c{n}",
+                             name="read_file", tool_status="ok", turn_id=f"t{n}")
+        store.append_message(sid, "assistant", "Noted. " + WORD * 5, turn_id=f"t{n}")
+        draft = RequestDraft(SYSTEM, project(store.context_snapshot(sid)), tools)
+        if estimate(limits, draft).total <= limits.threshold:
+            continue
+        room = compaction_room(limits, estimate(limits, draft).fixed)
+        outcome = asyncio.run(compact_context(store, provider, CompactRequest(
+            session_id=sid, reason="auto", limits=limits, system_prompt=SYSTEM, tools=tools)))
+        if outcome.compacted and outcome.kept_turns > 1:
+            assert outcome.checkpoint.tokens_after <= room.target
+
+
 def test_a_paste_in_the_newest_turns_waits_instead_of_failing(store):
     """A 3,500-token log pasted at an 8K window: while it is among the newest turns no
     compaction can bring the context under the threshold, so the turn's check waits quietly

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from picochat import ledger as fact_ledger
 from picochat import tokens
@@ -139,22 +139,41 @@ class ContextCompactor:
         return compaction_room(self.limits, fixed)
 
     def plan(self, projection: ContextProjection) -> CompactionPlan | None:
-        """The cut that keeps `keep_tokens` raw."""
-        return plan_compaction(projection, self.limits.counted(self.keep_tokens(projection)))
-
-    def keep_tokens(self, projection: ContextProjection) -> int:
-        """The raw tail a compaction of `projection` keeps: the room's tail, and what the
-        ledger leaves of its share (keep_recent_tokens at most). The ledger is sized for the
-        largest fold there could be, all but the newest turn: any real fold's is no larger."""
+        """The cut that keeps `keep_tokens` raw. A fitted ledger is not monotonic in its fold
+        (a correction retires a line, a fold that stops short of it keeps the line): where
+        the fold this cut makes needs more of the ledger's share than the estimate left it,
+        the tail gives way and the cut is made again, so the two stay within the share."""
         room = self.room(projection)
+        keep = self.keep_tokens(projection, room)
+        for _ in range(4):
+            plan = plan_compaction(projection, self.limits.counted(keep))
+            if plan is None:
+                return None
+            less = room.with_spare(self._ledger_need(plan.previous_ledger, plan.span, room),
+                                   self.limits.keep_recent)
+            if less >= keep:
+                return plan
+            keep = less
+        return plan_compaction(projection, self.limits.counted(keep))
+
+    def keep_tokens(self, projection: ContextProjection,
+                    room: CompactionRoom | None = None) -> int:
+        """The raw tail a compaction of `projection` keeps: the room's tail, and what the
+        ledger leaves of its share (keep_recent_tokens at most), for the ledger of the
+        largest fold there could be, all but the newest turn (`plan` checks the real fold's)."""
+        room = room or self.room(projection)
         turns = group_turns(projection.raw)
         most = [m for t in turns[:-1] for m in t.messages]
-        ledger = fact_ledger.fit(
-            fact_ledger.carry(fact_ledger.from_stored(projection.ledger), most),
-            self.limits.counted(room.ledger))
-        need = tokens.scale(tokens.count_text(fact_ledger.render_text(ledger)),
+        return room.with_spare(self._ledger_need(projection.ledger, most, room),
+                               self.limits.keep_recent)
+
+    def _ledger_need(self, previous: StoredLedger, span: Sequence[Message],
+                     room: CompactionRoom) -> int:
+        """The tokens the ledger of `previous` carried over `span` takes, fitted to its share."""
+        ledger = fact_ledger.fit(fact_ledger.carry(fact_ledger.from_stored(previous), span),
+                                 self.limits.counted(room.ledger))
+        return tokens.scale(tokens.count_text(fact_ledger.render_text(ledger)),
                             self.limits.token_factor)
-        return room.with_spare(need, self.limits.keep_recent)
 
     def plan_all(self, projection: ContextProjection) -> CompactionPlan | None:
         """`/compact all`: the cut that keeps raw only what is always kept, the newest whole
