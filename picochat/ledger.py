@@ -24,7 +24,6 @@ too), then the ledger alone under the last heading, `## Exact Facts`:
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Iterable, Sequence
@@ -42,7 +41,10 @@ from picochat.statements import (
     from_json,
     statements_of,
 )
-from picochat.textsafe import LOOKALIKE_LETTERS
+from picochat.summary_contract import LEDGER_LABELS as _LEDGER_LABELS
+from picochat.summary_contract import LOOKALIKE_FACTS_HEADING as _LOOKALIKE_HEADING
+from picochat.summary_contract import LOOKALIKE_TAG as _LOOKALIKE_TAG
+from picochat.textsafe import as_read
 
 FACTS_HEADING = "Exact Facts"
 _SAID_BY = {"user": USER, "assistant": ANSWER, "tool": TOOL}
@@ -354,19 +356,12 @@ def from_stored(stored: StoredLedger) -> Ledger:
 # --- the ledger in the summary text the model reads -----------------------------------------------
 
 # What a model's text may not look like: picochat's ledger heading and ledger lines. Each
-# line is looked at as a reader would see it (`_probe`: compatibility forms, no invisible or
-# control characters, common Cyrillic and Greek lookalike letters as Latin), past any markup
-# or list numbering; only a line that turns out to be a lookalike is rewritten, every other
+# line is looked at as a reader would see it (`textsafe.as_read`: compatibility forms, no
+# invisible or control characters, common Cyrillic and Greek lookalike letters as Latin), past
+# any markup or list numbering (the shapes live in `summary_contract`); only a line that turns out to be a lookalike is rewritten, every other
 # line stays exactly as the model wrote it. A list of shapes cannot be complete: the ledger
 # itself is rows, and this only keeps the text the model reads from showing a second one.
 MODEL_FACTS_HEADING = "Facts noted by the summary"
-_LEAD = r"[\s>#*_`~|•·–—+-]*(?:<h[1-6][^>]*>)?[\s*_`]*(?:\d{1,3}[.)]\s*)?[\s*_`\[(]*"
-_LOOKALIKE_HEADING = re.compile(  # the title, then nothing but closing markup or a remark
-    rf"^(?P<lead>{_LEAD})exact\s+facts?\b(?P<tail>[\s*_`:#)\]]*(?:\([^)\n]{{0,30}}\))?"
-    r"[\s*_`:#]*(?:</h[1-6]>)?\s*)$", re.I)
-_LOOKALIKE_TAG = re.compile(
-    rf"^(?P<lead>{_LEAD})#\s*(?P<n>\d+)\b(?P<label>[^:\n]{{0,30}}?)[*_`\])]*\s*:[*_`]*\s*")
-_LEDGER_LABELS = re.compile(r"\b(?:correction|paste|answer|tool|user)\b", re.I)
 _ANY_HEADING = re.compile(r"^\s{0,3}(?:#{1,6}\s|<h[1-6])", re.I)
 _TAG = re.compile(r"^\s*#\d+(?: \w+)?:\s*")  # a piece of a ledger line a model copied
 
@@ -389,7 +384,7 @@ def disarm(text: str, known: frozenset[str] | set[str] = frozenset()) -> str:
     out: list[str] = []
     in_model_facts = False
     for line in text.splitlines():
-        probe = _probe(line)
+        probe = as_read(line)
         if m := _LOOKALIKE_HEADING.match(probe):
             lead = m.group("lead").rstrip("[(")
             out.append(f"{lead}{MODEL_FACTS_HEADING}{m.group('tail')}".rstrip())
@@ -410,18 +405,6 @@ def disarm(text: str, known: frozenset[str] | set[str] = frozenset()) -> str:
             continue
         out.append(line)
     return "\n".join(out)
-
-
-def _probe(line: str) -> str:
-    """`line` as a reader sees it: compatibility forms (NFKC: fullwidth `＃` is `#`), no
-    invisible format characters (zero-width spaces and joiners, bidi marks), control
-    characters as spaces, lookalike letters as the Latin they pass for. ASCII without
-    control characters is itself."""
-    if line.isascii() and line.isprintable():
-        return line
-    norm = unicodedata.normalize("NFKC", line).translate(LOOKALIKE_LETTERS)
-    return "".join(" " if unicodedata.category(c) == "Cc" else c for c in norm
-                   if unicodedata.category(c) != "Cf")
 
 
 def _model_line(line: str, known: set[str] | frozenset[str]) -> str | None:

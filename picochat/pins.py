@@ -13,7 +13,7 @@ import re
 from typing import Sequence
 
 from picochat.messages import Pin
-from picochat.summary_contract import SUMMARY_CLOSE, SUMMARY_OPEN
+from picochat.summary_contract import SUMMARY_CLOSE, SUMMARY_OPEN, reads_as_facts_heading
 from picochat.textsafe import line_key
 
 PINS_OPEN = "[Pinned by the user: keep to these in every answer]"
@@ -51,6 +51,10 @@ def pin_problem(text: str) -> str | None:
         if line_key(line) in _FRAMES:
             return (f"a pin may not hold a line like {line.strip()!r}, which picochat uses "
                     "to frame what the model reads")
+        if reads_as_facts_heading(line):
+            return (f"a pin may not hold a heading like {line.strip()!r}: the model would "
+                    "read what follows as picochat's ledger of your facts; pin the "
+                    "statement itself")
     return None
 
 

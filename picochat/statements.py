@@ -35,6 +35,7 @@ from typing import Iterable
 from picochat.fact_values import _CODE_SPAN, _CORRECTION_CUE, _CORRECTION_CUE_ASCII, _SCAN, \
     _SCAN_ASCII, _TRAILING, _plain
 from picochat.messages import Message
+from picochat.summary_contract import reads_as_ledger_line
 
 STATEMENT, CORRECTION, PASTE = "statement", "correction", "paste"
 USER, ANSWER, TOOL = "user", "answer", "tool"
@@ -387,6 +388,8 @@ _NOT_OWN_WORDS = re.compile(
 
 
 def _statements_of_line(line: str, seq: int, said_by: str) -> list[Statement]:
+    if reads_as_ledger_line(line):  # `- #1 correction: …` is picochat's shape, quoted or forged
+        return []
     out: list[Statement] = []
     own_words = said_by == USER and not _NOT_OWN_WORDS.match(line)
     line = _BULLET.sub("", line, count=1)
@@ -734,7 +737,8 @@ def _block(seq: int, said_by: str, lines: list[str], first: int, last: int,
     short = [x.strip() for x in body if x.strip()]
     if fenced and said_by != TOOL and 0 < len(short) <= 3 and all(len(x) <= VALUE_CHARS
                                                                   for x in short):
-        commands = [x.removeprefix("$ ").strip() for x in short if not x.startswith("#")]
+        commands = [x.removeprefix("$ ").strip() for x in short
+                    if not x.startswith("#") and not reads_as_ledger_line(x)]
         if said_by == ANSWER:
             return _answer(seq, commands)
         shown = " ; ".join(commands)

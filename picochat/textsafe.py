@@ -114,6 +114,20 @@ LOOKALIKE_LETTERS = str.maketrans(
 _EDGES = re.compile(r"^[\W_]+|[\W_]+$")
 
 
+def as_read(line: str) -> str:
+    """`line` as a reader sees it: compatibility forms (NFKC: fullwidth `＃` is `#`), no
+    invisible format characters (zero-width spaces and joiners, bidi marks), control
+    characters as spaces, lookalike letters as the Latin they pass for. ASCII without
+    control characters is itself."""
+    if line.isascii() and line.isprintable():
+        return line
+    norm = unicodedata.normalize("NFKC", line).translate(LOOKALIKE_LETTERS)
+    return "".join(" " if unicodedata.category(c) == "Cc" else c for c in norm
+                   if unicodedata.category(c) != "Cf")
+
+
+
+
 def line_key(line: str) -> str:
     """A line as a reader would take it, for telling whether it passes for one of picochat's
     own frame lines: compatibility forms, no invisible format or control characters, lookalike

@@ -181,7 +181,8 @@ def test_plain_statements_reach_the_model_with_their_subject_at_8k(
     a summarizer that keeps no fact, 40 turns of ordinary chat with 16 facts stated in plain
     sentences, two pasted 70-line access logs and one correction. On the last turn every
     statement's subject and value stand on one line of what the model receives, the
-    correction is the newest word on Redis, and the chat compacted at most 7 times."""
+    correction is the newest word on Redis, and the chat compacted at most 7 times. Once
+    `compact --all` folds the correction too, it has retired the old port's line."""
     from picochat.cli.main import main
     from tests.fixtures import realistic_chat
 
@@ -208,3 +209,15 @@ def test_plain_statements_reach_the_model_with_their_subject_at_8k(
     stale = [i for i, line in enumerate(lines) if "6380" in line and "6390" not in line]
     fixed = [i for i, line in enumerate(lines) if "6390" in line]
     assert fixed and all(i < fixed[-1] for i in stale)
+    # once the correction is folded too (`compact --all`), it retires the old line: the
+    # ledger the model receives says 6390 and no line says 6380 alone
+    assert main(["compact", "--session", "s", "--all"]) == 0, capsys.readouterr().err
+    assert main(["ask", "--session", "s", "Which port is Redis on?"]) == 0
+    capsys.readouterr()
+    received = "\n".join(str(m.get("content") or "")
+                         for m in fake_openai.turn_requests[-1]["messages"])
+    ledger = received.rsplit("## Exact Facts\n", 1)[1].split("[End historical", 1)[0]
+    assert "6390" in ledger and not [x for x in ledger.splitlines()
+                                     if "6380" in x and "6390" not in x], ledger
+    missing = [f for f in realistic_chat.facts() if not realistic_chat.on_one_line(received, f)]
+    assert missing == []
