@@ -108,10 +108,20 @@ def extract(messages: Iterable[Message]) -> list[Fact]:
     from what was taken at append, or (a row from before schema 12) taken now."""
     found: list[Fact] = []
     for m in messages:
-        said = (from_json(m.statements, m.seq, _SAID_BY[m.role]) if m.statements is not None
-                else statements_of(m))
-        found.extend(Fact(st.text, st.seq, st.kind, st.said_by, st.values) for st in said)
+        if m.statements is not None:
+            found.extend(_stored_facts(m.statements, m.seq, _SAID_BY[m.role]))
+        else:
+            found.extend(Fact(st.text, st.seq, st.kind, st.said_by, st.values)
+                         for st in statements_of(m))
     return _latest_first_seen(found)
+
+
+@lru_cache(maxsize=16_384)
+def _stored_facts(stored: str, seq: int, said_by: str) -> tuple[Fact, ...]:
+    """One message's facts from its stored statements: a compaction reads the same messages
+    several times (sizing the tail, the cut, the summary), and every compaction the new ones."""
+    return tuple(Fact(st.text, st.seq, st.kind, st.said_by, st.values)
+                 for st in from_json(stored, seq, said_by))
 
 
 def _latest_first_seen(facts: Sequence[Fact]) -> list[Fact]:

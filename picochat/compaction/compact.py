@@ -337,7 +337,7 @@ def _least_after(compactor: ContextCompactor, plan: CompactionPlan, floor: int,
     """What the context would be after a compaction of `plan` whose summary takes its whole
     prose share: the kept tail (`floor`) plus the prose cap plus the ledger as it would be
     fitted. The model may write less; a compaction worth doing at this size is worth it."""
-    ledger = fact_ledger.fit(compactor.ledger_of(plan), compactor.limits.counted(shares.ledger))
+    ledger = compactor.fit(compactor.ledger_of(plan), compactor.limits.counted(shares.ledger))
     facts = tokens.scale(tokens.count_text(fact_ledger.render_text(ledger)),
                          compactor.limits.token_factor)
     return floor + shares.prose + facts

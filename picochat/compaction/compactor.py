@@ -131,6 +131,27 @@ class ContextCompactor:
         self.tools = tools
         self.instructions = instructions
         self.timeout = timeout
+        # one compaction carries and fits the same ledger several times (the cut, tier one,
+        # the prose cap, the merge): each is computed once (over 200K tokens a carry is ~50 ms)
+        self._carried: dict[tuple[int, tuple[int, ...]], tuple[StoredLedger, Ledger]] = {}
+        self._fitted: dict[tuple[int, int], tuple[Ledger, Ledger]] = {}
+
+    def carry(self, previous: StoredLedger, span: Sequence[Message]) -> Ledger:
+        """`previous` carried over `span` (`ledger.carry`), once per span."""
+        key = (id(previous), tuple(m.seq for m in span))
+        hit = self._carried.get(key)
+        if hit is None or hit[0] is not previous:
+            hit = self._carried[key] = (previous, fact_ledger.carry(
+                fact_ledger.from_stored(previous), span))
+        return hit[1]
+
+    def fit(self, ledger: Ledger, budget: int) -> Ledger:
+        """`ledger.fit`, once per ledger and budget."""
+        key = (id(ledger), budget)
+        hit = self._fitted.get(key)
+        if hit is None or hit[0] is not ledger:
+            hit = self._fitted[key] = (ledger, fact_ledger.fit(ledger, budget))
+        return hit[1]
 
     def room(self, projection: ContextProjection) -> CompactionRoom:
         """What a compaction of `projection` may leave: the shares of ledger, prose and tail."""
@@ -170,8 +191,7 @@ class ContextCompactor:
     def _ledger_need(self, previous: StoredLedger, span: Sequence[Message],
                      room: CompactionRoom) -> int:
         """The tokens the ledger of `previous` carried over `span` takes, fitted to its share."""
-        ledger = fact_ledger.fit(fact_ledger.carry(fact_ledger.from_stored(previous), span),
-                                 self.limits.counted(room.ledger))
+        ledger = self.fit(self.carry(previous, span), self.limits.counted(room.ledger))
         return tokens.scale(tokens.count_text(fact_ledger.render_text(ledger)),
                             self.limits.token_factor)
 
@@ -226,14 +246,13 @@ class ContextCompactor:
         if room is None:
             return reserve
         facts = tokens.count_text(fact_ledger.render_text(
-            fact_ledger.fit(ledger, self.limits.counted(share))))
+            self.fit(ledger, self.limits.counted(share))))
         left = room - tokens.scale(facts, self.limits.token_factor) - LEDGER_MARGIN
         return max(min(reserve, MIN_PROSE), min(reserve, left))  # under that, no nine headings
 
-    @staticmethod
-    def ledger_of(plan: CompactionPlan) -> Ledger:
+    def ledger_of(self, plan: CompactionPlan) -> Ledger:
         """The previous checkpoint's ledger carried over the span this plan folds."""
-        return fact_ledger.carry(fact_ledger.from_stored(plan.previous_ledger), plan.span)
+        return self.carry(plan.previous_ledger, plan.span)
 
     def with_ledger(self, text: str, ledger: Ledger, projection: ContextProjection,
                     limit: int, share: int) -> tuple[str, Ledger]:
@@ -244,7 +263,7 @@ class ContextCompactor:
         out, so a fact is not paid for twice."""
         budget = self.limits.counted(share)
         for _ in range(6):
-            fitted = fact_ledger.fit(ledger, max(0, budget))
+            fitted = self.fit(ledger, max(0, budget))
             merged = fact_ledger.merge_into(text, fitted)
             over = self.tokens_of(dataclasses.replace(projection, summary=merged)) - limit
             if over <= 0 or not fitted.facts:

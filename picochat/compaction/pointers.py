@@ -115,7 +115,7 @@ def pointer_candidate(compactor: ContextCompactor, plan: CompactionPlan,
     after = dataclasses.replace(projection, raw=plan.kept, first_raw_seq=plan.first_retained_seq)
     ledger = compactor.ledger_of(plan)
     merged, fitted = compactor.with_ledger(text, ledger, after, target, shares.ledger)
-    if fitted.dropped > fact_ledger.fit(ledger, limits.counted(shares.ledger)).dropped:
+    if fitted.dropped > compactor.fit(ledger, limits.counted(shares.ledger)).dropped:
         return None  # it fits only by evicting facts a summary would keep
     size = compactor.tokens_of(dataclasses.replace(after, summary=merged))
     if not worth_compacting(limits, tokens_before, size):

@@ -30,6 +30,7 @@ from picochat.providers.offline import OfflineProvider
 from picochat.summary_contract import HEADINGS
 from tests.bench.data import WORDS
 from tests.bench.engine_cases import SYSTEM, TOOLS
+from tests.bench.engine_cases import cold
 from tests.bench.timing import Figure, times_ms
 
 SPAN_TOKENS = 214_000
@@ -209,13 +210,15 @@ class Compaction:
         """What a compaction now does beyond the summary call and its old checks: the ledger
         carried over the span (`ledger_of`), the prose cap left beside it (`prose_cap`: fit
         and count), the quality gate on the reply, the ledger fitted and merged into the
-        summary (`with_ledger`), and the counts read back for the log line."""
-        ledger = self.compactor.ledger_of(self.plan)
-        cap = self.compactor.prose_cap(self.reserve, ledger, self.room.ledger,
-                                       self.limits.threshold)
+        summary (`with_ledger`), and the counts read back for the log line. A compactor of
+        its own each time, as each compaction has: nothing it caches carries over."""
+        cold()
+        compactor = ContextCompactor(OfflineProvider(0), self.limits, SYSTEM, TOOLS)
+        ledger = compactor.ledger_of(self.plan)
+        cap = compactor.prose_cap(self.reserve, ledger, self.room.ledger, self.limits.threshold)
         text = check_summary(self.reply, self.transcript, max_tokens=cap, finish="stop")
-        _, fitted = self.compactor.with_ledger(text, ledger, self.after, self.limits.threshold,
-                                               self.room.ledger)
+        _, fitted = compactor.with_ledger(text, ledger, self.after, self.limits.threshold,
+                                          self.room.ledger)
         L.counts(L.to_stored(fitted))
         return fitted
 
@@ -230,10 +233,11 @@ def ledger_extract(ctx: Any) -> list[Figure]:
     extra = {"facts_in_span": len(found), "facts_carried": carried.kept,
              "previous_facts": previous.kept, "retired": carried.retired}
     return [
-        Figure("ledger.extract", label, times_ms(lambda: L.extract(c.span), ctx.repeat), "ms",
+        Figure("ledger.extract", label, times_ms(lambda: (cold(), L.extract(c.span)),
+                                                  ctx.repeat), "ms",
                note=f"{len(found):,} facts found", extra=extra),
         Figure("ledger.carry (previous ledger + span)", label,
-               times_ms(lambda: L.carry(previous, c.span), ctx.repeat), "ms",
+               times_ms(lambda: (cold(), L.carry(previous, c.span)), ctx.repeat), "ms",
                note=f"{previous.kept:,} previous facts + the span's; {carried.retired} retired "
                     "(corrected, or a setting given a new value)", extra=extra),
     ]
