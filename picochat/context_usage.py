@@ -130,12 +130,17 @@ class ContextUsage:
             ("Context window", side(lim.window, lim.configured_window)
              + f"  [{self.model.window_said}]"),
             ("Reserve", side(lim.reserve, lim.configured_reserve)),
-            ("Keep recent", "at least " + side(self.room.tail, lim.configured_keep_recent)),
+            ("Keep recent", "at least " + side(self.room.tail, lim.configured_keep_recent)
+             if self.room.tail else "the newest turn only (no room for more under 60 %; "
+             f"configured {lim.configured_keep_recent:,})"),
             ("Auto-compact at", f"{lim.threshold:,}"
              + ("" if self.enabled else "  (auto compaction off)")),
-            ("After compacting", f"at most {self.room.target:,} ({AFTER_SHARE:.0%} of the "
-             f"threshold): summary {self.room.prose:,}, exact facts {self.room.ledger:,}, "
-             f"recent turns {self.room.tail:,}"),
+            ("After compacting", (
+                f"at most {self.room.target:,} ({AFTER_SHARE:.0%} of the threshold): summary "
+                f"{self.room.prose:,}, exact facts {self.room.ledger:,}, recent turns "
+                f"{self.room.tail:,}") if self.room.tail else (
+                f"{self.room.target:,} ({AFTER_SHARE:.0%} of the threshold) plus the newest "
+                f"turn: summary {self.room.prose:,}, exact facts {self.room.ledger:,}")),
             ("Pins", self._pins()),
             *((("Files", self.files),) if self.files else ()),
             ("Used", f"{b.used_tokens:,}  ({_source(b)})"),

@@ -455,3 +455,29 @@ def test_the_readme_table_is_what_info_says(tmp_path):
                             room.tail], window
     finally:
         store.close()
+
+
+def test_info_says_the_newest_turn_is_kept_where_the_tail_has_no_share(tmp_path):
+    """At 2K with the built-in tools the tail's share is 0: /info and `picochat info` say
+    that the newest turn is kept on top of the 60 %, not "keep at least 0"."""
+    from picochat.config import Config, ModelConfig
+    from picochat.models import resolve_model
+    from picochat.providers.offline import OfflineProvider
+    from picochat.session import SessionWorker
+
+    store = open_store(tmp_path / "p.db")
+    try:
+        session = store.create_session("s")
+        rows = {}
+        for window in (2_048, 8_192):
+            config = Config(models={"w": ModelConfig("w", "offline", token_limit=window)})
+            worker = SessionWorker.from_config(store, session.id, resolve_model(config, "w"),
+                                               OfflineProvider(0), config)
+            rows[window] = dict(worker.info().rows())
+    finally:
+        store.close()
+    assert rows[2_048]["Keep recent"].startswith("the newest turn only")
+    assert rows[2_048]["After compacting"].startswith("614 (60% of the threshold) plus the "
+                                                      "newest turn")
+    assert rows[8_192]["Keep recent"].startswith("at least 838")
+    assert rows[8_192]["After compacting"].startswith("at most 2,457")
