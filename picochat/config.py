@@ -384,13 +384,6 @@ def _show(value: Any) -> str:
 
 # --- writing -----------------------------------------------------------------------------------
 
-def starter_config_text() -> str:
-    """The text `config init` writes (picochat/config_starter.py): every key explained."""
-    from picochat.config_starter import starter_config_text as text
-
-    return text()
-
-
 def effective_config_text(config: Config) -> str:
     """`config show`: the config in force, defaults included, as TOML."""
     import tomli_w
@@ -412,16 +405,6 @@ def effective_config_text(config: Config) -> str:
     body["ui"] = {"theme": config.ui.theme}
     source = str(config.source) if config.source else "built-in defaults (no config file)"
     return f"# source: {source}\n" + tomli_w.dumps(body)
-
-
-def write_starter_config(path: Path, *, force: bool = False) -> None:
-    """Write the starter file atomically; refuse to replace an existing file unless forced."""
-    if path.exists() and not force:
-        raise ConfigError(f"{path}: already exists; nothing written",
-                          "use `picochat config init --force` to replace it")
-    from picochat.fsutil import atomic_write_text
-
-    atomic_write_text(path, starter_config_text())
 
 
 def save_ui_theme(path: Path, theme: str) -> None:

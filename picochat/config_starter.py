@@ -8,9 +8,12 @@ added to config.py without a word here.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from picochat.config import DEFAULT_SYSTEM_PROMPT, Config
+from picochat.errors import ConfigError
+from picochat.fsutil import atomic_write_text
 
 # Figures that live above config.py (models, session, providers.ollama); the test checks them.
 DEFAULT_WINDOW = 128_000
@@ -154,3 +157,11 @@ def _setting(key: str, value: Any) -> str:
     import tomli_w
 
     return tomli_w.dumps({key: value}).rstrip("\n")
+
+
+def write_starter_config(path: Path, *, force: bool = False) -> None:
+    """Write the starter file atomically; refuse to replace an existing file unless forced."""
+    if path.exists() and not force:
+        raise ConfigError(f"{path}: already exists; nothing written",
+                          "use `picochat config init --force` to replace it")
+    atomic_write_text(path, starter_config_text())

@@ -30,8 +30,9 @@ import dataclasses
 import logging
 import time
 import traceback
+from pathlib import Path
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 from picochat import crashpoints
 from picochat.agent_loop import (
@@ -45,15 +46,16 @@ from picochat.agent_loop import (
     plan_calls,
     this_turn_only,
 )
-from picochat.budget import (FixedContextExceedsBudget, RequestDraft, UsageSource, answer_cap,
-                             message_over_window, too_long_error)
+from picochat.budget import (BudgetLimits, ContextBudget, FixedContextExceedsBudget, RequestDraft,
+                             UsageSource, answer_cap, message_over_window, too_long_error)
 from picochat.logs import where_details
 from picochat.compaction.compact import CompactMode, CompactOutcome
 from picochat.compaction.trim_failure import TrimImpossible
+from picochat.config import CompactionConfig
 from picochat.errors import PicochatError
 from picochat.messages import INTERRUPTED, Message, NewMessage, TriggerReason
 from picochat.projection import ContextProjection, project
-from picochat.providers.base import ProviderRequest, TextDelta, Usage, collect
+from picochat.providers.base import Provider, ProviderRequest, TextDelta, Usage, collect
 from picochat.providers.errors import (
     ContextOverflow,
     ProviderError,
@@ -62,6 +64,7 @@ from picochat.providers.errors import (
     ToolsUnsupported,
 )
 from picochat.storage.store import Store
+from picochat.tools.access import FileAccess
 from picochat.tools.base import ERROR, ToolContext, ToolResult
 from picochat.tools.registry import call_detail, run_tool
 from picochat.turn_events import (
@@ -77,8 +80,48 @@ from picochat.turn_events import (
     TurnStarted,
 )
 
-if TYPE_CHECKING:
-    from picochat.session import SessionWorker
+
+
+class TurnContext(Protocol):
+    """What a turn needs of its session, and all it may touch (`SessionWorker` is one). The
+    turn reads the session's state and settings, asks it for the next request's draft and
+    budget, hands it what the model's server taught (`learn_*`, `refit`, `refuse_tools`:
+    kept by the session for later turns and processes), and asks it to compact."""
+
+    store: Store
+    session_id: str
+    provider: Provider
+    compaction: CompactionConfig
+    total_timeout: float
+    tool_root: Path
+    tools: tuple[dict[str, Any], ...]
+
+    @property
+    def file_access(self) -> FileAccess: ...
+    @property
+    def limits(self) -> BudgetLimits: ...
+    @property
+    def closing(self) -> bool: ...
+
+    # the state and the next request
+    def projection(self) -> ContextProjection: ...
+    def request_draft(self, projection: ContextProjection) -> RequestDraft: ...
+    def budget(self, projection: ContextProjection | None = None) -> ContextBudget: ...
+    def measure(self, draft: RequestDraft) -> ContextBudget: ...
+    async def compact_now(self, reason: TriggerReason, *, focus: str | None = None,
+                          mode: CompactMode = CompactMode.SUMMARY,
+                          everything: bool = False) -> CompactOutcome: ...
+
+    # what the server taught
+    async def learn_from_reply(self, usage: Usage | None,
+                               draft: RequestDraft | None) -> None: ...
+    async def learn_window(self, exc: ContextOverflow) -> bool: ...
+    async def refit(self, exc: ContextOverflow) -> bool: ...
+    async def refuse_tools(self, handle: TurnHandle) -> None: ...
+
+    # what a quit could not save
+    def not_saved(self, handle: TurnHandle) -> None: ...
+    def answer_not_saved(self, turn_id: str, text: str) -> None: ...
 
 log = logging.getLogger("picochat.session")
 T = TypeVar("T")
@@ -168,7 +211,7 @@ def own_view(store: Store, projection: ContextProjection, user: Message) -> Cont
 class TurnRun:
     """One turn of `worker`'s session, reporting to `handle` (module docstring)."""
 
-    def __init__(self, worker: "SessionWorker", handle: TurnHandle) -> None:
+    def __init__(self, worker: TurnContext, handle: TurnHandle) -> None:
         self.worker = worker
         self.handle = handle
         self.store = worker.store

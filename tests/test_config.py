@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from picochat import models as models_mod
-from picochat.config import (AgentConfig, Config, ModelConfig, load_config, save_ui_theme,
-                             starter_config_text)
+from picochat.config import AgentConfig, Config, ModelConfig, load_config, save_ui_theme
+from picochat.config_starter import starter_config_text
 from picochat.errors import ConfigError
 from picochat.models import auto_detect, choose_model_name, lookup_window, resolve_model
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from picochat import render
 from picochat.compaction import report
-from picochat.config import Config, effective_config_text, load_config, write_starter_config
+from picochat.config import Config, effective_config_text, load_config
+from picochat.config_starter import write_starter_config
 from picochat.errors import ConfigError, OutputError, SessionNotFound, UsageError
 from picochat.logs import report_log_off_to, setup_logging
 from picochat.messages import Session
