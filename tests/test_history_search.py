@@ -131,3 +131,32 @@ def test_an_old_fact_is_found_in_a_long_log_where_the_other_words_are_everywhere
                                     for h in recent)
     # and the turn doing the searching is left out
     assert all(h.seq < 10 for h in store.search_messages(s.id, "canary", before_seq=10))
+
+
+# (facts, filler sentences, turns) of each stretch of the chat hypothesis found it in
+STRETCHES = [(1, 0, 3), (2, 0, 2), (2, 0, 7), (1, 0, 2), (1, 0, 3), (1, 1, 1), (2, 0, 7),
+             (1, 1, 2), (3, 1, 4), (1, 0, 5), (1, 1, 3), (2, 0, 1), (2, 3, 5), (2, 1, 3),
+             (1, 2, 6), (1, 2, 5), (2, 1, 7), (2, 0, 7), (1, 1, 5), (1, 2, 2), (3, 2, 1),
+             (2, 0, 5)]
+
+
+def test_the_message_holding_every_word_comes_first_however_long_it_is(store):
+    """A fact planted in a long message ("…, /srv/app41/service.toml …, please keep this in
+    mind …") is what a search for it must find first, among shorter messages holding its
+    common words (srv, service, toml). bm25 alone scored the long one below 29 short ones
+    and left it out of the 25 results (tests/test_facts_survive.py's state machine found
+    this chat)."""
+    sid = store.create_session("s").id
+    filler = ("Please keep this in mind for the rest of our work together, it matters a lot "
+              "to the team and we will come back to it later when we plan the rollout. ")
+    n = 0
+    for facts, pad, turns in STRETCHES:
+        for _ in range(turns):
+            n += 1
+            said = (f"port {20000 + n}", f"/srv/app{n}/service.toml", f"TKT-{5000 + n}")[:facts]
+            store.append_message(sid, "user", f"Remember {', '.join(said)} for step {n}. "
+                                 + filler * pad, turn_id=f"t{n}")
+            store.append_message(sid, "assistant", "Noted. " + filler * pad, turn_id=f"t{n}")
+    hits = store.search_messages(sid, "/srv/app41/service.toml", limit=25)
+    assert "app41" in hits[0].snippet
+    assert len(hits) == 25  # the others still fill the list

@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Literal, Sequence, TypeVar
 
 from picochat import crashpoints, tokens
 from picochat.errors import SessionNotFound, StaleGeneration, StorageError
@@ -100,6 +100,10 @@ def fts_query(text: str) -> str | None:
 
 def _any_of(words: Sequence[str]) -> str | None:
     return " OR ".join(f'"{w}"' for w in words) if words else None
+
+
+def _all_of(words: Sequence[str]) -> str | None:
+    return " AND ".join(f'"{w}"' for w in words) if words else None
 
 
 @dataclass(frozen=True)
@@ -556,9 +560,15 @@ not of picochat's making). Returns the answer written, if any."""
         limit = max(1, limit)
         before = before_seq if before_seq is not None else _NO_UPPER_BOUND
         with self._read() as c:
+            # a message holding every word comes first, however long it is (bm25 alone ranks
+            # a short one holding the common words over a long one that also has the rare)
+            picked = (_ranked(c, _all_of(words), session_id, before, limit, 0, _NO_UPPER_BOUND)
+                      if len(words) > 1 else [])
             rare = [w for w in words if _matches_up_to(c, w, RARE_MATCHES + 1) <= RARE_MATCHES]
-            picked = (_ranked(c, _any_of(rare), session_id, before, limit, 0, _NO_UPPER_BOUND)
-                      if rare else [])
+            if rare and len(picked) < limit:
+                more = _ranked(c, _any_of(rare), session_id, before, limit + len(picked), 0,
+                               _NO_UPPER_BOUND)
+                picked += [i for i in more if i not in picked][: limit - len(picked)]
             if len(picked) < limit:  # fill up from the newest matches of every word
                 everything = _any_of(words)
                 # the newest candidates end at the session's last row before `before`; the
@@ -956,7 +966,7 @@ class _Guard:
             self.lock.release()
             raise
 
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> Literal[False]:
         try:
             self._tx.__exit__(kind, exc, tb)
         except sqlite3.Error as err:
@@ -1025,7 +1035,8 @@ def _ledger(c: sqlite3.Connection, checkpoint_id: str) -> StoredLedger:
         return StoredLedger()
     rows = c.execute("SELECT seq, kind, said_by, text, vals FROM checkpoint_facts "
                      "WHERE checkpoint_id = ? ORDER BY ord", (checkpoint_id,)).fetchall()
-    return StoredLedger(tuple(LedgerRow(*r[:4], tuple(json.loads(r[4]))) for r in rows),
+    return StoredLedger(tuple(LedgerRow(r[0], r[1], r[2], r[3], tuple(json.loads(r[4])))
+                              for r in rows),
                         head[0], head[1])
 
 
@@ -1092,7 +1103,8 @@ def last_turn_seqs(rows_desc: Iterable[Sequence[Any]]) -> list[int]:
 def _runs(seqs: Sequence[int], chosen: set[int]) -> list[tuple[int, int]]:
     """(first, last) of each run of `chosen` seqs that lie next to each other in `seqs`."""
     runs: list[tuple[int, int]] = []
-    start = prev = None
+    start: int | None = None
+    prev = 0
     for seq in seqs:
         if seq in chosen:
             start = seq if start is None else start
