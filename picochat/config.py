@@ -428,6 +428,7 @@ def save_ui_theme(path: Path, theme: str) -> None:
     if not in_place or _parse_config(path, new)[1].ui.theme != theme:
         raise ConfigError(f"{path}: cannot set ui.theme without rewriting the file; "
                           "nothing written", f"set {setting} under [ui] by hand")
+    assert new is not None  # in place, so there was a text to write
     atomic_write_text(path, new)
 
 

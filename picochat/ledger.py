@@ -411,9 +411,10 @@ def disarm(text: str, known: frozenset[str] | set[str] = frozenset()) -> str:
             keep = "" if _LEDGER_LABELS.search(label) or not label.strip(" *_`") and \
                 in_model_facts else f"(#{m.group('n')}{label.rstrip()}) "
             line = m.group("lead") + keep + probe[m.end():]
-        if in_model_facts and (line := _model_line(line, known)) is None:
+        kept = _model_line(line, known) if in_model_facts else line
+        if kept is None:
             continue
-        out.append(line)
+        out.append(kept)
     return "\n".join(out)
 
 

@@ -15,7 +15,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 from picochat.errors import UsageError
 from picochat.fsutil import make_owner_only, make_private_dir
@@ -144,7 +144,8 @@ class _PrivateFileHandler(logging.FileHandler):
         make_private_dir(path.parent)
         make_owner_only(path)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
+        return cast(io.TextIOWrapper, open(fd, self.mode, encoding=self.encoding,
+                                           errors=self.errors))
 
     def emit(self, record: logging.LogRecord) -> None:
         if self.off:

@@ -616,6 +616,14 @@ def _natural(value: str) -> tuple:
                  for t in re.findall(r"\d+|\D+", value))
 
 
+def _letters(value: str) -> str:
+    """The letters an identifier starts with (`req` of `req-0001`), grouping ids by kind."""
+    return value[: len(value) - len(value.lstrip(_ASCII_LETTERS))]
+
+
+_ASCII_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
 def _ranges(text: str) -> list[tuple[str, str, str, int]]:
     """(label, first, last, how many distinct) of a paste's most frequent identifier kinds."""
     sample = text if len(text) <= 2 * _SAMPLE else text[:_SAMPLE] + "\n" + text[-_SAMPLE:]
@@ -625,7 +633,7 @@ def _ranges(text: str) -> list[tuple[str, str, str, int]]:
         kind = m.lastgroup
         assert kind is not None
         value = m.group(kind)
-        key = (kind, re.match(r"[A-Za-z]*", value).group() if kind == "ids" else "")
+        key = (kind, _letters(value) if kind == "ids" else "")
         seen.setdefault(key, {})[value] = None
         counts[key] = counts.get(key, 0) + 1
     order = list(seen)

@@ -256,6 +256,7 @@ class TurnRun:
             handle._emit(TurnFailed(self.turn_id, exc, None, None))
             return
         crashpoints.reached("user_written")
+        assert self.user is not None  # written, or the turn failed above
         handle._emit(TurnStarted(self.turn_id, self.user.seq))
         if cancelled:
             await self._fail(TurnCancelled("stopped"))
@@ -280,6 +281,7 @@ class TurnRun:
             return
         await self.worker.learn_from_reply(self.usage, draft if self.steps == 0 else None)
         usage = self.usage
+        assert self.user is not None  # the turn began with it
         log.info("turn_ok session=%s turn=%s user_seq=%d assistant_seq=%d tool_steps=%d "
                  "prompt_tokens=%s completion_tokens=%s", self.session_id, self.turn_id,
                  self.user.seq, assistant.seq, self.steps,

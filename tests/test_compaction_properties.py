@@ -156,8 +156,8 @@ class Summarizer(OfflineProvider):
                 await result
         if self.fail:
             raise ProviderUnavailable("connection refused")
-        async for event in super().stream(request):
-            yield event
+        async for part in super().stream(request):
+            yield part
 
 
 # --- strategies ----------------------------------------------------------------------------------

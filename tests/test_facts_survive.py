@@ -59,8 +59,8 @@ class Summaries(Recorder):
     async def stream(self, request):
         if request.purpose == "summary":
             self.summaries = [ProviderUnavailable("down") if self.text is None else self.text]
-        async for event in super().stream(request):
-            yield event
+        async for part in super().stream(request):
+            yield part
 
 
 class FactsSurvive(RuleBasedStateMachine):

@@ -127,7 +127,6 @@ def test_a_draft_recovered_by_two_processes_is_appended_once(tmp_path):
         session = a.create_session("d")
         a.append_message(session.id, "user", "q", turn_id="t_x")
         a.save_draft(session.id, "t_x", "half an answer")
-        gone = dead_pid()
         assert len(a.recover_drafts(alive=lambda pid, start: False)) == 1
         assert b.recover_drafts(alive=lambda pid, start: False) == []
         assert [m.content for m in b.history(session.id)] == ["q", "half an answer"]

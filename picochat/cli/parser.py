@@ -8,6 +8,7 @@ command's help says what it does and shows an example, examples first where they
 from __future__ import annotations
 
 import argparse
+from typing import Any
 from textwrap import dedent, indent
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -61,7 +62,7 @@ picochat keeps its files.
 """
 
 
-def _help(about: str, examples: str) -> dict[str, str]:
+def _help(about: str, examples: str) -> dict[str, Any]:
     """A command's `description` and its `examples:` epilog, as written."""
     return {"description": dedent(about).strip(),
             "epilog": "examples:\n" + indent(dedent(examples).strip("\n"), "  ")}
@@ -70,23 +71,23 @@ def _help(about: str, examples: str) -> dict[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     from picochat import __version__
 
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--data-dir", metavar="DIR", default=argparse.SUPPRESS,
                         help="folder for the database and log (env PICOCHAT_DATA_DIR)")
     common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
                         help="config file (env PICOCHAT_CONFIG_DIR names its folder)")
     common.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
                         help="write DEBUG lines to the log (env PICOCHAT_LOG_LEVEL)")
-    session = argparse.ArgumentParser(add_help=False)
+    session = _Parser(add_help=False)
     session.add_argument("-s", "--session", metavar="S", default=argparse.SUPPRESS,
                          help="session id or name (default: the most recently active)")
-    app_session = argparse.ArgumentParser(add_help=False)  # the app reopens what it showed
+    app_session = _Parser(add_help=False)  # the app reopens what it showed
     app_session.add_argument("-s", "--session", metavar="S", default=argparse.SUPPRESS,
                              help="session id or name (default: the one the app showed last)")
-    model = argparse.ArgumentParser(add_help=False)
+    model = _Parser(add_help=False)
     model.add_argument("-m", "--model", metavar="M", default=argparse.SUPPRESS,
                        help="a [models] key or a litellm model string, or 'offline'")
-    as_json = argparse.ArgumentParser(add_help=False)
+    as_json = _Parser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print JSON")
 
     parser = _Parser(prog="picochat", parents=[common, app_session, model],

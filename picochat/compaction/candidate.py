@@ -11,7 +11,7 @@ from typing import Sequence
 
 from picochat import tokens
 from picochat.errors import PicochatError
-from picochat.messages import Message, NewCheckpoint, StoredLedger
+from picochat.messages import Message, NewCheckpoint, StoredLedger, TriggerReason
 from picochat.projection import Repair, repair_tool_chains
 
 
@@ -34,7 +34,7 @@ class CompactionCandidate:
         return NewCheckpoint(
             parent_checkpoint_id=self.parent_checkpoint_id, summary=self.summary,
             first_retained_seq=self.first_retained_seq, source_max_seq=self.source_max_seq,
-            trigger_reason=self.reason, provider_kind=provider_kind, model=model,
+            trigger_reason=TriggerReason(self.reason), provider_kind=provider_kind, model=model,
             tokens_before=self.tokens_before, tokens_after=self.tokens_after,
             degraded=self.degraded, ledger=self.ledger)
 

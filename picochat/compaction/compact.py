@@ -255,8 +255,8 @@ async def compact_context(store: Store, provider: Provider,
                          tokens_before=before, summary_called=summary_called)
         if auto and summary_called and isinstance(summary_error, (SummaryRejected,
                                                                   SummaryFailed)):
-            wait = CompactionWait(projection.context_generation, before, summary_error.kind)
-            if await _set_wait(store, sid, wait):
+            backoff = CompactionWait(projection.context_generation, before, summary_error.kind)
+            if await _set_wait(store, sid, backoff):
                 failed = dataclasses.replace(failed, waits_for=retry_growth(limits))
         return failed
 

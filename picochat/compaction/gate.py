@@ -146,6 +146,7 @@ def check_summary(text: str, transcript: str, *, max_tokens: int, finish: str | 
     _check_continuation(text, lines, fenced, first)
     _check_cut_off(text, lines, found, max_tokens, finish)
     _check_headings(text, found)
+    assert first is not None  # _check_headings refused a text without a heading
 
     out: list[str] = []
     for i, line in enumerate(lines[first:], start=first):
@@ -311,7 +312,8 @@ def _longest_copied_run(summary_lines: list[str], transcript: str) -> int:
         if line in countable:
             at.setdefault(line, []).append(j)
 
-    best, runs = 0, {}  # runs: record index -> run length ending at the previous summary line
+    best = 0
+    runs: dict[int, int] = {}  # record index -> run length ending at the previous summary line
     for line in summary:
         runs = {j: runs.get(j - 1, 0) + 1 for j in at.get(line, ())}
         best = max(best, *runs.values(), 0)

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Union
+from typing import Any, AsyncIterator, Callable, Mapping, Union
 
 from picochat.providers.errors import StreamTooLarge
 from picochat.providers.http_bounds import size_text
@@ -32,7 +32,7 @@ log = logging.getLogger("picochat.providers")
 @dataclass(frozen=True)
 class ProviderRequest:
     messages: tuple[dict[str, Any], ...]
-    tools: tuple[dict[str, Any], ...] = ()
+    tools: tuple[Mapping[str, Any], ...] = ()
     temperature: float | None = None
     max_tokens: int | None = None
     purpose: str = "turn"  # "turn" or "summary": summary requests never carry tools

@@ -726,9 +726,9 @@ async def close_clients() -> None:
     except Exception:  # best effort at shutdown
         pass
     cache = getattr(litellm, "in_memory_llm_clients_cache", None)
-    if hasattr(cache, "flush_cache"):
+    if cache is not None and hasattr(cache, "flush_cache"):
         cache.flush_cache()
     handler = getattr(litellm, "base_llm_aiohttp_handler", None)
     session = getattr(handler, "client_session", None)
-    if session is not None and getattr(session, "closed", False):
+    if handler is not None and session is not None and getattr(session, "closed", False):
         handler.client_session = None  # opened again on its next use

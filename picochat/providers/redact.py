@@ -86,8 +86,8 @@ def known_keys(extra: Iterable[str | None] = ()) -> set[str]:
     with _lock:
         keys = set(_configured)
     keys.update(v for name, v in os.environ.items() if _KEY_ENV_NAME.search(name))
-    keys.update(extra)
-    return {k for k in keys if k and k.strip()}
+    keys.update(k for k in extra if k)
+    return {k for k in keys if k.strip()}
 
 
 def redact(text: str, extra: Iterable[str | None] = ()) -> str:

@@ -176,8 +176,10 @@ class PicochatApp(App[None]):
         self.watch(self.query_one(SlashHints), "is_open",
                    lambda is_open: setattr(prompt, "hints_open", is_open))
         body = self.query_one("#body")
-        self.watch(self.query_one(CheckpointPanel), "is_open",
-                   lambda is_open: body.set_class(is_open, "-panel-open"))
+
+        def panel_open(is_open: bool) -> None:
+            body.set_class(is_open, "-panel-open")
+        self.watch(self.query_one(CheckpointPanel), "is_open", panel_open)
         self.refresh_status()
         self.call_after_refresh(self.open_transcript)
         self.set_interval(0.5, self._tick)
@@ -460,7 +462,8 @@ class PicochatApp(App[None]):
         if not self.is_running:
             return
         log.error("ui_task_failed name=%s kind=%s\n%s", event.worker.name,
-                  type(error).__name__, "".join(traceback.format_tb(error.__traceback__)))
+                  type(error).__name__,
+                  "".join(traceback.format_tb(error.__traceback__ if error else None)))
         self.set_activity("")
         self.notify(literal(f"internal error in {event.worker.name} ({type(error).__name__}); "
                             f"{where_details()}"), severity="error")
@@ -527,10 +530,12 @@ class PicochatApp(App[None]):
 
     # --- sessions ------------------------------------------------------------------------------
 
-    async def open_session(self, session: Session, model: ResolvedModel | None = None,
-                           provider: Provider | None = None) -> None:
-        """Switch the app to `session` (with its own model unless one is given)."""
-        if model is None:
+    async def open_session(self, session: Session,
+                           opened: tuple[ResolvedModel, Provider] | None = None) -> None:
+        """Switch the app to `session` (with its own model unless one is given, opened)."""
+        if opened is not None:
+            model, provider = opened
+        else:
             try:
                 model, provider = open_model(self.config, session)
             except PicochatError as exc:

@@ -99,7 +99,7 @@ class UserMessage(Pinnable, Static):
         """Its top stays in view, where reading it starts; the transcript stops following
         the bottom while the reader is here."""
         self.refresh_bindings()
-        if self.parent is not None:
+        if isinstance(self.parent, Widget):
             self.parent.release_anchor()
         self.call_after_refresh(self.scroll_visible, top=True, animate=False)
 
@@ -299,7 +299,7 @@ class ChatView(VerticalScroll):
         bottom = self.is_anchored and not self._anchor_released  # following the newest
         page = self._fetch(self._first_seq, PAGE)  # type: ignore[misc]
         self._first_seq = page[0].seq if page else 1
-        marker = self.query(".older").first()
+        marker = self.query(".older").first(Static)
         widgets = message_widgets(page)
         first = next((w for w in self.children if w is not marker), None)
         offset = first.virtual_region.y - self.scroll_y if first is not None else 0
@@ -350,8 +350,8 @@ class ChatView(VerticalScroll):
         if checkpoint is None:
             return
         divider = CheckpointDivider(checkpoint)
-        after = [w for w in self.children if getattr(w, "seq", None) is not None
-                 and w.seq >= checkpoint.first_retained_seq]
+        after = [w for w in self.children if (seq := getattr(w, "seq", None)) is not None
+                 and seq >= checkpoint.first_retained_seq]
         if after:
             await self.mount(divider, before=after[0])
         else:

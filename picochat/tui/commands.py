@@ -285,7 +285,7 @@ async def cmd_model(app: "PicochatApp", name: str) -> None:
         await chat.add_notice(exc.user_line(), "error")
         return
     await app.store.io(app.store.set_session_model, app.session.id, name)
-    await app.open_session(app.store.session(app.session.id), resolved, provider)
+    await app.open_session(app.store.session(app.session.id), (resolved, provider))
     await app.query_one(ChatView).add_notice(f"Model: {resolved.label}; window "
                                               f"{app.worker.limits.window:,} tokens")
 

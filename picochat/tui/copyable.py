@@ -35,7 +35,8 @@ def copy_shown(node: Widget | App, text: str, what: str = "") -> None:
     app = node.app
     app.copy_to_clipboard(text)
     count = f"{len(app.clipboard):,} characters"
-    node.notify(literal(f"Copied {what} ({count})" if what else f"Copied {count}"))
+    node.notify(literal(f"Copied {what} ({count})"  # type: ignore[arg-type]
+                        if what else f"Copied {count}"))  # PicochatApp.notify takes a Text
 
 
 class Copyable:

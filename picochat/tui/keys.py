@@ -32,9 +32,9 @@ KEYS: tuple[tuple[str, str], ...] = (
 )
 
 
-def help_rows(bindings: Iterable[Binding]) -> list[tuple[str, str]]:
+def help_rows(bindings: Iterable[Binding | tuple[str, ...]]) -> list[tuple[str, str]]:
     """F1's card: the app's own bindings, the other keys, then every slash command."""
-    rows = [(b.key_display or b.key, b.description) for b in bindings]
+    rows = [(b.key_display or b.key, b.description) for b in bindings if isinstance(b, Binding)]
     rows += KEYS
     rows += [(f"/{c.name} {c.args}".strip(), c.help) for c in slash.COMMANDS]
     return rows

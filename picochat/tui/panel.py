@@ -39,9 +39,11 @@ UNDO_KEY = "ctrl+z"  # not a letter: a letter typed after F2 is the start of a m
 def use_line(cp: Checkpoint, active: Checkpoint | None, by_id: dict[str, Checkpoint],
              numbers: dict[str, int]) -> str:
     """Whether the model reads `cp` now, and if not, why not."""
-    if active is not None and cp.id == active.id:
+    if active is None:
+        return "Not in use: undone, or a /clear came after it"
+    if cp.id == active.id:
         return f"In use · messages {cp.first_retained_seq} onward are sent as they are"
-    parent = by_id.get(active.parent_checkpoint_id or "") if active else None
+    parent = by_id.get(active.parent_checkpoint_id or "")
     while parent is not None:
         if parent.id == cp.id:
             return f"Not in use: Summary {numbers[active.id]}, in use, includes it"

@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from textual.content import Content
 from textual.reactive import reactive
+from textual.timer import Timer
 from textual.widget import Widget
 
 from picochat.context_usage import ContextUsage
@@ -131,7 +133,7 @@ class Form:
 
 
 def _forms() -> tuple[Form, ...]:
-    steps = [{}, {"gauge": 1}, {"brand": False}, {"names": 20}, {"gauge": 2}, {"names": 12},
+    steps: list[dict[str, Any]] = [{}, {"gauge": 1}, {"brand": False}, {"names": 20}, {"gauge": 2}, {"names": 12},
              {"session": False}, {"model": False}, {"badge": False}, {"short": True},
              {"gauge": 3}, {"pad": False}, {"gauge": 4}]
     forms, form = [], Form()
@@ -200,7 +202,7 @@ class StatusBar(Widget):
 
     def __init__(self) -> None:
         super().__init__(id="status")
-        self._frames = None
+        self._frames: Timer | None = None
 
     def on_mount(self) -> None:
         self._frames = self.set_interval(FRAME_SECONDS, self.refresh, pause=not self.activity)
