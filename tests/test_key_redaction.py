@@ -25,7 +25,8 @@ from urllib.parse import quote, quote_plus, unquote, unquote_plus
 import pytest
 
 from picochat.providers import redact as redact_module
-from picochat.providers.litellm_provider import LiteLLMProvider, _provider_words, _short
+from picochat.providers.litellm_errors import _provider_words, _short
+from picochat.providers.litellm_provider import LiteLLMProvider
 from picochat.providers.redact import MASK, RedactingFilter, redact
 
 KEY = "gw-Zq7x/Wv3+Tk_9Lm-Rb2Yc8Hn4Pd6Jf"  # a gateway key: `/`, `+`, `_`, `-`, both cases

@@ -189,10 +189,10 @@ def test_a_compressed_error_body_past_the_bound_is_told_as_an_error_body(monkeyp
     assert caught.value.status == 422
     provider = LiteLLMProvider("openai/fake-model", "openai", api_base="http://127.0.0.1:9/v1",
                                api_key="test-key")
-    assert provider._stopped(RuntimeError("unrelated"), None) is None
+    assert provider._errors().stopped(RuntimeError("unrelated"), None) is None
     wrapped = RuntimeError("litellm's wrapper")
     wrapped.__cause__ = caught.value
-    assert provider._stopped(wrapped, None).user_line() == (
+    assert provider.translate(wrapped).user_line() == (
         "the server at http://127.0.0.1:9/v1 answered HTTP 422 with an error body of more "
         "than 1 MiB; stopped reading it (retry, or check the server)")
 
