@@ -102,6 +102,7 @@ def test_the_streamed_answer_and_its_usage_arrive_through_anthropics_api(run_cli
                                     "content": [{"type": "text", "text": "hello"}]}]
 
 
+@pytest.mark.slow
 def test_the_next_turn_sends_the_streamed_answer_back_whole(run_cli, fake):
     fake.script(("text", "First answer: port 8443, path /srv/app."))
     assert ask(run_cli, "my port is 8443").stdout == "First answer: port 8443, path /srv/app.\n"
@@ -116,6 +117,7 @@ def test_the_next_turn_sends_the_streamed_answer_back_whole(run_cli, fake):
     (None, 16384),   # litellm's map: a window of 200,000; the reserve 16,384 as it is
     (8192, 4096),    # a configured window of 8,192: the reserve shrunk to half of it
 ])
+@pytest.mark.slow
 def test_every_request_asks_for_picochats_answer_cap_not_litellms_64000(run_cli, fake,
                                                                          config_file, limit,
                                                                          cap):
@@ -125,6 +127,7 @@ def test_every_request_asks_for_picochats_answer_cap_not_litellms_64000(run_cli,
     assert [b["max_tokens"] for b in fake.requests] == [cap]
 
 
+@pytest.mark.slow
 def test_a_summary_goes_through_the_same_path_with_its_own_cap(run_cli, fake, config_file):
     write_config(config_file, fake.base_url,
                  "[context_compaction]\nkeep_recent_tokens = 100\n")
@@ -160,6 +163,7 @@ def test_a_busy_api_gets_one_wait_of_its_retry_after_then_the_answer(run_cli, fa
     assert len(fake.requests) == 2 and fake.requests[0] == fake.requests[1]
 
 
+@pytest.mark.slow
 def test_overloaded_mid_stream_before_any_text_gets_the_same_one_wait(run_cli, fake):
     """The API also says "overloaded" as an SSE error event after a 200: the same busy server,
     with no status of its own to show (litellm calls it a 500)."""
@@ -171,6 +175,7 @@ def test_overloaded_mid_stream_before_any_text_gets_the_same_one_wait(run_cli, f
     assert len(fake.requests) == 2
 
 
+@pytest.mark.slow
 def test_overloaded_twice_fails_the_turn_with_one_line_and_keeps_the_message(run_cli, fake):
     busy = (*OVERLOADED, {"retry-after": "1"})
     fake.script(busy, busy)

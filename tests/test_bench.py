@@ -3,6 +3,8 @@ here: this machine is noisy; `python -m tests.bench` prints them."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from tests.bench.run import all_cases
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_every_benchmark_case_runs_and_reports_its_figures(tmp_path, home):
     out = tmp_path / "figures.json"
     proc = subprocess.run([sys.executable, "-m", "tests.bench", "--quick", "--repeat", "2",

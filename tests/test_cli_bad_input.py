@@ -59,6 +59,7 @@ needs_dev_full = pytest.mark.skipif(not FULL.exists(), reason="no /dev/full here
     ("export", "--session", "s", "--format", "json"),
     ("sessions",), ("checkpoints", "--session", "s"), ("info", "--session", "s"),
 ])
+@pytest.mark.slow
 def test_a_full_disk_on_stdout_is_one_line_saying_so(run_cli, args):
     assert run_cli("ask", "--session", "s", "hello").status == 0
     with FULL.open("wb") as full:
@@ -82,6 +83,7 @@ def test_ask_on_a_full_disk_saves_the_whole_turn_and_says_so(run_cli, as_json):
     assert stored[0][2] == "my port is 8443" and "my port is 8443" in stored[1][2]
 
 
+@pytest.mark.slow
 def test_ask_into_a_closed_pipe_still_saves_the_whole_answer(run_cli):
     # 150 ms before each of the answer's 42 pieces: once the first is read, the rest takes
     # over 6 s, so the reader surely leaves mid-answer
@@ -201,6 +203,7 @@ def test_a_fifo_or_a_deep_file_among_the_themes_is_a_problem_not_a_hang(tmp_path
     ("compact", "--session", "", "--undo"), ("checkpoints", "--session", ""),
     ("export", "--session", "", "--format", "md"), ("--session", "",), ("--session", "  "),
 ])
+@pytest.mark.slow
 def test_an_empty_session_is_refused_not_taken_for_the_latest(run_cli, args):
     assert run_cli("ask", "--session", "s", "hello").status == 0
     before = messages(run_cli)

@@ -97,6 +97,7 @@ def test_compact_on_an_unknown_session_is_exit_2(run_cli, small):
     assert result.status == 2 and "no session" in result.stderr
 
 
+@pytest.mark.slow
 def test_info_json_has_every_section_16_key_and_is_deterministic(run_cli, small):
     chat(run_cli, 6)
     first = as_json(run_cli, "info", "--session", "s")
@@ -141,6 +142,7 @@ def _summary_row(run_cli) -> str:
     return row
 
 
+@pytest.mark.slow
 def test_info_text_names_the_summary_as_the_panel_does(run_cli, small):
     chat(run_cli, 6)
     run_cli("compact", "--session", "s")
@@ -161,6 +163,7 @@ def test_info_text_names_the_summary_as_the_panel_does(run_cli, small):
     assert "Summary 1 · manual" in _summary_row(run_cli)
 
 
+@pytest.mark.slow
 def test_compact_undo_makes_the_parent_active_again(run_cli, small):
     chat(run_cli, 6)
     one = as_json(run_cli, "compact", "--session", "s")["checkpoint_id"]
@@ -179,6 +182,7 @@ def test_compact_undo_makes_the_parent_active_again(run_cli, small):
     assert len(as_json(run_cli, "checkpoints", "--session", "s")) == 2
 
 
+@pytest.mark.slow
 def test_fifty_turns_in_a_4k_window_never_overflow_and_tell_the_truth(run_cli, small):
     """The issue's "done means": token_limit 4096, reserve 1024, keep 800, fifty turns."""
     window, threshold = 4096, 3072

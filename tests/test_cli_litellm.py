@@ -104,6 +104,7 @@ def test_agent_system_prompt_is_sent_first(run_cli, fake, config_file):
                                 {"role": "user", "content": "hello"}]
 
 
+@pytest.mark.slow
 def test_second_ask_sends_the_first_turn_back_in_order(run_cli, fake):
     fake.script(("text", "First answer: port 8443."), ("text", "Second answer."))
     assert run_cli("ask", "my port is 8443", env=ENV).status == 0
@@ -207,6 +208,7 @@ def test_404_says_the_model_is_unknown(run_cli, fake):
     assert len(fake.requests) == 1
 
 
+@pytest.mark.slow
 def test_a_slow_server_times_out_after_the_models_timeout_without_a_retry(run_cli, fake,
                                                                           config_file):
     write_config(config_file, fake.base_url, "timeout = 1\n")

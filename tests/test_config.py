@@ -119,6 +119,7 @@ BAD_CONFIGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [("ask", "hi"), ("config", "show")], ids=["ask", "show"])
 @pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
 def test_invalid_config_is_one_line_exit_2_and_nothing_written(case, command, run_cli, home,

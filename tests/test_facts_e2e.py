@@ -95,6 +95,7 @@ def assert_newest_folded_facts_reach_the_model(folded, received, ledger):
     assert len(folded) - len(gone) >= KEPT_TURNS
 
 
+@pytest.mark.slow
 def test_forty_planted_turns_keep_the_newest_folded_facts_offline(run_cli, config_file, home):
     config_file.parent.mkdir(parents=True, exist_ok=True)
     config_file.write_text('default_model = "small"\n[models.small]\nmodel = "offline"\n'

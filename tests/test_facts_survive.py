@@ -12,6 +12,8 @@ the request is counted, and nothing else.
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import json
 import shutil
@@ -167,11 +169,11 @@ class FailingSummaries(FactsSurvive):
 SETTINGS = settings(max_examples=50, stateful_step_count=50, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
-TestOfflineSummaries = OfflineSummaries.TestCase
+TestOfflineSummaries = pytest.mark.slow(OfflineSummaries.TestCase)
 TestOfflineSummaries.settings = SETTINGS
-TestFactFreeSummaries = FactFreeSummaries.TestCase
+TestFactFreeSummaries = pytest.mark.slow(FactFreeSummaries.TestCase)
 TestFactFreeSummaries.settings = SETTINGS
-TestJunkSummaries = JunkSummaries.TestCase
+TestJunkSummaries = pytest.mark.slow(JunkSummaries.TestCase)
 TestJunkSummaries.settings = SETTINGS
 TestFailingSummaries = FailingSummaries.TestCase
 TestFailingSummaries.settings = SETTINGS

@@ -166,6 +166,7 @@ def write_lock_held(db: Path):
         blocker.close()
 
 
+@pytest.mark.slow
 async def test_a_locked_database_never_freezes_the_app_and_an_unsaved_message_comes_back(
         lock_store):
     store, app = lock_store, make_app(lock_store)
@@ -225,6 +226,7 @@ async def test_commands_that_write_wait_off_the_loop_and_say_the_database_was_lo
 # --- signals: one run each (the series is in tests/reliability/test_signals.py) ------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_ask_stopped_by_a_signal_saves_what_was_shown(home, signum):
     # a second before each of the answer's 74 pieces: once two are shown the rest needs over
@@ -255,6 +257,7 @@ def test_ask_stopped_by_a_signal_saves_what_was_shown(home, signum):
     assert rows[1].content.startswith(shown.rstrip("\n")) and shown.strip()
 
 
+@pytest.mark.slow
 def test_ask_killed_mid_answer_loses_at_most_the_last_moments(home, run_cli):
     # 250 ms before each of the answer's 74 pieces: the whole answer takes over 18 s, and the
     # kill comes about 4 s in, once drafts have been saved along the way (one a second)
@@ -487,6 +490,7 @@ async def test_quitting_while_another_picochat_holds_the_lock_keeps_every_messag
     store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM])
 def test_an_app_hung_in_its_shutdown_still_ends_soon_after_a_quit_signal(home, tmp_path,
                                                                          signum):

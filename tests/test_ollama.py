@@ -89,6 +89,7 @@ def test_info_shows_the_window_the_server_gives_the_model(run_cli, fake_ollama):
     assert "ollama/qwen2.5:7b (as ollama_chat/qwen2.5:7b: Ollama's chat API)" in text.stdout
 
 
+@pytest.mark.slow
 def test_num_ctx_is_the_window_in_every_request_and_there_is_no_json_mode(run_cli,
                                                                         fake_ollama):
     fake_ollama.add_model("qwen2.5:7b", context_length=32768, num_ctx=8192, arch="qwen2")
@@ -108,6 +109,7 @@ def test_num_ctx_is_the_window_in_every_request_and_there_is_no_json_mode(run_cl
         "first question", "Hello from fake Ollama", "second question"]
 
 
+@pytest.mark.slow
 def test_token_limit_wins_over_the_server_and_is_sent_as_num_ctx(run_cli, fake_ollama,
                                                                  config_file):
     write_config(config_file, f'''\
@@ -134,6 +136,7 @@ def test_an_agent_limit_tightens_num_ctx_too(run_cli, fake_ollama, config_file):
     assert fake_ollama.chat_requests[0]["options"]["num_ctx"] == 12000
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_falls_back_and_fails_the_turn_in_one_line(run_cli):
     port = closed_port()
     env = {"OLLAMA_HOST": f"127.0.0.1:{port}"}
@@ -165,6 +168,7 @@ def test_a_model_the_server_does_not_have_is_one_line(run_cli, fake_ollama):
 # --- native tool calls ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_tool_call_round_trip_through_the_chat_api(run_cli, fake_ollama):
     env = {"OLLAMA_HOST": fake_ollama.host}
     assert run_cli("ask", "--session", "s", "remember: the canary host is cn-west-12",

@@ -155,6 +155,7 @@ def test_a_llama_cpp_overflow_reads_its_window(run_cli, fake):
     assert_no_internals(result)
 
 
+@pytest.mark.slow
 def test_a_misfit_in_a_longer_session_keeps_its_own_line(run_cli, fake):
     """With older turns to trim, the misfit is retried once on less history, and then says the
     window is wrong, not "still too long after compacting"."""
@@ -186,6 +187,7 @@ def test_a_real_overflow_still_says_the_turn_does_not_fit(run_cli, fake):
 # --- keys of any length are masked ---------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [500, 400])
 def test_a_short_key_echoed_by_the_server_is_masked(run_cli, fake, home, status):
     env = {"FAKE_API_KEY": "Zq7x", "OPENAI_API_KEY": "Wv3"}  # the model's key; a provider key

@@ -44,6 +44,7 @@ def proxy(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F8
     return fake_openai
 
 
+@pytest.mark.slow
 def test_a_proxy_gets_the_providers_key_unless_api_key_env_names_another(run_cli, proxy,
                                                                          config_file):
     assert run_cli("ask", "hello", env={"OPENAI_API_KEY": ENV_KEY}).status == 0
@@ -57,6 +58,7 @@ def test_a_proxy_gets_the_providers_key_unless_api_key_env_names_another(run_cli
         "Bearer gw-token-abcdefghij"]    # api_key_env says otherwise
 
 
+@pytest.mark.slow
 def test_a_refused_key_names_the_variable_that_supplied_it(run_cli, proxy, config_file,
                                                            home):
     proxy.script(("status", 401, AUTH_BODY), ("status", 401, AUTH_BODY))
@@ -77,6 +79,7 @@ def test_a_refused_key_names_the_variable_that_supplied_it(run_cli, proxy, confi
 # --- a missing key: litellm's names, one line, nothing written -----------------------------------
 
 
+@pytest.mark.slow
 def test_a_missing_key_names_the_variables_litellm_reads(run_cli):
     result = run_cli("ask", "--session", "s", "--model", "gemini/gemini-2.0-flash", "hi")
     assert result.status == 2, result.stderr

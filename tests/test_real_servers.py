@@ -74,6 +74,7 @@ def test_an_unrelated_bad_request_is_not_a_refusal_of_tools() -> None:
 # --- llama-cpp-python: 200 with an empty body over its context -------------------------------
 
 
+@pytest.mark.slow
 def test_a_server_smaller_than_the_config_answers_every_turn(run_cli, fake):
     """The issue's case: config window 8,192, server context 2,048, and a streamed request over
     it answered with 200 and nothing. Every turn is answered; "empty reply" never appears; the
@@ -116,6 +117,7 @@ def test_an_empty_stream_and_an_empty_probe_say_so_once(run_cli, fake):
     assert len(fake.requests) == 2
 
 
+@pytest.mark.slow
 def test_a_learned_window_gives_way_to_an_edited_token_limit(run_cli, fake, config_file):
     fake.window, fake.counts_answer = 2048, True
     assert ask(run_cli, "hello " * 50).status == 0
@@ -128,6 +130,7 @@ def test_a_learned_window_gives_way_to_an_edited_token_limit(run_cli, fake, conf
     assert card["effective_window_tokens"] == 4096 and card["window_source"] == "config"
 
 
+@pytest.mark.slow
 def test_a_server_grown_since_is_believed_and_the_learned_window_forgotten(run_cli, fake):
     fake.window, fake.counts_answer = 2048, True
     assert ask(run_cli, "hello " * 50).status == 0
@@ -156,6 +159,7 @@ def test_a_tiny_stated_window_is_not_believed(run_cli, fake):
           'set'),                                                               # vLLM
     (500, "tools param requires --jinja flag"),                                 # llama.cpp
 ])
+@pytest.mark.slow
 def test_a_server_that_refuses_tools_gets_the_turn_without_them_and_is_remembered(
         run_cli, fake, refusal):
     fake.refuse_tools = refusal
@@ -186,6 +190,7 @@ def test_a_refusal_without_tools_offered_is_an_error_not_a_loop(run_cli, fake, c
 # --- busy servers: one bounded wait -----------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [429, 503, 529])
 def test_a_busy_server_gets_one_wait_of_its_retry_after_then_one_more_try(run_cli, fake,
                                                                          status):
@@ -200,6 +205,7 @@ def test_a_busy_server_gets_one_wait_of_its_retry_after_then_one_more_try(run_cl
         assert word not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_busy_server_twice_in_a_row_fails_the_turn(run_cli, fake):
     busy = ("status", 429, {"error": {"message": "slow down"}}, {"Retry-After": "1"})
     fake.script(busy, busy)

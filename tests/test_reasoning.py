@@ -338,6 +338,7 @@ def test_a_reply_cut_while_still_thinking_fails_with_that_reason(fake, db_store,
     assert [m.role for m in db_store.history(s.id)] == ["user"]
 
 
+@pytest.mark.slow
 def test_ask_says_cut_at_the_output_limit_on_stderr_and_exits_0(run_cli, fake):
     fake.script(("length", ("reasoning", THOUGHT, "A long answer that stops")))
     result = run_cli("ask", "write a lot", env=ENV)

@@ -87,6 +87,7 @@ def ask_measured(text: str) -> tuple[CliResult, int]:
 # --- one event past its bound ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_line_that_never_ends_is_cut_at_the_bound_and_memory_stays_flat(fake):
     _, plain_rss = ask_measured("hello")  # the same command, an ordinary answer
     fake.script(("flood", 64 * MiB))  # one `data:` line of 64 MiB, no newline, then close
@@ -226,6 +227,7 @@ def test_an_error_body_is_one_event_however_many_lines_it_has():
 # --- one answer past its bound --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_answer_past_32_mib_is_cut_and_kept(run_cli, fake):
     fake.script(("chunks", ["x" * MiB] * 40))  # 1 MiB events, each well within its bound
     result = ask(run_cli, "write forever")
@@ -310,6 +312,7 @@ _FASTAPI = {"detail": [{"loc": ["body", "max_tokens"], "msg": "Input should be l
      ", with no reason given"),  # was "(HTTP 422): 422"
     (("status", 422, {"error": {"message": 12345}}), ": 12345"),  # was "cannot connect"
 ], ids=["json", "fastapi", "html", "empty", "html-only-the-status", "number"])
+@pytest.mark.slow
 def test_a_422_is_the_servers_refusal_in_its_words(run_cli, fake, item, said):
     fake.script(item, item)  # litellm sends a refused request once more, without what it names
     result = ask(run_cli, "hello")
@@ -369,6 +372,7 @@ def test_a_model_repeating_one_chunk_is_named_and_its_answer_kept(run_cli, fake)
 # --- many tiny pieces ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_stream_of_tiny_pieces_keeps_memory_flat_and_the_whole_answer(run_cli, fake):
     _, plain_rss = ask_measured("hello")
     pieces = [chr(ord("a") + i % 26) for i in range(30_000)]

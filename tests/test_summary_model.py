@@ -215,6 +215,7 @@ def test_auto_compaction_before_a_turn_uses_the_summary_model(fake, cli_store, c
     assert kinds(fake) == ["summary"]  # the answer itself came from the offline chat model
 
 
+@pytest.mark.slow
 def test_compact_and_info_from_the_command_line(run_cli, fake, config_file):
     configure(config_file, fake, chat="small", summary_model="fake")
     for i in range(6):

@@ -12,6 +12,7 @@ import pytest
 SCRIPT = Path(__file__).with_name("tmux_smoke.sh")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_the_app_in_a_real_terminal_chats_compacts_and_shows_the_panel():
     picochat = Path(sys.executable).with_name("picochat")

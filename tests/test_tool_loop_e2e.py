@@ -3,6 +3,8 @@ results sent back whole, and the request-local overflow retry, counted request b
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from tests.fake_openai import CONTEXT_OVERFLOW_BODY, FakeOpenAI, fake_openai  # noqa: F401
@@ -21,6 +23,7 @@ def chains_whole(messages):
     assert not open_ids
 
 
+@pytest.mark.slow
 def test_streamed_parallel_tool_calls_run_and_go_back_whole(run_cli, fake):
     run_cli("ask", "--session", "s", "remember: the canary host is cn-west-12", env=ENV)
     fake.script(
@@ -50,6 +53,7 @@ def test_streamed_parallel_tool_calls_run_and_go_back_whole(run_cli, fake):
     assert [r["tool_status"] for r in rows if r["role"] == "tool"] == ["ok", "error"]
 
 
+@pytest.mark.slow
 def test_an_overflow_after_a_tool_batch_is_retried_once_on_this_turn_alone(run_cli, fake):
     for i in range(3):
         fake.script(("text", f"answer {i}"))

@@ -4,6 +4,8 @@ A long message of the user's (a 240 KB paste) is folded to a few lines until exp
 
 from __future__ import annotations
 
+import pytest
+
 from textual import events
 
 from picochat.tui.answer import AssistantMessage
@@ -31,6 +33,7 @@ def test_a_short_text_is_shown_whole_and_a_huge_one_by_head_and_tail():
     assert preview(LINE).startswith("x" * HEAD_CHARS)  # no line break near: cut where it falls
 
 
+@pytest.mark.slow
 async def test_a_session_with_huge_messages_opens_and_copies_them_whole(store):
     app = make_app(store)
     sid = app.session.id

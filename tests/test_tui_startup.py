@@ -6,6 +6,8 @@ It runs in a fresh process, since this one may have imported litellm already.
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -58,6 +60,7 @@ sys.exit(main(["--model", "gpt-4o-mini"]))
 """
 
 
+@pytest.mark.slow
 def test_first_frame_and_typing_do_not_wait_for_litellm(home, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9")  # never called
