@@ -6,23 +6,19 @@ Deterministic: nothing in it reads a clock.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from picochat import tokens
 from picochat.budget import (
     AFTER_SHARE,
-    BudgetLimits,
     CompactionRoom,
     ContextBudget,
     UsageSource,
-    budget_limits,
     compaction_room,
     pin_cap,
 )
 from picochat.compaction.report import DEGRADED_NOTE, POINTERS_NOTE, headline
-from picochat.config import CompactionConfig
 from picochat.ledger import counts
 from picochat.messages import Checkpoint, Message, Session
 from picochat.models import ResolvedModel, WindowSource
@@ -208,14 +204,6 @@ class ContextUsage:
     def text(self) -> str:
         width = max(len(label) for label, _ in self.rows()) + 2
         return "\n".join(f"{label:<{width}}{value}" for label, value in self.rows())
-
-
-def limits_for(model: ResolvedModel, compaction: CompactionConfig) -> BudgetLimits:
-    """The session's limits; a window learnt from an overflow error only tightens (it never grows a window),
-    and the configured window stays beside it for /info."""
-    limits = budget_limits(model.usable_window, model.agent_limit, compaction.reserve_tokens,
-                           compaction.keep_recent_tokens, model.token_factor)
-    return dataclasses.replace(limits, configured_window=model.model_window)
 
 
 def context_series(messages: Sequence[Message], checkpoints: Sequence[Checkpoint],

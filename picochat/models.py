@@ -24,8 +24,8 @@ from enum import StrEnum
 from typing import Any
 
 from picochat import tokens
-from picochat.budget import effective_window
-from picochat.config import Config, ModelConfig
+from picochat.budget import BudgetLimits, budget_limits, effective_window
+from picochat.config import CompactionConfig, Config, ModelConfig
 from picochat.errors import ConfigError
 from picochat.messages import ModelTraits, model_key
 from picochat.providers import keys, ollama
@@ -313,3 +313,11 @@ def _missing_key(resolved: ResolvedModel) -> tuple[str, ...]:
     if resolved.api_key_env:
         return () if os.environ.get(resolved.api_key_env) else (resolved.api_key_env,)
     return keys.missing(resolved.model, resolved.provider_kind)
+
+
+def limits_for(model: ResolvedModel, compaction: CompactionConfig) -> BudgetLimits:
+    """The session's limits, the one place the window becomes budget figures; a window learnt from an overflow error only tightens (it never grows a window),
+    and the configured window stays beside it for /info."""
+    limits = budget_limits(model.usable_window, model.agent_limit, compaction.reserve_tokens,
+                           compaction.keep_recent_tokens, model.token_factor)
+    return dataclasses.replace(limits, configured_window=model.model_window)

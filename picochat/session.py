@@ -42,7 +42,7 @@ from picochat.compaction.compact import (
 from picochat.compaction.compactor import SummaryModel
 from picochat.compaction.report import numbers
 from picochat.config import CompactionConfig, Config
-from picochat.context_usage import ContextUsage, limits_for
+from picochat.context_usage import ContextUsage
 from picochat.errors import PicochatError, PinRefused
 from picochat.job_queue import JobQueue
 from picochat.messages import Message, ModelTraits, Pin, TriggerReason
@@ -50,6 +50,7 @@ from picochat.models import (
     SUMMARY_MODEL_KEY,
     ResolvedModel,
     create_provider,
+    limits_for,
     resolve_summary_model,
 )
 from picochat.pins import pin_problem
@@ -158,8 +159,8 @@ class SessionWorker:
                  summary_provider: Provider | None = None) -> None:
         self.store = store
         self.session_id = session_id
-        self.model = remembered(store, model)  # with what its server taught earlier runs
         self.provider = provider
+        self.model = remembered(store, model)  # with what its server taught earlier runs
         # None: the chat model writes the summaries
         self.summary_model = summary_model and remembered(store, summary_model)
         self._summary_provider = summary_provider  # opened on the first summary, closed with us
@@ -179,6 +180,18 @@ class SessionWorker:
         self._current: TurnHandle | None = None
         self.unsaved: list[Unsent] = []  # sent while closing, and not saved
         self.recovered: tuple[Message, ...] = ()  # drafts of killed processes `start()` saved
+
+    @property
+    def model(self) -> ResolvedModel:
+        """The chat model with what its server taught (a learned window, tools refused)."""
+        return self._model
+
+    @model.setter
+    def model(self, model: ResolvedModel) -> None:
+        """The provider's per-request options follow it: an Ollama server's `num_ctx` is
+        the window the budget works with, learned or configured, never an older one."""
+        self._model = model
+        self.provider.set_options(model.provider_options)
 
     @property
     def file_access(self) -> FileAccess:

@@ -233,3 +233,31 @@ def test_show_answers_are_read_with_care():
     assert ollama.trained_length(info) == 131072
     assert ollama.trained_length({"general.architecture": "x"}) is None
     assert ollama.trained_length({"llama.context_length": True}) is None
+
+
+def test_num_ctx_follows_the_window_the_server_taught(run_cli, fake_ollama, config_file, home):
+    """A window learned from this server (an earlier run's overflow, remembered) is the one
+    the budget works with: num_ctx says the same, not the configured 65,536 the provider was
+    opened with (issue 32: the window lived in two places, and the two disagreed)."""
+    from picochat.config import load_config
+    from picochat.models import resolve_model
+    from picochat.storage import open_store
+
+    write_config(config_file, f'''\
+        default_model = "local"
+        [models.local]
+        model = "ollama/llama3.2"
+        api_base = "{fake_ollama.base_url}"
+        token_limit = 65536
+    ''')
+    assert run_cli("ask", "hello").status == 0
+    assert fake_ollama.chat_requests[-1]["options"]["num_ctx"] == 65536
+    key = resolve_model(load_config(config_file), "local").key
+    store = open_store(home / "data" / "picochat.db")
+    try:
+        store.learn_window(key, 16384, 65536)
+    finally:
+        store.close()
+    assert info(run_cli, {})["effective_window_tokens"] == 16384
+    assert run_cli("ask", "hello again").status == 0
+    assert fake_ollama.chat_requests[-1]["options"]["num_ctx"] == 16384

@@ -184,7 +184,7 @@ def cmd_ask(app: App) -> int:
 def _over_window(text: str, resolved: Any, config: Config) -> Any:
     """The refusal of a message larger than the model's whole window, or None."""
     from picochat.budget import message_over_window, too_long_error
-    from picochat.context_usage import limits_for
+    from picochat.models import limits_for
 
     limits = limits_for(resolved, config.context_compaction)
     size = message_over_window(text, limits)

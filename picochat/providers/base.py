@@ -99,6 +99,10 @@ class Provider(ABC):
     async def aclose(self) -> None:
         """Release connections; called once when the session worker stops."""
 
+    def set_options(self, options: Mapping[str, Any]) -> None:
+        """Provider options sent with every request from now on (Ollama's `num_ctx`, which
+        follows the window the session works with); a provider that takes none ignores them."""
+
 
 @dataclass(frozen=True)
 class Reply:

@@ -160,6 +160,9 @@ class LiteLLMProvider(Provider):
             kwargs.setdefault(name, value)
         return kwargs
 
+    def set_options(self, options: Mapping[str, Any]) -> None:
+        self.extra.update(options)
+
     async def aclose(self) -> None:
         await close_clients()
 

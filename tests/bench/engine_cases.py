@@ -15,8 +15,7 @@ from picochat import tokens
 from picochat.budget import RequestDraft, measure
 from picochat.compaction.compact import CompactRequest, compact_context
 from picochat.config import CompactionConfig, Config, ModelConfig
-from picochat.context_usage import limits_for
-from picochat.models import resolve_model
+from picochat.models import limits_for, resolve_model
 from picochat.projection import restore
 from picochat.providers.base import Finish, Provider, TextDelta, Usage
 from picochat.providers.offline import OfflineProvider

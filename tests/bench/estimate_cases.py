@@ -18,8 +18,7 @@ from typing import Any
 from picochat import tokens
 from picochat.budget import RequestDraft, estimate
 from picochat.config import CompactionConfig, Config, ModelConfig
-from picochat.context_usage import limits_for
-from picochat.models import resolve_model
+from picochat.models import limits_for, resolve_model
 from picochat.projection import restore
 from picochat.storage.store import open_store
 from tests.bench.data import checkpoint, fill

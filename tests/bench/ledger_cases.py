@@ -22,9 +22,8 @@ from picochat.compaction.compactor import CompactionPlan, ContextCompactor
 from picochat.compaction.gate import check_summary
 from picochat.compaction.transcript import serialize
 from picochat.config import CompactionConfig, Config, ModelConfig
-from picochat.context_usage import limits_for
 from picochat.messages import Message
-from picochat.models import resolve_model
+from picochat.models import limits_for, resolve_model
 from picochat.projection import ContextProjection
 from picochat.providers.offline import OfflineProvider
 from picochat.summary_contract import HEADINGS
