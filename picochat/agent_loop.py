@@ -1,4 +1,5 @@
-"""The tool loop inside one turn: pieces the session worker composes.
+"""Pieces of the tool loop inside one turn: pure functions that `TurnRun` (picochat.turn),
+which holds the loop itself, composes.
 
 Everything here works on request-local copies. The durable history only ever grows by the
 assistant tool-call messages and tool results the worker appends, in order, with the turn id;

@@ -78,7 +78,9 @@ from picochat.turn_events import (
     TurnStarted,
 )
 
-# A front end needs only this module: the worker, and the events its turns stream.
+# What a front end drives a session with: the worker, and the events its turns stream. (The
+# front ends also read the store, the budget and compaction's report directly: issue 32's thin
+# App is to narrow that.)
 __all__ = [
     "SessionWorker", "TurnHandle", "TurnEvent", "TurnOutcome", "TurnStarted", "ThinkingDelta",
     "TextDelta", "CompactionStarted", "Compacted", "Notice", "RetryWaiting", "ToolRan",

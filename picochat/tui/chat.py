@@ -210,8 +210,10 @@ SELECTABLE = ("UserMessage, AssistantMessage, CodeFence, ToolBlock > Collapsible
 
 
 class ChatView(VerticalScroll):
-    """Owns every transcript write: the app calls these methods and nothing else mounts here.
-    A selected item (focused) moves with up/down; enter goes back to the prompt (on a long
+    """The transcript. Most writes go through these methods; the slash commands' progress
+    line (tui/commands.py) and a turn's own widgets (tui/turns.py: a queued message moved
+    into place, an undone one removed) are mounted, moved and removed by those modules still,
+    until issue 32's thin App gives the running turn one owner. A selected item (focused) moves with up/down; enter goes back to the prompt (on a long
     message of the user's it expands or folds it: UserMessage)."""
 
     BINDINGS = [
