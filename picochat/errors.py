@@ -1,8 +1,9 @@
 """Errors a user can act on.
 
 Every error that may reach the command line is a `PicochatError`: it carries one line for the
-user and the exit status the contract documents (1: act on it and retry; 2: bad usage or config).
-Anything else escaping to the CLI is a bug and is reported as such, never as a traceback.
+user and the exit status the contract documents (1: act on it and retry; 2: bad usage or config;
+DESIGN.md, contract "Command line"). Anything else escaping to the CLI is a bug and is reported
+as such, never as a traceback.
 """
 
 from __future__ import annotations

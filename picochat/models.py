@@ -267,8 +267,9 @@ def supports_reasoning(model: str) -> bool:
 
 
 def auto_detect() -> str:
-    """The contract's default: a key picks its provider, then an Ollama server (OLLAMA_HOST,
-    OLLAMA_API_BASE, else 127.0.0.1:11434) with a model, else offline."""
+    """The contract's default (DESIGN.md, contract "Config (TOML)"): a key picks its provider,
+    then an Ollama server (OLLAMA_HOST, OLLAMA_API_BASE, else 127.0.0.1:11434) with a model,
+    else offline."""
     if os.environ.get("OPENAI_API_KEY"):
         return "openai/gpt-4o-mini"
     if os.environ.get("ANTHROPIC_API_KEY"):

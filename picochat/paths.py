@@ -1,4 +1,4 @@
-"""Where picochat keeps its files (contract: "Files and locations").
+"""Where picochat keeps its files (DESIGN.md, contract "Files and locations").
 
 Resolved once per process from flags, then environment, then platformdirs; nothing here creates
 a directory until a caller asks to write.

@@ -1,4 +1,4 @@
-"""The tool loop inside a turn (design §11.4): calls run once and are stored in order with
+"""The tool loop inside a turn (DESIGN.md D11.4): calls run once and are stored in order with
 the turn id; an overflow after tools retries that step once on a request-local copy."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ContextBudget, as design §8 and §20.1 state it."""
+"""ContextBudget, as DESIGN.md D8 and D20.1 state it."""
 
 from __future__ import annotations
 

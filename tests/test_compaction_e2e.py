@@ -1,6 +1,6 @@
 """Compaction end to end through litellm against the fake OpenAI server: the summary request as
-the contract describes it, slow summaries racing other writers, the overflow request budget,
-summary failures, and usage calibration.
+the contract describes it (DESIGN.md, contract "What the provider receives"), slow summaries
+racing other writers, the overflow request budget, summary failures, and usage calibration.
 
 CLI tests run real `picochat` subprocesses (each ~2.5 s of litellm import, so there are few);
 the rest drive `SessionWorker` in-process with the real `LiteLLMProvider`, on the same database
@@ -459,6 +459,7 @@ def test_compact_sends_the_summary_request_the_contract_describes(run_cli, fake,
     assert not body.get("tools") and "tool_choice" not in body
     assert body["temperature"] <= 0.3
     # the prose's share of what a compaction leaves, as /info says, within the design's cap
+    # (DESIGN.md D10.3)
     assert body["max_tokens"] == info["summary_cap_tokens"] <= min(2048, 6000 // 4)
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     prompt = user_prompt(body)

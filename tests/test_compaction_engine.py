@@ -1,5 +1,6 @@
-"""The compaction engine: bounded transcript (§10.3), plan (§9.4), candidate checks (§10.4),
-compact_context (§7.4, §12, §13) and the degraded overflow trim (§11.3)."""
+"""The compaction engine, by DESIGN.md section: bounded transcript (D10.3), plan (D9.4),
+candidate checks (D10.4), compact_context (D7.4, D12, D13) and the degraded overflow trim
+(D11.3)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def compact(store, provider, sid, **kw):
     return asyncio.run(compact_context(store, provider, request(sid, **kw)))
 
 
-# --- the bounded transcript (§10.3) ---------------------------------------------------------------
+# --- the bounded transcript (DESIGN.md D10.3) -----------------------------------------------------
 
 
 def test_source_budget_follows_the_window_not_a_fixed_cap():
@@ -116,7 +117,7 @@ def test_base64_and_binary_payloads_become_descriptions():
     assert t.binary == 2
 
 
-# --- the plan (§9.4) -----------------------------------------------------------------------------
+# --- the plan (DESIGN.md D9.4) --------------------------------------------------------------------
 
 
 def test_repeated_compaction_folds_only_the_previous_summary_and_the_new_middle(store):
@@ -222,9 +223,10 @@ def tool_turn(store, sid, n):
 
 @pytest.mark.parametrize("broken", ["orphan_result", "call_without_result"])
 def test_a_cut_that_breaks_a_tool_chain_is_refused_and_says_where(store, monkeypatch, broken):
-    """The last net under the cut point (§10.4): were a plan to keep a tool result without its
-    call (the cut inside a group) or a call without its result, the candidate is refused, the
-    context stays as it was, and the line names the message and does not blame the model."""
+    """The last net under the cut point (DESIGN.md D10.4): were a plan to keep a tool result
+    without its call (the cut inside a group) or a call without its result, the candidate is
+    refused, the context stays as it was, and the line names the message and does not blame the
+    model."""
     s = store.create_session("chain")
     talk(store, s.id, 4)
     call, result = tool_turn(store, s.id, 4)
@@ -354,7 +356,7 @@ def test_a_window_too_small_for_any_summary_request_is_a_summary_failure(store):
     assert provider.requests == []
 
 
-# --- the degraded overflow trim (§11.3) -----------------------------------------------------------
+# --- the degraded overflow trim (DESIGN.md D11.3) -------------------------------------------------
 
 
 def test_overflow_without_a_summary_trims_whole_turns_and_marks_the_checkpoint(store):

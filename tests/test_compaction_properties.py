@@ -1,4 +1,4 @@
-"""Property tests of the compaction engine's invariants (design §5, §9, §12) over random
+"""Property tests of the compaction engine's invariants (DESIGN.md D5, D9, D12) over random
 conversations with tool calls, `/clear`, undo, `/uncompact` and compactions of every trigger,
 some of them failing and some raced by another write while the summary call is in flight.
 
@@ -43,8 +43,9 @@ OMITTED = re.compile(r"omitted (\d[\d,]*) oldest")
 
 
 def oracle_repair(rows: list[Message]) -> list[Message]:
-    """The documented tool-chain rule (§9.3): a group reaches the provider whole or not at all;
-    a result outside a group, a duplicate or an unknown id inside one, is left out."""
+    """The documented tool-chain rule (DESIGN.md D9.3): a group reaches the provider whole or
+    not at all; a result outside a group, a duplicate or an unknown id inside one, is left
+    out."""
     out: list[Message] = []
     i = 0
     while i < len(rows):
@@ -460,7 +461,7 @@ class CompactionMachine(RuleBasedStateMachine):
             # a fold's words are in the raw log already: only a summary is a timeline entry
             assert (f"context_checkpoint:{cp.id}" in timeline) == (not cp.pointers)
             # the span is the raw rows before the cut plus the rows the tool-chain rule left
-            # out of the context there (§9.3: they are summarized, not dropped)
+            # out of the context there (DESIGN.md D9.3: they are summarized, not dropped)
             folded = sorted([m.seq for m in pre_raw if m.seq < cp.first_retained_seq]
                             + [r.seq for r in pre_projection.repairs
                                if r.seq < cp.first_retained_seq])
@@ -476,9 +477,9 @@ class CompactionMachine(RuleBasedStateMachine):
                     assert cp.summary.count(f"tool result (#{s}) ") == 1
                     assert f"history_search seq={s} reads it back" in cp.summary
             else:
-                # §9.4: the summary read the previous summary and exactly the raw rows from
-                # the old boundary up to the new one, never one the old summary covered or
-                # the tail keeps
+                # DESIGN.md D9.4: the summary read the previous summary and exactly the raw
+                # rows from the old boundary up to the new one, never one the old summary
+                # covered or the tail keeps
                 assert len(provider.summary_texts) == 1
                 seqs, omitted, has_prev = transcript_seqs(provider.summary_texts[0])
                 assert has_prev == (parent is not None)

@@ -1,5 +1,5 @@
 """The config file as a user meets it: errors, defaults, `config path|show|init`, model windows
-and the model-choice precedence (contract "Config (TOML)" and "Command line", design §21.14)."""
+and the model-choice precedence (DESIGN.md: contract "Config (TOML)" and "Command line", D21.14)."""
 
 from __future__ import annotations
 
@@ -402,7 +402,7 @@ def test_save_theme_refuses_what_it_cannot_edit_and_leaves_it(case, config_file)
     assert sorted(p.name for p in config_file.parent.iterdir()) == ["config.toml"]
 
 
-# --- model windows (design §21.14) ---------------------------------------------------------------
+# --- model windows (DESIGN.md D21.14) -------------------------------------------------------------
 
 
 def test_models_token_limit_wins_over_litellm_map():

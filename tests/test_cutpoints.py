@@ -1,4 +1,4 @@
-"""Turn boundaries and cut points, as design §9 and §20.2 state them."""
+"""Turn boundaries and cut points, as DESIGN.md D9 and D20.2 state them."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ def test_a_real_small_models_session_keeps_the_newest_folded_facts(store) -> Non
     limits = budget_limits(3000, None, 1024, 600)
     outcomes = []
     for i, row in enumerate(RUN):
-        if row["role"] == "user":  # what the session does before each turn (design §8, §11)
+        if row["role"] == "user":  # what the session does before each turn (DESIGN.md D8, D11)
             context = restore(store, sid)
             size = RequestDraft(SYSTEM, context).parts().total + len(row["content"]) // 2
             if size > limits.threshold:

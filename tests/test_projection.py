@@ -1,4 +1,4 @@
-"""Projection tests (design §7.1, §9.3, §14, §20.4; contract "What the provider receives")."""
+"""Projection tests (DESIGN.md D7.1, D9.3, D14, D20.4; contract "What the provider receives")."""
 
 from __future__ import annotations
 

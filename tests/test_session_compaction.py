@@ -1,4 +1,4 @@
-"""The entry points in the session worker (design §11, §20.5): auto before each turn, overflow
+"""The entry points in the session worker (DESIGN.md D11, D20.5): auto before each turn, overflow
 recovery with exactly one retry, manual /compact queued behind a turn, /uncompact, and /info
 from the same budget."""
 

@@ -1,4 +1,4 @@
-"""Storage tests (design §6, §12, §20.3; contract "Database"): what a user would notice."""
+"""Storage tests (DESIGN.md D6, D12, D20.3; contract "Database"): what a user would notice."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from picochat.messages import NewCheckpoint
 from picochat.storage import open_store
 from picochat.storage.schema import MIGRATIONS, SCHEMA_VERSION
 
-# design §6.2, column for column, in order
+# DESIGN.md D6.2, column for column, in order
 CHECKPOINT_COLUMNS = [
     "id", "session_id", "generation", "parent_checkpoint_id", "summary", "first_retained_seq",
     "source_max_seq", "trigger_reason", "provider_kind", "model", "tokens_before",

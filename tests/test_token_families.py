@@ -31,7 +31,7 @@ DEEPSEEK = bundled("deepseek_tokenizer.json")
 
 # The factors are set for Latin-script text. Other scripts differ by up to 4x between
 # tokenizers (Hindi, Korean); for them the provider's reported usage is what keeps the budget
-# right (see the calibration test below), and overflow recovery is the net (design §11.3).
+# right (see the calibration test below), and overflow recovery is the net (DESIGN.md D11.3).
 SAMPLES = [
     "The quick brown fox jumps over the lazy dog. " * 40,
     "def compact_context(store, provider, request):\n    return await plan(store)\n" * 30,

@@ -8,10 +8,11 @@ reads it back from the raw log). The raw log keeps every byte, so nothing is los
 only when it leaves the context within the compaction's target and keeps every exact fact a
 summary would; otherwise the summary call follows as before.
 
-The provider still receives what the contract says: the summary block, then the raw tail
-unchanged. The folded turns' text is the model's and the tools' as much as the user's, so it
-is framed so that none of it can pass for ours: each message's lines are indented under a
-header picochat writes, and a line that reads as one of picochat's frame lines is left out.
+The provider still receives what the contract says (DESIGN.md, contract "What the provider
+receives"): the summary block, then the raw tail unchanged. The folded turns' text is the
+model's and the tools' as much as the user's, so it is framed so that none of it can pass for
+ours: each message's lines are indented under a header picochat writes, and a line that reads
+as one of picochat's frame lines is left out.
 """
 
 from __future__ import annotations

@@ -69,8 +69,9 @@ async def _compact(app: "PicochatApp", focus: str | None, everything: bool) -> N
 
 
 def compacted_card(outcome) -> str:
-    """/compact's success in the reader's words (the shell's lines are the contract's:
-    report.compacted_lines); the figures are the new checkpoint row's own."""
+    """/compact's success in the reader's words (the shell's lines are the contract's,
+    DESIGN.md D11.1 and contract "Command line": report.compacted_lines); the figures are the
+    new checkpoint row's own."""
     cp = outcome.checkpoint
     first = cp.first_retained_seq
     how = ("older turns left out, their exact facts kept (no summary could be written)"

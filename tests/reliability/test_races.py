@@ -218,7 +218,7 @@ def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F81
 
 def test_two_asks_at_once_store_both_turns_in_order_and_each_answers_its_own(
         home, db, fake, run_cli):
-    """Both exit 0: an append takes its seq inside its write transaction (design §12.2), so two
+    """Both exit 0: an append takes its seq inside its write transaction (DESIGN.md D12.2), so two
     turns on one session are both stored, and each reply answers its own question (the
     offline model quotes the last message of the request it got)."""
     slow = {**OFF, "PICOCHAT_OFFLINE_DELAY_MS": "3"}  # answers stream a while: the pairs overlap
@@ -311,7 +311,7 @@ def test_an_ask_whose_auto_compaction_is_slow_still_answers_its_own_question(db,
 
 def test_an_ask_during_a_slow_compact_is_kept_raw_after_the_commit(home, db, fake, run_cli):
     """The summary is held open; an ask runs to the end meanwhile. The checkpoint then covers
-    only its snapshot (design §5.4, §12.2), and the ask's turn is in the projection."""
+    only its snapshot (DESIGN.md D5.4, D12.2), and the ask's turn is in the projection."""
     seed(db, 6)
     figures = {"rounds": 0, "committed": 0}
     for n in range(COMPACT_ROUNDS):

@@ -204,7 +204,7 @@ def test_no_key_anywhere_and_message_text_only_in_the_database_and_exports(sandb
     assert all(t not in json.dumps(body) for body in fake.requests for t in thoughts), \
         "reasoning was sent back to the provider"
 
-    # the summary request holds the history but none of the reasoning (design §5.11)
+    # the summary request holds the history but none of the reasoning (DESIGN.md D5.11)
     fake.script_summary(("text", summary))
     compacted = cli("compact", "--json")
     assert json.loads(compacted.stdout)["status"] == "compacted", compacted
