@@ -132,11 +132,13 @@ def test_checkpoint_panel_after_compact(snap_compare, fixed_store, size):
         await compact(pilot)
         await pilot.press("f2")
 
-    def shown(app) -> bool:  # open, filled, its list focused
-        panel = app.query_one(CheckpointPanel)
+    def shown(app) -> bool:  # open, filled, its list focused; the narrower transcript back
+        panel = app.query_one(CheckpointPanel)  # at its very end after re-wrapping (under load
+        chat = app.query_one(ChatView)          # the picture was once taken a line short)
         return (panel.is_open and panel.region.width > 0 and bool(panel.children)
                 and "Summary 1" in str(panel.query_one("#cp-meta").render())
-                and app.focused is panel.query_one("#cp-list"))
+                and app.focused is panel.query_one("#cp-list")
+                and chat.scroll_y >= chat.max_scroll_y)
 
     # enough context that a summary (with its ledger of ports and ids) is smaller than it
     assert snap(snap_compare, app_with_history(fixed_store, turns=6, context=60), before,
