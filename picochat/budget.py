@@ -110,6 +110,7 @@ MIN_PROSE = 160     # nine headings and a line under each
 MIN_LEDGER = 160    # a handful of statements and the drop note
 TINY_PROSE = 112    # where 60 % has no room for both: nine headings, a few words, the drop note
 TINY_LEDGER = 96    # ...and two statements
+TINY_PROSE_SHARE = (9, 20)  # of a tiny room, the prose's: the ledger takes a little more
 
 
 def summary_reserve(window: int) -> int:
@@ -188,7 +189,8 @@ def _tiny_room(limits: BudgetLimits, framed: int, target: int, room: int) -> Com
     newest turn. Under TINY_PROSE + TINY_LEDGER they keep those floors, past 60 % but never
     past the threshold."""
     room = max(room, min(TINY_PROSE + TINY_LEDGER, max(0, limits.threshold - framed)))
-    prose = max(min(TINY_PROSE, room), int(room * MIN_PROSE / (MIN_PROSE + MIN_LEDGER) * 0.9))
+    part, whole = TINY_PROSE_SHARE
+    prose = max(min(TINY_PROSE, room), room * part // whole)
     return CompactionRoom(target, max(0, room - prose), prose, 0)
 
 

@@ -368,9 +368,10 @@ def from_stored(stored: StoredLedger) -> Ledger:
 # What a model's text may not look like: picochat's ledger heading and ledger lines. Each
 # line is looked at as a reader would see it (`textsafe.as_read`: compatibility forms, no
 # invisible or control characters, common Cyrillic and Greek lookalike letters as Latin), past
-# any markup or list numbering (the shapes live in `summary_contract`); only a line that turns out to be a lookalike is rewritten, every other
-# line stays exactly as the model wrote it. A list of shapes cannot be complete: the ledger
-# itself is rows, and this only keeps the text the model reads from showing a second one.
+# any markup or list numbering (the shapes live in `summary_contract`); only a line that turns
+# out to be a lookalike is rewritten, every other line stays exactly as the model wrote it. A
+# list of shapes cannot be complete: the ledger itself is rows, and this only keeps the text the
+# model reads from showing a second one.
 MODEL_FACTS_HEADING = "Facts noted by the summary"
 _ANY_HEADING = re.compile(r"^\s{0,3}(?:#{1,6}\s|<h[1-6])", re.I)
 _TAG = re.compile(r"^\s*#\d+(?: \w+)?:\s*")  # a piece of a ledger line a model copied

@@ -317,8 +317,9 @@ def _missing_key(resolved: ResolvedModel) -> tuple[str, ...]:
 
 
 def limits_for(model: ResolvedModel, compaction: CompactionConfig) -> BudgetLimits:
-    """The session's limits, the one place the window becomes budget figures; a window learnt from an overflow error only tightens (it never grows a window),
-    and the configured window stays beside it for /info."""
+    """The session's limits, the one place the window becomes budget figures: a window learnt
+    from an overflow error only tightens (it never grows a window), and the configured window
+    stays beside it for /info."""
     limits = budget_limits(model.usable_window, model.agent_limit, compaction.reserve_tokens,
                            compaction.keep_recent_tokens, model.token_factor)
     return dataclasses.replace(limits, configured_window=model.model_window)

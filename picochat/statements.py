@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from dataclasses import dataclass
 from itertools import chain
 from typing import Iterable
@@ -618,10 +619,7 @@ def _natural(value: str) -> tuple:
 
 def _letters(value: str) -> str:
     """The letters an identifier starts with (`req` of `req-0001`), grouping ids by kind."""
-    return value[: len(value) - len(value.lstrip(_ASCII_LETTERS))]
-
-
-_ASCII_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    return value[: len(value) - len(value.lstrip(string.ascii_letters))]
 
 
 def _ranges(text: str) -> list[tuple[str, str, str, int]]:

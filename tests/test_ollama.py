@@ -28,6 +28,17 @@ def write_config(config_file: Path, text: str) -> None:
     config_file.write_text(textwrap.dedent(text), encoding="utf-8")
 
 
+def local_with_token_limit(config_file: Path, fake_ollama, limit: int) -> None:
+    """The default model "local": llama3.2 on the fake server, with `token_limit` set."""
+    write_config(config_file, f'''\
+        default_model = "local"
+        [models.local]
+        model = "ollama/llama3.2"
+        api_base = "{fake_ollama.base_url}"
+        token_limit = {limit}
+    ''')
+
+
 def info(run_cli, env: dict[str, str], *args: str) -> dict:
     """`picochat info --json`, after a first (offline) turn so that there is a session."""
     if run_cli("sessions", "--json").stdout.strip() == "[]":
@@ -112,13 +123,7 @@ def test_num_ctx_is_the_window_in_every_request_and_there_is_no_json_mode(run_cl
 @pytest.mark.slow
 def test_token_limit_wins_over_the_server_and_is_sent_as_num_ctx(run_cli, fake_ollama,
                                                                  config_file):
-    write_config(config_file, f'''\
-        default_model = "local"
-        [models.local]
-        model = "ollama/llama3.2"
-        api_base = "{fake_ollama.base_url}"
-        token_limit = 65536
-    ''')
+    local_with_token_limit(config_file, fake_ollama, 65536)
     got = info(run_cli, {})
     assert (got["window_source"], got["effective_window_tokens"]) == ("config", 65536)
     assert run_cli("ask", "hello").status == 0
@@ -243,13 +248,7 @@ def test_num_ctx_follows_the_window_the_server_taught(run_cli, fake_ollama, conf
     from picochat.models import resolve_model
     from picochat.storage import open_store
 
-    write_config(config_file, f'''\
-        default_model = "local"
-        [models.local]
-        model = "ollama/llama3.2"
-        api_base = "{fake_ollama.base_url}"
-        token_limit = 65536
-    ''')
+    local_with_token_limit(config_file, fake_ollama, 65536)
     assert run_cli("ask", "hello").status == 0
     assert fake_ollama.chat_requests[-1]["options"]["num_ctx"] == 65536
     key = resolve_model(load_config(config_file), "local").key

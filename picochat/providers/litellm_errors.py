@@ -35,6 +35,11 @@ class ErrorTranslator:
     redact: Callable[[str], str]                  # the key never reaches an error line
     request_tokens: Callable[[ProviderRequest], int]  # picochat's count, to weigh an overflow
 
+    @property
+    def where(self) -> str:
+        """The server as the user named it (its address), else the provider."""
+        return self.api_base or self.info.provider_kind
+
     def translate(self, exc: Exception, request: ProviderRequest | None = None,
                   received: int | None = None) -> pe.ProviderError:
         """One clear line per failure kind; the raw message is kept short and its keys masked.
@@ -44,7 +49,7 @@ class ErrorTranslator:
         if isinstance(exc, pe.ProviderError):
             return exc  # already said: a bound reached in the stream, a refusal
         litellm = import_litellm()
-        where = self.api_base or self.info.provider_kind
+        where = self.where
         stopped = self.stopped(exc, received)
         if stopped is not None:
             return stopped
@@ -93,7 +98,7 @@ class ErrorTranslator:
 
     def no_tools(self, text: str) -> pe.ToolsUnsupported:
         """A server that takes no tools (the session sends the turn again without them)."""
-        where = self.api_base or self.info.provider_kind
+        where = self.where
         return pe.ToolsUnsupported(f"{where} does not accept tools for {self.info.model!r}: "
                                    f"{text}", "set [tools] enabled = [] for this model's server")
 
@@ -101,7 +106,7 @@ class ErrorTranslator:
         """A failure no case above names: the server's words with its HTTP status when it
         answered; an error inside litellm itself (a TypeError, ...) is named as that, without
         Python's words, which tell the user nothing."""
-        where = self.api_base or self.info.provider_kind
+        where = self.where
         status = _status(exc)
         if status is not None and 400 <= status < 500:
             return pe.ProviderError(f"{where} refused the request (HTTP {status}): {text}",
@@ -145,7 +150,7 @@ class ErrorTranslator:
         """A request litellm answered with nothing (see `LiteLLMProvider._call`): the last error response the
         transport saw, in the server's words (an overflow or a refusal of tools is still
         told as one), else that no reason came back."""
-        where = self.api_base or self.info.provider_kind
+        where = self.where
         last = refused[-1] if refused else None
         log.warning("provider_refused model=%s status=%s responses=%d", self.info.model,
                     last.status if last else "none", len(refused))
@@ -168,7 +173,7 @@ class ErrorTranslator:
                          received: int | None) -> pe.ProviderError | None:
         """A failure of the connection or the stream itself, told apart by stage: no
         connection, a connection closed before any response, or a stream that broke."""
-        where = self.api_base or self.info.provider_kind
+        where = self.where
         timeout = isinstance(exc, litellm.Timeout)
         fault = None if timeout else transport_fault(exc)
         if received is not None and fault is not None:
@@ -200,7 +205,7 @@ class ErrorTranslator:
         sent = self.request_tokens(request) if request is not None else None
         answer = (request.max_tokens or 0) if request is not None else 0
         if window and sent is not None and sent * 2 + answer <= window:
-            where = self.api_base or self.info.provider_kind
+            where = self.where
             return pe.ContextOverflow(
                 f"{where} refused the request as too long for its window{said}", window,
                 f"picochat counts only about {sent:,} tokens in it, so the server's real context "
@@ -214,7 +219,7 @@ class ErrorTranslator:
                 "compact the session or pick a larger model")
         if not window:  # the server's word only: no figure to weigh it against
             return pe.ContextOverflow(
-                f"{self.api_base or self.info.provider_kind} refused the request as too long "
+                f"{self.where} refused the request as too long "
                 "for the model's window", None, "compact the session or pick a larger model")
         return pe.ContextOverflow(f"the request is larger than the model's window{said}",
                                   window, "compact the session or pick a larger model")

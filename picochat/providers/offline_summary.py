@@ -274,9 +274,9 @@ def _render(prose: dict[str, list[str]], plain: list[str], ledger: Ledger,
         text = _fit_facts(prose, plain, ledger, max_tokens, older_than)
     if tokens.count_text(text) > max_tokens and prose["Objective"]:
         # a tiny window's cap (2K with the tools: some 110 tokens): the latest request is
-        # clipped to what fits beside the headings, not left to overflow the cap
         # clipped to what fits beside the headings and the facts, or to a few words when not
-        # even those fit (then the facts give way, as _fit_facts counts)
+        # even those fit (then the facts give way, as _fit_facts counts), never left to
+        # overflow the cap
         request = prose["Objective"][0]
 
         def fits(n: int) -> bool:
