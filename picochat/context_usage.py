@@ -206,6 +206,18 @@ class ContextUsage:
         return "\n".join(f"{label:<{width}}{value}" for label, value in self.rows())
 
 
+@dataclass(frozen=True)
+class ContextPanel:
+    """What the checkpoint panel shows: every checkpoint, which is in force, the context's
+    size at each user turn (the sparkline) and the pins, read together."""
+
+    checkpoints: tuple[Checkpoint, ...]
+    active_id: str | None
+    series: tuple[int, ...]
+    floor_seq: int
+    pins: tuple[str, ...]
+
+
 def context_series(messages: Sequence[Message], checkpoints: Sequence[Checkpoint],
                    fixed: int = 0, factor: float = 1.0) -> list[int]:
     """Context tokens at each user turn, from stored counts: the system prompt and tools

@@ -14,6 +14,7 @@ from picochat import render
 from picochat.errors import PicochatError
 from picochat.fsutil import write_export
 from picochat.messages import Session
+from picochat.session import SessionRecord, read_record
 from picochat.storage.store import Store
 
 FORMATS = ("md", "json")
@@ -28,13 +29,14 @@ class SessionExport:
 
 def export_session(store: Store, session_id: str, fmt: str) -> SessionExport:
     """The whole raw history with its checkpoints, as `fmt` ("md" or "json")."""
-    session = store.session(session_id)
-    messages = store.history(session_id)
-    checkpoints = store.checkpoints(session_id)
-    pins = store.pins(session_id)
-    text = (render.export_markdown(session, messages, checkpoints, pins) if fmt == "md"
-            else render.export_json(session, messages, checkpoints, pins))
-    return SessionExport(session, len(messages), text)
+    return export_record(read_record(store, session_id), fmt)
+
+
+def export_record(record: SessionRecord, fmt: str) -> SessionExport:
+    r = record
+    text = (render.export_markdown(r.session, r.messages, r.checkpoints, r.pins) if fmt == "md"
+            else render.export_json(r.session, r.messages, r.checkpoints, r.pins))
+    return SessionExport(r.session, len(r.messages), text)
 
 
 def export_to_file(store: Store, session_id: str, fmt: str, target: Path,
@@ -42,9 +44,15 @@ def export_to_file(store: Store, session_id: str, fmt: str, target: Path,
     """Write the export to `target`, atomically, creating no folder. Refused (UsageError):
     picochat's own files (the database, `also`) and anything but a regular or new file; a
     write that fails is one PicochatError line naming the file and the reason."""
-    done = export_session(store, session_id, fmt)
+    return write_record(read_record(store, session_id), fmt, target, store.path, also)
+
+
+def write_record(record: SessionRecord, fmt: str, target: Path, database: Path,
+                 also: Iterable[Path] = ()) -> SessionExport:
+    """`export_to_file` of a record already read (the app reads it off its loop)."""
+    done = export_record(record, fmt)
     try:
-        write_export(target, done.text, store.path, also=also)
+        write_export(target, done.text, database, also=also)
     except OSError as exc:
         raise PicochatError(f"{target}: cannot write the export: {exc.strerror}") from None
     return done

@@ -42,10 +42,10 @@ from picochat.compaction.compact import (
 from picochat.compaction.compactor import SummaryModel
 from picochat.compaction.report import numbers
 from picochat.config import CompactionConfig, Config
-from picochat.context_usage import ContextUsage
+from picochat.context_usage import ContextPanel, ContextUsage, context_series
 from picochat.errors import PicochatError, PinRefused
 from picochat.job_queue import JobQueue
-from picochat.messages import Message, ModelTraits, Pin, TriggerReason
+from picochat.messages import Checkpoint, Message, ModelTraits, Pin, Session, TriggerReason
 from picochat.models import (
     SUMMARY_MODEL_KEY,
     ResolvedModel,
@@ -57,7 +57,8 @@ from picochat.pins import pin_problem
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider, TextDelta, ThinkingDelta, Usage
 from picochat.providers.errors import ContextOverflow
-from picochat.storage.store import Store, UncompactResult, UndoResult, last_turn_seqs
+from picochat.storage.store import (SearchHit, Store, UncompactResult, UndoResult,
+                                     last_turn_seqs)
 from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
 from picochat.turn import TurnRun, internal_error, settle
@@ -114,6 +115,21 @@ def note_opened(store: Store, session_id: str) -> None:
         store.mark_opened(session_id)
     except PicochatError as exc:
         log.warning("opened_not_recorded session=%s kind=%s", session_id, exc.kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionRecord:
+    """All that is stored of one session, read together: what `export` writes out."""
+
+    session: Session
+    messages: list[Message]
+    checkpoints: list[Checkpoint]
+    pins: tuple[Pin, ...]
+
+
+def read_record(store: Store, session_id: str) -> SessionRecord:
+    return SessionRecord(store.session(session_id), store.history(session_id),
+                         store.checkpoints(session_id), store.pins(session_id))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,11 +218,12 @@ class SessionWorker:
 
     @classmethod
     def from_config(cls, store: Store, session_id: str, model: ResolvedModel,
-                    provider: Provider, config: Config) -> "SessionWorker":
+                    provider: Provider, config: Config,
+                    session: Session | None = None) -> "SessionWorker":
         """The worker the CLI and the app both run: the session's own system prompt (else the
         agent's), the model's timeout, the compaction settings (summary model included) and
-        the enabled tools."""
-        own = store.session(session_id).system_prompt
+        the enabled tools. `session`: the row just read, so the app's loop reads nothing."""
+        own = (session or store.session(session_id)).system_prompt
         return cls(store, session_id, model, provider,
                    config.agent.system_prompt if own is None else own,
                    total_timeout=model.timeout or TOTAL_TIMEOUT_S,
@@ -430,6 +447,45 @@ class SessionWorker:
                      prompt is not None, len(self.system_prompt))
             return self.system_prompt
         return self.call(run)
+
+    # --- what a screen reads, on the store's thread ---------------------------------------------
+
+    async def stored(self) -> Session:
+        """The session's row as stored now (its own system prompt, its pointers)."""
+        return await self.store.io(self.store.session, self.session_id)
+
+    async def history_page(self, before_seq: int | None, limit: int) -> list[Message]:
+        """Up to `limit` raw messages before `before_seq` (None: the newest), oldest first."""
+        return await self.store.io(self.store.history_page, self.session_id, before_seq, limit)
+
+    async def message(self, seq: int) -> Message | None:
+        return await self.store.io(self.store.message, self.session_id, seq)
+
+    async def active_checkpoint(self) -> Checkpoint | None:
+        return await self.store.io(self.store.active_checkpoint, self.session_id)
+
+    async def search(self, query: str, limit: int) -> list[SearchHit]:
+        """`/search`: the best matches in the whole log, undone rows included and marked."""
+        return await self.store.io(self.store.search_messages, self.session_id, query,
+                                   limit=limit)
+
+    async def record(self) -> SessionRecord:
+        """All that is stored of the session (`/export`)."""
+        return await self.store.io(read_record, self.store, self.session_id)
+
+    async def panel(self) -> ContextPanel:
+        """The checkpoint panel's figures; the whole log it reads for the sparkline is read
+        on the store's thread."""
+        usage = self.info()  # the budget and the pins, from one read of the context
+
+        def read() -> tuple[list[Checkpoint], Session, list[Message]]:
+            sid = self.session_id
+            return self.store.checkpoints(sid), self.store.session(sid), self.store.history(sid)
+        checkpoints, session, history = await self.store.io(read)
+        series = context_series(history, checkpoints, usage.budget.parts.fixed,
+                                usage.budget.limits.token_factor)
+        return ContextPanel(tuple(checkpoints), session.active_context_checkpoint_id,
+                            tuple(series), session.context_floor_seq, tuple(usage.pins_lines()))
 
     # --- pins ----------------------------------------------------------------------------------
 

@@ -113,3 +113,46 @@ def _read(path: Path) -> list[Unsent]:
     except (OSError, ValueError, KeyError, TypeError) as exc:  # damaged: kept for the user
         log.warning("unsent_unreadable kind=%s", type(exc).__name__)
         return []
+
+
+def keep_at_quit(data_dir: Path | None, unsaved: Iterable[Unsent]) -> str:
+    """Messages sent but not saved at quit, the answer being streamed and the prompt's text
+    go to the unsent file; the line for the terminal says where. If even that fails, the
+    line holds the user's words themselves: the terminal keeps them."""
+    unsaved = tuple(unsaved)
+    sent = [m for m in unsaved if m.role == "user"]
+    typed = [m for m in unsaved if m.role == "typed"]
+    answer = any(m.role == "assistant" for m in unsaved)
+    n = len(sent)
+    parts = [f"{n} message{'s' if n != 1 else ''} you sent"] if n else []
+    parts += ["the answer being written"] if answer else []
+    what = " and ".join(parts) + " could not be saved" if parts else ""
+    if data_dir is not None:
+        try:
+            path = keep(data_dir, unsaved)
+            if not parts:
+                return (f"what you were typing is kept in {path}; it comes back in the "
+                        "prompt when this session is opened again")
+            back = [f"{'they come' if n != 1 else 'it comes'} back in the prompt when "
+                    "this session is opened again"] if n else []
+            back += ["what you were typing comes back in the prompt too"] if typed else []
+            back += ["the answer is saved as interrupted when picochat next starts"] \
+                if answer else []
+            return (f"{what} (the database stayed locked by another picochat); kept in "
+                    f"{path}; " + "; ".join(back))
+        except OSError as exc:
+            log.warning("unsent_not_kept kind=%s", type(exc).__name__)
+    words = sent + typed
+    if not words:
+        return f"{what}, nor kept in a file"
+    return (f"{what or 'what you were typing could not be kept'}, nor kept in a file; here "
+            f"{'they are' if len(words) != 1 else 'it is'}: " +
+            " | ".join(m.text for m in words))
+
+
+def restored_note(back: Iterable[Unsent]) -> str:
+    """What a start says of the messages it put back in the prompt."""
+    n = sum(m.role == "user" for m in back)
+    return (f"{n} message{'s' if n != 1 else ''} that could not be saved when picochat last "
+            f"quit {'are' if n != 1 else 'is'} back in the prompt") if n else \
+        "what you were typing when picochat last quit is back in the prompt"

@@ -60,7 +60,7 @@ def test_a_session_switched_to_in_the_app_is_the_one_reopened(start_app):
     ask("--session", "newer", "later words")
 
     async def switch(app, pilot) -> None:  # what /sessions does with the row picked
-        await app.open_session(app.store.find_session("older"))
+        await app.open_session(await app.sessions.find("older"))
         await pilot.pause()
 
     assert start_app(then=switch) == "newer"

@@ -310,7 +310,7 @@ async def test_ctrl_c_stops_a_running_answer(store):
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, "talk for a while")
-        await settle(pilot, app, lambda: app._turn is not None)
+        await settle(pilot, app, lambda: app.conversation.running is not None)
         await settle(pilot, app, streaming(app))  # words of it on screen, more coming
         await pilot.press("ctrl+c")
         await settle(pilot, app, lambda: not app.worker.busy)

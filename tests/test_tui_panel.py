@@ -13,6 +13,7 @@ from picochat.models import resolve_model
 from picochat.providers.offline import OfflineProvider
 from picochat.tui.app import PicochatApp
 from picochat.tui.chat import CheckpointDivider, ChatView
+from picochat.tui.conversation import Conversation
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import ConfirmScreen
@@ -222,9 +223,10 @@ async def test_a_narrow_terminal_gives_the_panel_the_whole_width_and_a_message_c
     message from the prompt brings the chat back to show the answer."""
     app = make_app(store, turns=60)  # more messages than a page: paging must stay put
     async with app.run_test(size=(60, 24)) as pilot:
-        chat = app.query_one(ChatView)
+        chat = app.query_one(Conversation)  # the transcript and all it holds
+        transcript = app.query_one(ChatView)
         await settle(pilot, app, lambda: app.ready)
-        first_shown = chat._first_seq
+        first_shown = transcript._first_seq
         panel = await open_panel(pilot, app)
         assert panel.outer_size.width == 60 and not chat.display
         assert any("No summary in use" in line for line in panel_lines(app))
@@ -236,7 +238,7 @@ async def test_a_narrow_terminal_gives_the_panel_the_whole_width_and_a_message_c
         await pilot.pause()
         await settle(pilot, app, lambda: not any(w.group == "older" and not w.is_finished
                                                  for w in app.workers))
-        assert chat._first_seq == first_shown
+        assert transcript._first_seq == first_shown
         await pilot.press("f2")
         await settle(pilot, app, lambda: chat.display and not panel.is_open)
         assert chat.outer_size.width == 60
@@ -257,7 +259,7 @@ async def test_in_a_narrow_terminal_nothing_happens_in_the_chat_the_panel_hides(
     than acting unseen behind the panel."""
     app = make_app(store)
     async with app.run_test(size=(60, 24)) as pilot:
-        chat, prompt = app.query_one(ChatView), app.query_one(Prompt)
+        chat, prompt = app.query_one(Conversation), app.query_one(Prompt)
         await settle(pilot, app, lambda: app.ready)
         panel = await open_panel(pilot, app)
         await say(pilot, "/nosuchcommand")  # its "unknown command" line is in the chat

@@ -91,7 +91,7 @@ async def compact(pilot) -> None:
     app = pilot.app
     future = app.worker.compact(None)
     await future
-    await app.checkpoint_moved()
+    await app.context_moved()
     # the divider drawn where the kept messages begin, and the view back at the end
     await settle(pilot, app, lambda: any(d.region.height for d in app.query(CheckpointDivider))
                  and at_the_end(app), what="no divider, or the view left the end")

@@ -1,19 +1,20 @@
 """PicochatApp: the chat screen over one SessionWorker.
 
-Messages up, method calls down: the prompt posts `Submitted`, the app turns it into a worker
-job (a turn or a command), and tells the ChatView, StatusBar and CheckpointPanel what happened.
-Every figure shown comes from the worker's `info()`, the value `/info` and auto compaction use.
+Messages up, method calls down: the prompt posts `Submitted`, the app hands a message to the
+`Conversation` (which owns the running turn and renders it) and a command to its handler in
+`tui.commands`; the conversation says what changed, and the app tells the StatusBar and
+CheckpointPanel. Every figure shown comes from the worker's `info()`, the value `/info` and
+auto compaction use. The app reads and writes nothing itself: the worker and the
+`SessionCatalog` do, off its event loop.
 
-The app itself keeps the layout, themes, warm-up, the worker's lifecycle and session switching,
-keys and the palette. A turn on screen is `tui.turns`; the slash commands' handlers are the
-table in `tui.commands`.
+The app itself keeps the layout, themes, warm-up, the worker's lifecycle and session
+switching, keys and the palette.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import traceback
 from typing import Any, Iterable
 
@@ -27,8 +28,7 @@ from textual.widgets import Footer, OptionList, TextArea
 from textual.worker import Worker, WorkerState
 
 from picochat import crashpoints, tokens
-from picochat.config import Config, save_ui_theme
-from picochat.context_usage import context_series
+from picochat.config import Config
 from picochat.errors import PicochatError
 from picochat.logs import Reporter, report_log_off_to, where_details
 from picochat.messages import Session
@@ -36,11 +36,11 @@ from picochat.paths import Paths
 from picochat.models import ResolvedModel
 from picochat.opening import open_model
 from picochat.providers.base import Provider
-from picochat.session import SessionWorker
-from picochat.statements import LONG_LINE_TOKENS
+from picochat.catalog import SessionCatalog
 from picochat.storage.store import Store
-from picochat.tui import commands, slash, turns
-from picochat.tui.chat import PAGE, ChatView
+from picochat.tui import commands, slash
+from picochat.tui.chat import ChatView
+from picochat.tui.conversation import Conversation, as_typed
 from picochat.tui.copyable import PinRequested
 from picochat.tui.hints import SlashHints
 from picochat.tui.idle_gc import IdleCollector
@@ -50,10 +50,9 @@ from picochat.tui.prompt import Prompt
 from picochat.tui.safe import clean, literal
 from picochat.tui.signals import QuitSignals
 from picochat.tui.screens import CardScreen
-from picochat.tui.themes import bundled_dir, install_themes
-from picochat.tui.welcome import Welcome
+from picochat.tui.themes import bundled_dir, install_themes, save_theme
 from picochat.tui.status import StatusBar
-from picochat.unsent import Unsent, keep, take
+from picochat.unsent import Unsent, keep_at_quit, restored_note, take
 
 
 log = logging.getLogger("picochat.tui")
@@ -85,7 +84,7 @@ class PicochatApp(App[None]):
     AUTO_FOCUS = "#prompt"  # straight to the prompt: focusing the chat first restyled it all
     CSS = """
     #body { height: 1fr; }
-    Screen.-narrow #body.-panel-open ChatView { display: none; }
+    Screen.-narrow #body.-panel-open Conversation { display: none; }
     Screen.-narrow CheckpointPanel { width: 1fr; min-width: 0; max-width: 100%; border-left: none; }
     """
     # Below this width the panel does not fit beside a usable chat (34 + 40 columns): it takes
@@ -108,16 +107,11 @@ class PicochatApp(App[None]):
         # SIGTERM, SIGHUP: the CLI's app, not a test's
         self.signals = QuitSignals(lambda code: self.exit(return_code=code)) \
             if quit_on_signals else None
-        self.store = store
+        self.sessions = SessionCatalog(store)
         self.session = session
         self.config = config
         self.paths = paths
-        self.worker = SessionWorker.from_config(store, session.id, model, provider, config)
-        self.state = ""
-        self._turn: Any = None  # the TurnHandle streaming now
-        self._turn_shown = asyncio.Event()  # the newest turn sent is on screen in full
-        self._turn_shown.set()
-        self.queued_turns: list[turns.Queued] = []  # sent during a turn, oldest first
+        self.worker = self.sessions.worker(session, model, provider, config)
         self._counting = True   # tiktoken still loading: the figures wait for it
         self._bar: StatusBar | None = None
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
@@ -138,10 +132,10 @@ class PicochatApp(App[None]):
         self._bar = StatusBar()  # held: the 0.5 s tick must not walk the DOM to find it
         yield self._bar
         with Horizontal(id="body"):
-            yield ChatView(id="chat")
+            yield Conversation(self.worker, self.transcript_ready, self, id="conversation")
             yield CheckpointPanel(id="panel")
         yield SlashHints(id="hints")
-        yield Prompt(prompts=self.store.user_prompts(), id="prompt")
+        yield Prompt(id="prompt")  # earlier prompts, for up, are read after the first frame
         yield Footer()
 
     def on_resize(self, event: events.Resize) -> None:
@@ -188,6 +182,7 @@ class PicochatApp(App[None]):
     async def open_transcript(self) -> None:
         try:
             await self.reload()
+            self.query_one(Prompt).recall_earlier(await self.sessions.user_prompts())
             self.restore_unsent()
         finally:
             self.transcript_ready.set()  # turns and commands typed meanwhile go on from here
@@ -214,17 +209,28 @@ class PicochatApp(App[None]):
         folders = [bundled_dir()] + ([self.paths.user_themes_dir] if self.paths else [])
         return install_themes(self, folders, self.config.ui.theme)
 
+    @property
+    def theme_names(self) -> list[str]:
+        return sorted(self.available_themes)
+
+    def set_theme(self, name: str) -> str:
+        """`/theme NAME`: applied and saved; what became of the saving, to end the line."""
+        self.saved_theme = name  # saved here: watch_theme need not save it again
+        self.theme = name
+        if self.paths is None:
+            return ""
+        problem = save_theme(self.paths, name)
+        return f"; not saved ({problem})" if problem else f"; saved to {self.paths.config_file}"
+
     def watch_theme(self, name: str) -> None:
         """A theme picked anywhere (the palette's "Change theme" as well as /theme) is
         remembered in the config file, as /theme always did."""
         if getattr(self, "saved_theme", name) == name or self.paths is None:
             return  # loading the configured theme, or saved already
         self.saved_theme = name
-        try:
-            save_ui_theme(self.paths.config_file, name)
-        except PicochatError as exc:
-            self.notify(literal(f"theme {name} not saved: {exc.user_line()}"),
-                        severity="warning")
+        problem = save_theme(self.paths, name)
+        if problem:
+            self.notify(literal(f"theme {name} not saved: {problem}"), severity="warning")
 
     @work(group="warm-up", exit_on_error=False)
     async def warm_up(self) -> None:
@@ -259,7 +265,8 @@ class PicochatApp(App[None]):
         if typed.strip() and self.paths is not None:
             unsaved += (Unsent(self.session.id, "typed", typed, role="typed"),)
         if unsaved:
-            self.exit_note = self._keep_unsaved(unsaved)
+            self.exit_note = keep_at_quit(self.paths.data_dir if self.paths else None,
+                                          unsaved)
         if self.signals is not None:
             self.signals.loop_ends()
 
@@ -273,39 +280,6 @@ class PicochatApp(App[None]):
                 self._typed_at_exit = ""
         super().exit(result, return_code, message)
 
-    def _keep_unsaved(self, unsaved: tuple[Unsent, ...]) -> str:
-        """Messages sent but not saved at quit, the answer being streamed and the prompt's
-        text go to the unsent file; the line says where. If even that fails, the line holds
-        the user's words themselves: the terminal keeps them."""
-        sent = [m for m in unsaved if m.role == "user"]
-        typed = [m for m in unsaved if m.role == "typed"]
-        answer = any(m.role == "assistant" for m in unsaved)
-        n = len(sent)
-        parts = [f"{n} message{'s' if n != 1 else ''} you sent"] if n else []
-        parts += ["the answer being written"] if answer else []
-        what = " and ".join(parts) + " could not be saved" if parts else ""
-        if self.paths is not None:
-            try:
-                path = keep(self.paths.data_dir, unsaved)
-                if not parts:
-                    return (f"what you were typing is kept in {path}; it comes back in the "
-                            "prompt when this session is opened again")
-                back = [f"{'they come' if n != 1 else 'it comes'} back in the prompt when "
-                        "this session is opened again"] if n else []
-                back += ["what you were typing comes back in the prompt too"] if typed else []
-                back += ["the answer is saved as interrupted when picochat next starts"] \
-                    if answer else []
-                return (f"{what} (the database stayed locked by another picochat); kept in "
-                        f"{path}; " + "; ".join(back))
-            except OSError as exc:
-                log.warning("unsent_not_kept kind=%s", type(exc).__name__)
-        words = sent + typed
-        if not words:
-            return f"{what}, nor kept in a file"
-        return (f"{what or 'what you were typing could not be kept'}, nor kept in a file; here "
-                f"{'they are' if len(words) != 1 else 'it is'}: " +
-                " | ".join(m.text for m in words))
-
     def restore_unsent(self) -> None:
         """Messages of this session kept at a quit that could not save them: back in the
         prompt, oldest first, ahead of anything typed, so Enter sends them again."""
@@ -316,12 +290,8 @@ class PicochatApp(App[None]):
             return
         prompt = self.query_one(Prompt)
         for message in reversed(back):
-            prompt.put_ahead(turns.as_typed(message.text), "\n\n")
-        n = sum(m.role == "user" for m in back)
-        said = (f"{n} message{'s' if n != 1 else ''} that could not be saved when picochat last "
-                f"quit {'are' if n != 1 else 'is'} back in the prompt") if n else \
-            "what you were typing when picochat last quit is back in the prompt"
-        self.notify(literal(said), title="Not lost", timeout=10)
+            prompt.put_ahead(as_typed(message.text), "\n\n")
+        self.notify(literal(restored_note(back)), title="Not lost", timeout=10)
 
     # --- what is shown --------------------------------------------------------------------------
 
@@ -340,10 +310,18 @@ class PicochatApp(App[None]):
         An answer hiding `rm -rf` in a link's target must not paste it into a shell."""
         super().copy_to_clipboard(clean(text))
 
-    def turns_shown(self) -> asyncio.Event:
-        """Set once every turn sent so far is on screen in full: its widgets carry their
-        rows' seqs, so the transcript can tell which turns it shows."""
-        return self._turn_shown
+    @property
+    def conversation(self) -> Conversation:
+        return self.query_one(Conversation)
+
+    @property
+    def chat(self) -> ChatView:
+        return self.query_one(ChatView)
+
+    @property
+    def state(self) -> str:
+        """What runs now (status.*), "" when nothing does: the conversation's."""
+        return self.conversation.state
 
     def usage(self):
         return self.worker.info()
@@ -382,11 +360,12 @@ class PicochatApp(App[None]):
         the panel and the bar follow, once nothing runs here. The database file deleted or
         replaced: said once, and nothing more is sent (it would be saved where no one looks)."""
         try:
-            replaced, wrote = await self.store.io(self.store.outside_changes)
+            replaced, wrote = await self.sessions.outside_changes()
             if replaced and not self.database_gone:
                 self.database_gone = True
+                self.conversation.sends_refused = True
                 log.warning("database_replaced session=%s", self.session.id)
-                self.notify(literal(DATABASE_GONE.format(path=self.store.path)),
+                self.notify(literal(DATABASE_GONE.format(path=self.sessions.path)),
                             title="Database gone", severity="error", timeout=3600)
             self._outside_pending = self._outside_pending or wrote
             if (self._outside_pending and not self.database_gone and not self.worker.busy
@@ -401,56 +380,58 @@ class PicochatApp(App[None]):
         finally:
             self._watching = False
 
-    def set_activity(self, activity: str, stoppable: bool = False,
-                     retry_in: float | None = None) -> None:
-        """What runs now (status.ANSWERING, COMPACTING, WAITING; "" when nothing does),
-        whether Esc stops it, and for a wait, when the request goes again."""
-        self.state = activity
+    # --- what the conversation tells (tui.conversation.Around) -----------------------------------
+
+    def show_activity(self, activity: str, stoppable: bool, retry_in: float | None) -> None:
+        if not self._on_screen:  # quitting: no bar or footer to tell
+            return
         bar = self._bar
         if bar is not None and bar.is_attached:
-            bar.activity = activity  # a new activity restarts the bar's clock
-            bar.stoppable = stoppable
-            if retry_in is not None:
-                bar.retry_at = time.monotonic() + retry_in
+            bar.show_activity(activity, stoppable, retry_in)
+        self.refresh_bindings()  # the footer's Esc follows
         self.refresh_status()
 
-    def active_checkpoint(self):
-        return self.store.active_checkpoint(self.session.id)
+    async def context_changed(self) -> None:
+        if not self._on_screen:
+            return
+        await self.refresh_panel()
+        self.refresh_status()
+
+    def back_to_prompt(self, text: str) -> None:
+        """As it was typed, ahead of anything typed since, so nothing is lost and Enter sends
+        it again (never as a command)."""
+        if self._on_screen:  # quitting: the worker keeps what was not sent
+            self.query_one(Prompt).put_ahead(as_typed(text))
+
+    def queue_changed(self, takeable: int) -> None:
+        if self._on_screen:
+            self.query_one(Prompt).takeable = takeable
+
+    @property
+    def _on_screen(self) -> bool:
+        """The chat screen is up: a conversation's message that arrives while the app quits
+        finds no bar, panel or prompt to tell."""
+        return not self._exit and bool(self.screen_stack)
 
     async def reload(self, from_elsewhere: bool = False) -> None:
         """The transcript and the panel from the database, the source of truth
         (`from_elsewhere`: after another picochat wrote)."""
         async with self._reloading:  # a refresh and a command's reload never interleave
-            chat, sid = self.query_one(ChatView), self.session.id
-            kept = chat.trailing_notices() if from_elsewhere else []
-            newest = self.store.history_page(sid, None, PAGE)
-            await chat.show_history(newest, self.active_checkpoint(),
-                                    lambda before, n: self.store.history_page(sid, before, n),
-                                    from_elsewhere)
-            for text, kind in kept:
-                await chat.add_notice(text, kind)
-            if not newest:  # an empty session: who answers, how to reach a real model, the keys
-                await chat.add(Welcome(self.worker.model, self.worker.limits.window,
-                                       self.worker.info().room.ledger // LONG_LINE_TOKENS))
+            await self.conversation.reload(from_elsewhere)
         await self.refresh_panel()
 
     async def refresh_panel(self) -> None:
         """Only while the panel is open (opening it refreshes): the sparkline reads the whole
         log, which a closed panel must not cost every turn."""
-        if not self.query_one(CheckpointPanel).is_open:
+        panel = self.query_one(CheckpointPanel)
+        if not panel.is_open:
             return
-        checkpoints = self.store.checkpoints(self.session.id)
-        session = self.store.session(self.session.id)
-        usage = self.usage()  # the budget and the pins, from one read of the context
-        series = context_series(self.store.history(self.session.id), checkpoints,
-                                usage.budget.parts.fixed, usage.budget.limits.token_factor)
-        await self.query_one(CheckpointPanel).show(checkpoints,
-                                                   session.active_context_checkpoint_id,
-                                                   series, session.context_floor_seq,
-                                                   usage.pins_lines())
+        shown = await self.worker.panel()
+        await panel.show(list(shown.checkpoints), shown.active_id, list(shown.series),
+                         shown.floor_seq, list(shown.pins))
 
-    async def checkpoint_moved(self) -> None:
-        await self.query_one(ChatView).set_checkpoint(self.active_checkpoint())
+    async def context_moved(self) -> None:
+        await self.conversation.context_moved()
         await self.refresh_panel()
         self.refresh_status()
 
@@ -464,7 +445,7 @@ class PicochatApp(App[None]):
         log.error("ui_task_failed name=%s kind=%s\n%s", event.worker.name,
                   type(error).__name__,
                   "".join(traceback.format_tb(error.__traceback__ if error else None)))
-        self.set_activity("")
+        self.conversation.set_activity("")
         self.notify(literal(f"internal error in {event.worker.name} ({type(error).__name__}); "
                             f"{where_details()}"), severity="error")
 
@@ -489,7 +470,7 @@ class PicochatApp(App[None]):
             return
         if text.startswith("//"):
             text = text[1:]
-        self.run_turn(text)
+        self.conversation.run_turn(text)
 
     def _show_chat(self) -> None:
         """Where the panel hides the chat (a narrow terminal), close it."""
@@ -503,30 +484,18 @@ class PicochatApp(App[None]):
         await self.run_command(text)
 
     async def run_command(self, text: str) -> None:
-        chat = self.query_one(ChatView)
-        try:
-            parsed = slash.parse(text)
-        except slash.UnknownCommand as exc:
-            await chat.add_notice(str(exc), "error")
-            return
-        try:
-            await commands.HANDLERS[parsed.name](self, parsed.arg)
-        except PicochatError as exc:  # a locked or full database: one line, the app goes on
-            await chat.add_notice(exc.user_line(), "error")
+        await commands.run(self, text)
 
     def on_prompt_scroll(self, event: Prompt.Scroll) -> None:
         self.query_one(ChatView).page(event.where)
 
     async def on_prompt_take_back(self, event: Prompt.TakeBack) -> None:
         """Up in the empty prompt while messages are queued: the newest comes back to edit."""
-        if not await turns.take_back(self):
+        text = await self.conversation.take_back()
+        if text is None:
             self.notify(literal("Nothing to take back: the queued messages have begun"))
-
-    # --- turns ---------------------------------------------------------------------------------
-
-    @work(group="turns", exit_on_error=False)
-    async def run_turn(self, text: str) -> None:
-        await turns.send(self, text)
+            return
+        self.query_one(Prompt).take_back(as_typed(text))
 
     # --- sessions ------------------------------------------------------------------------------
 
@@ -543,11 +512,11 @@ class PicochatApp(App[None]):
                 return
         await self.worker.close()
         self.session = session
-        self.worker = SessionWorker.from_config(self.store, session.id, model, provider,
-                                                self.config)
+        self.worker = self.sessions.worker(session, model, provider, self.config)
+        self.conversation.worker = self.worker
         self.worker.on_queue_change(self._queue_changed)
         await self.worker.start()
-        await self.worker.opened()  # the next start reopens it, even after a kill
+        await self.sessions.opened(session.id)  # the next start reopens it, even after a kill
         self.warm_up()
         await self.reload()
         self.restore_unsent()
@@ -557,18 +526,14 @@ class PicochatApp(App[None]):
 
     def action_stop(self) -> None:
         """Esc: stops the running answer; else closes the slash-command hints."""
-        if self._turn is not None:
-            self._turn.cancel()
-            return
-        self.query_one(SlashHints).close()
+        if not self.conversation.stop():
+            self.query_one(SlashHints).close()
 
     def action_help_quit(self) -> None:
         """ctrl+c: stops a running answer, as Esc does (the reflex of every terminal user);
         with none running, Textual's hint that ctrl+q quits."""
-        if self._turn is not None:
-            self.action_stop()
-            return
-        super().action_help_quit()
+        if not self.conversation.stop():
+            super().action_help_quit()
 
     def action_select_messages(self) -> None:
         """From the prompt to the newest message: up/down move, c copies, enter comes back."""
@@ -608,7 +573,8 @@ class PicochatApp(App[None]):
         """Esc (stop) works only while an answer runs (it shows in the footer then) or the
         slash-command hints are open (it closes them)."""
         if action == "stop":  # False hides it
-            return self._turn is not None or self.query_one(SlashHints).is_open
+            return (self.conversation.running is not None
+                    or self.query_one(SlashHints).is_open)
         return True
 
     def action_help(self) -> None:

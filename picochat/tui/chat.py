@@ -4,13 +4,14 @@ active checkpoint's summary ends and the raw tail the model still reads begins."
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
+from textual.await_remove import AwaitRemove
 from textual.containers import VerticalScroll
-from textual.widget import Widget
+from textual.widget import AwaitMount, Widget
 from textual.widgets import Collapsible, Static
 
 from picochat.messages import INTERRUPTED, Checkpoint, Message, pair_tool_calls
@@ -210,11 +211,11 @@ SELECTABLE = ("UserMessage, AssistantMessage, CodeFence, ToolBlock > Collapsible
 
 
 class ChatView(VerticalScroll):
-    """The transcript. Most writes go through these methods; the slash commands' progress
-    line (tui/commands.py) and a turn's own widgets (tui/turns.py: a queued message moved
-    into place, an undone one removed) are mounted, moved and removed by those modules still,
-    until issue 32's thin App gives the running turn one owner. A selected item (focused) moves with up/down; enter goes back to the prompt (on a long
-    message of the user's it expands or folds it: UserMessage)."""
+    """The transcript, and its one write path: every widget mounted, moved or removed in it
+    goes through `add`, `put`, `move_to_end` and `take` (the running turn's owner,
+    tui/conversation.py, and the slash commands write through them), so a write that lands
+    out of view is always announced. A selected item (focused) moves with up/down; enter goes
+    back to the prompt (on a long message of the user's it expands or folds it: UserMessage)."""
 
     BINDINGS = [
         Binding("up", "select(-1)", "Previous", key_display="↑", show=False),
@@ -243,7 +244,7 @@ class ChatView(VerticalScroll):
         self.anchor()
 
     async def show_history(self, newest: list[Message], checkpoint: Checkpoint | None,
-                           older: Callable[[int, int], list[Message]] | None = None,
+                           older: Callable[[int, int], Awaitable[list[Message]]] | None = None,
                            from_elsewhere: bool = False) -> None:
         """Mount the newest messages; older ones are read from the database in pages as the
         user scrolls to the top (`older(before_seq, n)`): the database is the source of truth,
@@ -299,7 +300,7 @@ class ChatView(VerticalScroll):
             return 0
         follows = self._follows
         bottom = self.is_anchored and not self._anchor_released  # following the newest
-        page = self._fetch(self._first_seq, PAGE)  # type: ignore[misc]
+        page = await self._fetch(self._first_seq, PAGE)  # type: ignore[misc]
         self._first_seq = page[0].seq if page else 1
         marker = self.query(".older").first(Static)
         widgets = message_widgets(page)
@@ -461,6 +462,26 @@ class ChatView(VerticalScroll):
         if below and not self.query(NewBelow):
             await self.mount(NewBelow())
         return widget
+
+    def put(self, widget: Widget) -> AwaitMount:
+        """A write that need not be awaited (a command's progress line, mounted from a plain
+        callback); the same announcement as `add`."""
+        below = self.max_scroll_y > 0 and self.scroll_y < self.max_scroll_y - 1
+        mounted = self.mount(widget)
+        if below and not self.query(NewBelow):
+            self.mount(NewBelow())
+        return mounted
+
+    def move_to_end(self, widget: Widget) -> None:
+        """A widget shown earlier goes below everything (a queued message whose turn begins
+        goes below the answers and notices of the turns before it)."""
+        if widget.parent is self and self.children[-1] is not widget:
+            self.move_child(widget, after=self.children[-1])
+
+    def take(self, widget: Widget) -> AwaitRemove | None:
+        """Remove a widget this transcript shows (a queued message taken back, a pending line
+        whose wait is over); None when it is not here any more."""
+        return widget.remove() if widget.parent is self else None
 
     async def add_user(self, text: str, queued: bool) -> UserMessage:
         """The user's message; what an empty session showed until then (`.until-first`, the

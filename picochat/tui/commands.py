@@ -1,8 +1,8 @@
-"""The slash commands: what each one does in the app, and the table that names them.
+"""The slash commands: what each one does in the host, and the table that names them.
 
 `slash` holds their names, arguments and help (pure, for the hints, F1 and the palette); this
-module holds their handlers, one function per command, and `HANDLERS`, the table the app
-dispatches through. A handler gets the app and the text after the command's name.
+module holds their handlers, one function per command, and `HANDLERS`, the table the host
+dispatches through. A handler gets the host and the text after the command's name.
 """
 
 from __future__ import annotations
@@ -10,60 +10,59 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Awaitable, Callable
+import asyncio
+from typing import Awaitable, Callable
 
 from picochat.budget import pin_cap
 from picochat.compaction import report
-from picochat.config import save_ui_theme
 from picochat.errors import PicochatError
-from picochat.export import FORMATS, export_to_file
+from picochat.export import FORMATS, write_record
 from picochat.failures import compaction_failure_line
 from picochat.opening import open_model
 from picochat.pins import pin_label, pins_stay
-from picochat.tui import status, turns, undo
-from picochat.tui.chat import ChatView
+from picochat.tui import slash, status, undo
+from picochat.tui.host import CommandHost
 from picochat.tui.copyable import copy_shown
 from picochat.tui.pending import Pending
 from picochat.tui.safe import literal
 from picochat.tui.screens import ConfirmScreen, PickScreen
 
-if TYPE_CHECKING:
-    from picochat.tui.app import PicochatApp
-
-Handler = Callable[["PicochatApp", str], Awaitable[None]]
+Handler = Callable[[CommandHost, str], Awaitable[None]]
 
 
-async def cmd_compact(app: "PicochatApp", focus: str) -> None:
+async def cmd_compact(host: CommandHost, focus: str) -> None:
     """`/compact [focus]`; `/compact all` folds all but the newest turn."""
-    chat = app.query_one(ChatView)
-    if app.worker.busy:
+    chat = host.chat
+    if host.worker.busy:
         await chat.add_notice("/compact is queued: it runs when the current answer ends")
     everything = focus.strip().lower() == "all"
-    app.run_worker(_compact(app, None if everything else (focus or None), everything),
+    host.run_worker(_compact(host, None if everything else (focus or None), everything),
                    group="commands", exit_on_error=False)
 
 
-async def _compact(app: "PicochatApp", focus: str | None, everything: bool) -> None:
-    chat = app.query_one(ChatView)
+async def _compact(host: CommandHost, focus: str | None, everything: bool) -> None:
+    chat = host.chat
     line = Pending("compacting the context", stop="")
 
+    conversation = host.conversation
+
     def started() -> None:  # when the turns queued before it have ended
-        app.set_activity(status.COMPACTING)  # Esc does not stop a /compact
-        chat.mount(line)
+        conversation.set_activity(status.COMPACTING)  # Esc does not stop a /compact
+        chat.put(line)
 
     try:
-        outcome = await app.worker.compact(focus, everything=everything, on_start=started)
+        outcome = await host.worker.compact(focus, everything=everything, on_start=started)
     finally:
-        app.set_activity("")
-        if line.is_attached:  # not awaited: the outcome's line must be shown before anything
-            line.remove()     # a job queued behind this one (a /clear) says
+        conversation.set_activity("")
+        chat.take(line)  # not awaited: the outcome's line must be shown before anything a
+        #                  job queued behind this one (a /clear) says
     if outcome.compacted:
         await chat.add_notice(compacted_card(outcome), "card")
-        await turns.compacted(app, outcome, announce=False)
+        await conversation.compacted(outcome, announce=False)
     elif outcome.error is not None:
         await chat.add_notice(compaction_failure_line(outcome.error), "error")
     else:
-        reason = report.nothing_reason(outcome, app.worker.limits,
+        reason = report.nothing_reason(outcome, host.worker.limits,
                                        None if everything else report.FOLD_ALL)
         await chat.add_notice(f"Nothing to compact: {reason}")
 
@@ -85,50 +84,50 @@ def compacted_card(outcome) -> str:
             + "The history is unchanged: F2 shows the summary")
 
 
-async def cmd_uncompact(app: "PicochatApp", _: str) -> None:
-    result = await app.worker.uncompact()
-    chat = app.query_one(ChatView)
+async def cmd_uncompact(host: CommandHost, _: str) -> None:
+    result = await host.worker.uncompact()
+    chat = host.chat
     if result.undone:
-        now = app.active_checkpoint()
+        now = await host.worker.active_checkpoint()
         reads = (f"the earlier summary and messages {now.first_retained_seq} onward as they "
                  "are" if now else "the whole conversation as it is, with no summary")
         await chat.add_notice(f"Undid the last compaction: the model now reads {reads}")
     else:
         await chat.add_notice("Nothing to uncompact: no summary is in use")
-    await app.checkpoint_moved()
+    await host.context_moved()
 
 
-async def cmd_info(app: "PicochatApp", _: str) -> None:
-    app.action_info()
+async def cmd_info(host: CommandHost, _: str) -> None:
+    host.action_info()
 
 
-async def cmd_checkpoints(app: "PicochatApp", _: str) -> None:
-    app.action_checkpoints()
+async def cmd_checkpoints(host: CommandHost, _: str) -> None:
+    host.action_checkpoints()
 
 
-async def cmd_clear(app: "PicochatApp", _: str) -> None:
-    await app.worker.clear()
-    await app.query_one(ChatView).add_notice(
+async def cmd_clear(host: CommandHost, _: str) -> None:
+    await host.worker.clear()
+    await host.chat.add_notice(
         "Context cleared: the model starts afresh; the raw history above stays"
-        + pins_stay(len(app.worker.pins())))
-    await app.checkpoint_moved()
+        + pins_stay(len(host.worker.pins())))
+    await host.context_moved()
 
 
-async def cmd_pin(app: "PicochatApp", text: str) -> None:
+async def cmd_pin(host: CommandHost, text: str) -> None:
     """`/pin TEXT`; without text, what /pins shows and how to pin."""
     if not text.strip():
-        await cmd_pins(app, "")
+        await cmd_pins(host, "")
         return
-    await pin(app, text=text)
+    await pin(host, text=text)
 
 
-async def pin(app: "PicochatApp", text: str | None = None, seq: int | None = None) -> None:
+async def pin(host: CommandHost, text: str | None = None, seq: int | None = None) -> None:
     """Pin typed text or a saved message (alt+p on a selected one), and say what it costs."""
-    chat = app.query_one(ChatView)
-    if app.worker.busy:
+    chat = host.chat
+    if host.worker.busy:
         await chat.add_notice("/pin is queued: it applies from the next request")
     try:
-        made = await app.worker.pin(text, seq)
+        made = await host.worker.pin(text, seq)
     except PicochatError as exc:
         await chat.add_notice(exc.user_line(), "error")
         return
@@ -136,189 +135,185 @@ async def pin(app: "PicochatApp", text: str | None = None, seq: int | None = Non
     await chat.add_notice(f"{source} as #{made.number} ({made.tokens:,} tokens): the model "
                           "reads it word for word in every request, before any summary; "
                           f"/unpin {made.number} removes it")
-    await app.refresh_panel()
-    app.refresh_status()
+    await host.refresh_panel()
+    host.refresh_status()
 
 
-async def cmd_pins(app: "PicochatApp", _: str) -> None:
-    usage = app.usage()
+async def cmd_pins(host: CommandHost, _: str) -> None:
+    usage = host.usage()
     pins = usage.projection.pins
     if not pins:
-        await app.query_one(ChatView).add_notice(
+        await host.chat.add_notice(
             "No pins: /pin TEXT, or select a message (alt+↑) and press alt+p, keeps a statement "
             "word for word in every request")
         return
     lines = [f"Pins: {usage.budget.parts.pins:,} tokens of every request (cap "
              f"{pin_cap(usage.budget.limits):,}); /unpin N removes one"]
     lines += [pin_label(p) for p in pins]
-    await app.query_one(ChatView).add_notice("\n".join(lines))
+    await host.chat.add_notice("\n".join(lines))
 
 
-async def cmd_unpin(app: "PicochatApp", arg: str) -> None:
-    chat = app.query_one(ChatView)
+async def cmd_unpin(host: CommandHost, arg: str) -> None:
+    chat = host.chat
     number = arg.strip().lstrip("#")
     if not (number.isascii() and number.isdigit()):
         await chat.add_notice("/unpin needs a pin's number: /unpin N (/pins lists them)",
                               "error")
         return
     try:
-        gone = await app.worker.unpin(int(number))
+        gone = await host.worker.unpin(int(number))
     except PicochatError as exc:
         await chat.add_notice(exc.user_line(), "error")
         return
     await chat.add_notice(f"Unpinned {pin_label(gone)}: the next request no longer carries it")
-    await app.refresh_panel()
-    app.refresh_status()
+    await host.refresh_panel()
+    host.refresh_status()
 
 
-async def cmd_stop(app: "PicochatApp", _: str) -> None:
-    if app._turn is None:
-        await app.query_one(ChatView).add_notice("Nothing to stop: no answer is running")
-        return
-    app.action_stop()
+async def cmd_stop(host: CommandHost, _: str) -> None:
+    if not host.conversation.stop():
+        await host.chat.add_notice("Nothing to stop: no answer is running")
 
 
-async def cmd_undo(app: "PicochatApp", _: str) -> None:
+async def cmd_undo(host: CommandHost, _: str) -> None:
     """`/undo`: take back the newest turn in the context; one this window never showed
     (another picochat wrote it) only once the user has seen what it is and said yes."""
-    turn, shown = await undo.newest_turn(app)
+    turn, shown = await undo.newest_turn(host)
     if turn is None:
-        await app.query_one(ChatView).add_notice("Nothing to undo: no turn is in the context")
+        await host.chat.add_notice("Nothing to undo: no turn is in the context")
         return
-    await undo.after_asking(app, shown, undo.unseen_question(
+    await undo.after_asking(host, shown, undo.unseen_question(
         turn, "Take back a turn this window never showed?",
         "The model would no longer read it; it stays in the history."),
-        lambda: undo.undo_turn(app, turn, shown))
+        lambda: undo.undo_turn(host, turn, shown))
 
 
-async def cmd_retry(app: "PicochatApp", _: str) -> None:
+async def cmd_retry(host: CommandHost, _: str) -> None:
     """`/retry`: take back the newest turn in the context and ask its question again. After
     /clear there is none: the question from before the clear is not the model's to answer."""
-    chat = app.query_one(ChatView)
-    if app.worker.busy:
+    chat = host.chat
+    if host.worker.busy:
         await chat.add_notice("An answer is still running: /stop it first", "error")
         return
-    turn, shown = await undo.newest_turn(app)
+    turn, shown = await undo.newest_turn(host)
     if turn is None or turn.question is None:
         await chat.add_notice("Nothing to retry: no question of yours is in the context")
         return
     question = turn.question
 
     async def retry() -> None:
-        if await undo.undo_turn(app, turn, shown):
-            app.run_turn(question)
-    await undo.after_asking(app, shown, undo.unseen_question(
+        if await undo.undo_turn(host, turn, shown):
+            host.conversation.run_turn(question)
+    await undo.after_asking(host, shown, undo.unseen_question(
         turn, "Ask again a question this window never showed?",
         "Its turn is taken back and the question sent again."), retry)
 
 
-async def cmd_new(app: "PicochatApp", name: str) -> None:
-    if name and app.store.find_session(name):
-        await app.query_one(ChatView).add_notice(
+async def cmd_new(host: CommandHost, name: str) -> None:
+    if name and await host.sessions.find(name):
+        await host.chat.add_notice(
             f"a session named {name!r} exists; /sessions switches to it", "error")
         return
     try:
-        session = await app.store.io(app.store.create_session, name=name or None)
+        session = await host.sessions.create(name or None)
     except PicochatError as exc:
-        await app.query_one(ChatView).add_notice(exc.user_line(), "error")
+        await host.chat.add_notice(exc.user_line(), "error")
         return
-    await app.open_session(session)
+    await host.open_session(session)
 
 
-async def cmd_sessions(app: "PicochatApp", _: str) -> None:
-    sessions = app.store.list_sessions()
-    choices = [(s.id, f"{'● ' if s.id == app.session.id else '  '}{s.name}  ·  "
+async def cmd_sessions(host: CommandHost, _: str) -> None:
+    sessions = await host.sessions.sessions()
+    choices = [(s.id, f"{'● ' if s.id == host.session.id else '  '}{s.name}  ·  "
                       f"{s.message_count:,} messages  ·  {s.id}") for s in sessions]
 
     async def picked(session_id: str | None) -> None:
-        if session_id and session_id != app.session.id:
-            await app.open_session(app.store.session(session_id))
-    app.push_screen(PickScreen("Sessions", choices), picked)
+        if session_id and session_id != host.session.id:
+            await host.open_session(await host.sessions.get(session_id))
+    host.push_screen(PickScreen("Sessions", choices), picked)
 
 
-async def cmd_rename(app: "PicochatApp", name: str) -> None:
-    chat = app.query_one(ChatView)
+async def cmd_rename(host: CommandHost, name: str) -> None:
+    chat = host.chat
     if not name:
         await chat.add_notice("/rename needs a name: /rename NAME", "error")
         return
     try:
-        app.session = await app.store.io(app.store.rename_session, app.session.id,
-                                           name)
+        host.session = await host.sessions.rename(host.session.id, name)
     except PicochatError as exc:
         await chat.add_notice(exc.user_line(), "error")
         return
     await chat.add_notice(f"Session renamed to {name}")
-    app.refresh_status()
+    host.refresh_status()
 
 
-async def cmd_delete(app: "PicochatApp", _: str) -> None:
+async def cmd_delete(host: CommandHost, _: str) -> None:
     async def answered(yes: bool | None) -> None:
         if not yes:
             return
         try:
-            await app.store.io(app.store.delete_session, app.session.id)
-            others = [s for s in app.store.list_sessions() if s.id != app.session.id]
-            await app.open_session(others[0] if others else
-                                    await app.store.io(app.store.create_session))
+            await host.sessions.delete(host.session.id)
+            others = [s for s in await host.sessions.sessions() if s.id != host.session.id]
+            await host.open_session(others[0] if others else await host.sessions.create())
         except PicochatError as exc:
-            await app.query_one(ChatView).add_notice(exc.user_line(), "error")
+            await host.chat.add_notice(exc.user_line(), "error")
             return
-        app.notify(literal("Session deleted (its rows stay in the database)"))
-    app.push_screen(ConfirmScreen(f"Delete session {app.session.name!r}?"), answered)
+        host.notify(literal("Session deleted (its rows stay in the database)"))
+    host.push_screen(ConfirmScreen(f"Delete session {host.session.name!r}?"), answered)
 
 
-async def cmd_model(app: "PicochatApp", name: str) -> None:
-    chat = app.query_one(ChatView)
+async def cmd_model(host: CommandHost, name: str) -> None:
+    chat = host.chat
     if not name:
-        current = app.worker.model
-        lines = [f"Model: {current.label} (window {app.worker.limits.window:,} tokens)"]
-        if app.config.models:
+        current = host.worker.model
+        lines = [f"Model: {current.label} (window {host.worker.limits.window:,} tokens)"]
+        if host.config.models:
             lines.append("Configured ([models] in the config file):")
             lines += [f"  {'●' if key == current.name else ' '} {key}  ·  {entry.model}"
-                      for key, entry in sorted(app.config.models.items())]
+                      for key, entry in sorted(host.config.models.items())]
         lines.append("/model NAME switches: one of these keys, \"offline\", or a litellm "
                      "model string such as openai/gpt-4o-mini")
         await chat.add_notice("\n".join(lines))
         return
     try:
-        resolved, provider = open_model(app.config, app.session, name, said_as="/model")
+        resolved, provider = open_model(host.config, host.session, name, said_as="/model")
     except PicochatError as exc:
         await chat.add_notice(exc.user_line(), "error")
         return
-    await app.store.io(app.store.set_session_model, app.session.id, name)
-    await app.open_session(app.store.session(app.session.id), (resolved, provider))
-    await app.query_one(ChatView).add_notice(f"Model: {resolved.label}; window "
-                                              f"{app.worker.limits.window:,} tokens")
+    await host.open_session(await host.sessions.set_model(host.session.id, name),
+                            (resolved, provider))
+    await host.chat.add_notice(f"Model: {resolved.label}; window "
+                                              f"{host.worker.limits.window:,} tokens")
 
 
-async def cmd_system(app: "PicochatApp", text: str) -> None:
-    chat = app.query_one(ChatView)
+async def cmd_system(host: CommandHost, text: str) -> None:
+    chat = host.chat
     if not text:
-        own = app.store.session(app.session.id).system_prompt is not None
+        own = (await host.worker.stored()).system_prompt is not None
         origin = "this session's own" if own else "the agent's ([agents.default])"
-        await chat.add_notice(f"System prompt ({origin}): {app.worker.system_prompt or '(none)'}"
+        await chat.add_notice(f"System prompt ({origin}): {host.worker.system_prompt or '(none)'}"
                               "\n/system TEXT replaces it for this session; "
                               "/system default goes back to the agent's")
         return
     reset = text.strip().lower() == "default"
-    if app.worker.busy:
+    if host.worker.busy:
         await chat.add_notice("/system is queued: it applies when the current answer ends")
-    await app.worker.set_system_prompt(None if reset else text,
-                                        app.config.agent.system_prompt)
+    await host.worker.set_system_prompt(None if reset else text,
+                                        host.config.agent.system_prompt)
     await chat.add_notice("System prompt back to the agent's" if reset else
                           "System prompt replaced for this session (saved)")
-    app.refresh_status()
+    host.refresh_status()
 
 
 SAID_BY = {"user": "you", "assistant": "answer", "tool": "tool result"}  # a hit's role, as read
 
 
-async def cmd_search(app: "PicochatApp", query: str) -> None:
-    chat = app.query_one(ChatView)
+async def cmd_search(host: CommandHost, query: str) -> None:
+    chat = host.chat
     if not query:
         await chat.add_notice("/search needs some words: /search TEXT", "error")
         return
-    hits = app.store.search_messages(app.session.id, query, limit=20)
+    hits = await host.worker.search(query, limit=20)
     if not hits:
         await chat.add_notice(f"No message matches {query!r}")
         return
@@ -328,69 +323,76 @@ async def cmd_search(app: "PicochatApp", query: str) -> None:
 
     async def picked(seq: str | None) -> None:
         if seq is not None and not await chat.reveal(int(seq)):
-            app.notify(literal(f"Message {seq} is not shown in this transcript"),
+            host.notify(literal(f"Message {seq} is not shown in this transcript"),
                         severity="warning")
-    app.push_screen(PickScreen(f"{len(hits)} best matches for {query!r} · Enter jumps",
+    host.push_screen(PickScreen(f"{len(hits)} best matches for {query!r} · Enter jumps",
                                 choices), picked)
 
 
-async def cmd_copy(app: "PicochatApp", _: str) -> None:
+async def cmd_copy(host: CommandHost, _: str) -> None:
     """`/copy`: the newest answer the transcript shows, as shown: not one another picochat
     wrote since, and none of the escapes or invisible characters the screen did not show."""
-    answer = await app.query_one(ChatView).last_answer()
+    answer = await host.chat.last_answer()
     if answer is None:
-        await app.query_one(ChatView).add_notice("No answer to copy yet")
+        await host.chat.add_notice("No answer to copy yet")
         return
-    copy_shown(app, answer.copy_text(), "the last answer")
+    copy_shown(host.chat, answer.copy_text(), "the last answer")
 
 
-async def cmd_export(app: "PicochatApp", arg: str) -> None:
-    chat = app.query_one(ChatView)
+async def cmd_export(host: CommandHost, arg: str) -> None:
+    chat = host.chat
     words = arg.split(maxsplit=1)
     fmt = "md"
     if words and words[0].lower() in FORMATS:
         fmt = words.pop(0).lower()
-    default = re.sub(r"[^\w.-]+", "-", app.session.name).strip("-.") or "session"
+    default = re.sub(r"[^\w.-]+", "-", host.session.name).strip("-.") or "session"
     target = Path(words[0] if words else f"{default}.{fmt}").expanduser()
-    own = (app.paths.config_file, app.paths.log_file) if app.paths else ()
+    own = (host.paths.config_file, host.paths.log_file) if host.paths else ()
     try:  # the same refusals and failure lines as `picochat export -o`
-        done = export_to_file(app.store, app.session.id, fmt, target, also=own)
+        record = await host.worker.record()
+        done = await asyncio.to_thread(write_record, record, fmt, target,
+                                       host.sessions.path, own)
     except PicochatError as exc:
         await chat.add_notice(f"export failed: {exc.user_line()}", "error")
         return
     await chat.add_notice(f"Exported {done.messages:,} messages to {target.resolve()}")
 
 
-async def cmd_theme(app: "PicochatApp", name: str) -> None:
-    chat = app.query_one(ChatView)
-    names = sorted(app.available_themes)
+async def cmd_theme(host: CommandHost, name: str) -> None:
+    chat = host.chat
+    names = host.theme_names
     if not name:
         await chat.add_notice("Themes: " + ", ".join(
-            f"[{n}]" if n == app.theme else n for n in names))
+            f"[{n}]" if n == host.theme else n for n in names))
         return
-    if name not in app.available_themes:
+    if name not in names:
         close = difflib.get_close_matches(name, names, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         await chat.add_notice(f"unknown theme {name!r}{hint} (/theme lists them)", "error")
         return
-    saved = ""
-    if app.paths is not None:
-        try:
-            save_ui_theme(app.paths.config_file, name)
-            saved = f"; saved to {app.paths.config_file}"
-        except PicochatError as exc:
-            saved = f"; not saved ({exc.user_line()})"
-    app.saved_theme = name  # said here: the app's own saving of a new theme is not needed
-    app.theme = name
-    await chat.add_notice(f"Theme: {name}{saved}")
+    await chat.add_notice(f"Theme: {name}{host.set_theme(name)}")
 
 
-async def cmd_help(app: "PicochatApp", _: str) -> None:
-    app.action_help()
+async def cmd_help(host: CommandHost, _: str) -> None:
+    host.action_help()
 
 
-async def cmd_quit(app: "PicochatApp", _: str) -> None:
-    app.exit()
+async def cmd_quit(host: CommandHost, _: str) -> None:
+    host.exit()
+
+
+async def run(host: CommandHost, text: str) -> None:
+    """Run the slash command `text`: an unknown one, or a locked or full database, is one
+    line in the transcript, and the app goes on."""
+    try:
+        parsed = slash.parse(text)
+    except slash.UnknownCommand as exc:
+        await host.chat.add_notice(str(exc), "error")
+        return
+    try:
+        await HANDLERS[parsed.name](host, parsed.arg)
+    except PicochatError as exc:
+        await host.chat.add_notice(exc.user_line(), "error")
 
 
 HANDLERS: dict[str, Handler] = {

@@ -61,7 +61,7 @@ class Prompt(TextArea):
                                          "shift+end": "end"}
 
     def __init__(self, prompts: list[str] | None = None, **kwargs) -> None:
-        """`prompts`: earlier prompts, oldest first (`Store.user_prompts`); up starts from
+        """`prompts`: earlier prompts, oldest first (`SessionCatalog.user_prompts`); up starts from
         the last. A prompt sent twice in a row is recalled once, as `remember` keeps it."""
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus",
                          **kwargs)
@@ -146,6 +146,13 @@ class Prompt(TextArea):
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
         if not self.text.strip():  # emptied: what comes next is a new message
             self._taking = False
+
+    def recall_earlier(self, prompts: list[str]) -> None:
+        """Earlier prompts read after the first frame (`SessionCatalog.user_prompts`): they go
+        before any sent since."""
+        sent, self.prompts = self.prompts, []
+        for text in [*prompts, *sent]:
+            self.remember(text)
 
     def remember(self, text: str) -> None:
         if not self.prompts or self.prompts[-1] != text:

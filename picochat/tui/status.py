@@ -248,6 +248,13 @@ class StatusBar(Widget):
 
     # --- set from the app's values ----------------------------------------------------------------
 
+    def show_activity(self, activity: str, stoppable: bool, retry_in: float | None) -> None:
+        """What runs now (a new activity restarts the clock), whether Esc stops it, and for a
+        wait, in how many seconds the request goes again."""
+        self.activity, self.stoppable = activity, stoppable
+        if retry_in is not None:
+            self.retry_at = time.monotonic() + retry_in
+
     def set_usage(self, usage: ContextUsage) -> None:
         b, lim = usage.budget, usage.budget.limits
         self.used, self.threshold, self.window = b.used_tokens, lim.threshold, lim.window

@@ -11,7 +11,9 @@ from textual.app import App
 from textual.theme import Theme
 
 import picochat
-from picochat.config import FileRefused, read_small_file
+from picochat.config import FileRefused, read_small_file, save_ui_theme
+from picochat.errors import PicochatError
+from picochat.paths import Paths
 
 _FIELDS = {f.name: f.type for f in fields(Theme)}
 _COLOURS = ("primary", "secondary", "warning", "error", "success", "accent", "foreground",
@@ -103,3 +105,12 @@ def install_themes(app: App, folders: list[Path], wanted: str) -> list[str]:
         notes.append(f"unknown theme {wanted!r} in [ui] theme; valid: "
                      + ", ".join(sorted(app.available_themes)))
     return notes
+
+
+def save_theme(paths: Paths, name: str) -> str | None:
+    """Remember `name` in the config file; None when it was saved, else why it was not."""
+    try:
+        save_ui_theme(paths.config_file, name)
+    except PicochatError as exc:
+        return exc.user_line()
+    return None

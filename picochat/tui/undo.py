@@ -1,7 +1,7 @@
 """Taking back a turn (/undo, /retry): which turn goes, whether the reader has seen it, and
 asking first when they have not.
 
-Another picochat (`picochat ask` on the same session) may write a turn while the app is open;
+Another picochat (`picochat ask` on the same session) may write a turn while the host is open;
 the transcript shows it only when it is read again. Such a turn is named, its first words
 cleaned as the screen cleans them, and taken back only after a yes; one the transcript shows
 goes at once. Between the question and the yes another turn may land: the undo then takes
@@ -10,30 +10,27 @@ back nothing (`SessionWorker.undo` checks the turn is still the newest).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from picochat.errors import PicochatError
 from picochat.session import LastTurn
-from picochat.tui.chat import ChatView
+from picochat.tui.host import CommandHost
 from picochat.tui.safe import clean
 from picochat.tui.screens import ConfirmScreen
 
-if TYPE_CHECKING:
-    from picochat.tui.app import PicochatApp
 
-
-async def newest_turn(app: "PicochatApp") -> tuple[LastTurn | None, bool]:
+async def newest_turn(host: CommandHost) -> tuple[LastTurn | None, bool]:
     """The turn an undo would take back, once the work queued before this command is done,
     and whether the transcript shows it (it waits for the turns sent before to be shown)."""
-    sent_before = app.turns_shown()
-    turn = await app.worker.last_turn()
+    sent_before = host.conversation.turns_shown()
+    turn = await host.worker.last_turn()
     if turn is None:
         return None, False
     await sent_before.wait()
-    return turn, app.query_one(ChatView).has_shown(turn.seqs)
+    return turn, host.chat.has_shown(turn.seqs)
 
 
-async def after_asking(app: "PicochatApp", shown: bool, question: str,
+async def after_asking(host: CommandHost, shown: bool, question: str,
                        act: Callable[[], Awaitable[object]]) -> None:
     """`act` at once on a turn the reader has seen; on one they have not, only after y."""
     if shown:
@@ -46,8 +43,8 @@ async def after_asking(app: "PicochatApp", shown: bool, question: str,
         try:  # no longer under run_command, which says a database error in one line
             await act()
         except PicochatError as exc:
-            await app.query_one(ChatView).add_notice(exc.user_line(), "error")
-    app.push_screen(ConfirmScreen(question), answered)
+            await host.chat.add_notice(exc.user_line(), "error")
+    host.push_screen(ConfirmScreen(question), answered)
 
 
 def unseen_question(turn: LastTurn, ask: str, then: str) -> str:
@@ -70,11 +67,11 @@ def messages_label(seqs: tuple[int, ...]) -> str:
     return f"message {first}" if first == last else f"messages {first}–{last}"
 
 
-async def undo_turn(app: "PicochatApp", turn: LastTurn, shown: bool) -> bool:
+async def undo_turn(host: CommandHost, turn: LastTurn, shown: bool) -> bool:
     """Undo `turn` if it is still the newest in the context, and say what was done."""
-    chat = app.query_one(ChatView)
+    chat = host.chat
     try:
-        result = await app.worker.undo(turn.seqs)
+        result = await host.worker.undo(turn.seqs)
     except PicochatError as exc:
         await chat.add_notice(exc.user_line(), "error")
         return False
@@ -83,12 +80,12 @@ async def undo_turn(app: "PicochatApp", turn: LastTurn, shown: bool) -> bool:
                               "the one named is no longer the last",
                               "error")
         return False
-    await app.reload()
+    await host.reload()
     dropped = ("; the summary that covered it is no longer used, so the model reads those "
                "messages as they are" if result.checkpoint_dropped else "")
     whose = "your last turn" if shown else "the turn another picochat wrote"
-    await app.query_one(ChatView).add_notice(
+    await host.chat.add_notice(
         f"Took back {whose} ({messages_label(result.removed)}): the model no longer reads "
         f"it; it stays in the history{dropped}")
-    app.refresh_status()
+    host.refresh_status()
     return True

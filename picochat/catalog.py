@@ -1,0 +1,76 @@
+"""The sessions of one database, as a front end reads and changes them: off its event loop.
+
+A front end with a screen must never wait on SQLite while the user types: another picochat
+may hold the write lock for seconds, and a long session's rows take time to read. Every call
+here runs on the store's own thread (`Store.io`) and hands back frozen values, so the TUI
+needs neither `Store` nor SQL. What one open session reads and writes goes through its
+`SessionWorker`; this is everything around it (list, find, create, rename, delete, the model
+a session opens with, the prompts recalled with up).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from picochat.config import Config
+from picochat.messages import Session
+from picochat.models import ResolvedModel
+from picochat.providers.base import Provider
+from picochat.session import SessionWorker, note_opened
+from picochat.storage.store import Store
+
+
+class SessionCatalog:
+    """Every session of the database at `path`, read and written on the store's thread."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    @property
+    def path(self) -> Path:
+        """The database file (named when it is deleted or replaced under a running app)."""
+        return self._store.path
+
+    def worker(self, session: Session, model: ResolvedModel, provider: Provider,
+               config: Config) -> SessionWorker:
+        """The worker that runs `session`'s turns and commands (not started)."""
+        return SessionWorker.from_config(self._store, session.id, model, provider, config,
+                                         session=session)
+
+    async def sessions(self) -> list[Session]:
+        return await self._store.io(self._store.list_sessions)
+
+    async def get(self, session_id: str) -> Session:
+        return await self._store.io(self._store.session, session_id)
+
+    async def find(self, ref: str) -> Session | None:
+        return await self._store.io(self._store.find_session, ref)
+
+    async def create(self, name: str | None = None) -> Session:
+        return await self._store.io(self._store.create_session, name=name)
+
+    async def rename(self, session_id: str, name: str) -> Session:
+        return await self._store.io(self._store.rename_session, session_id, name)
+
+    async def delete(self, session_id: str) -> None:
+        await self._store.io(self._store.delete_session, session_id)
+
+    async def set_model(self, session_id: str, model: str) -> Session:
+        """`session_id` opens with `model` from now on; the session as it is now."""
+        def run() -> Session:
+            self._store.set_session_model(session_id, model)
+            return self._store.session(session_id)
+        return await self._store.io(run)
+
+    async def opened(self, session_id: str) -> None:
+        """The app shows `session_id`: the next start reopens it (best effort)."""
+        await self._store.io(note_opened, self._store, session_id)
+
+    async def user_prompts(self) -> list[str]:
+        """What the user sent before, newest last, for the prompt's up-arrow recall."""
+        return await self._store.io(self._store.user_prompts)
+
+    async def outside_changes(self) -> tuple[bool, bool]:
+        """(the database file was replaced or deleted, another process wrote since last
+        asked)."""
+        return await self._store.io(self._store.outside_changes)
