@@ -269,7 +269,7 @@ class SessionWorker:
         (a quitting app). Returns the messages sent but not saved: the caller keeps them."""
         self._jobs.closing = True
         if within_s is not None:
-            self.store.stop_waiting(within_s)
+            self.store.core.stop_waiting(within_s)
         if self._current is not None:
             self._current.cancel()
         await self._jobs.close()

@@ -388,7 +388,7 @@ def test_restore_never_calls_a_provider_nor_writes(store):
     s = store.create_session("rs")
     talk(store, s.id, 10)
     compact(store, Recorder(), s.id)
-    conn = store._conn
+    conn = store.core._conn
     changes = conn.total_changes
     first, second = restore(store, s.id), restore(store, s.id)
     assert first == second and conn.total_changes == changes
@@ -429,7 +429,7 @@ def test_a_summary_cut_off_at_the_cap_is_rejected(store):
 def test_an_unusable_active_pointer_does_not_block_compaction_forever(store):
     s = store.create_session("bad-pointer")
     talk(store, s.id, 10)
-    with store._write() as c:
+    with store.core.write() as c:
         c.execute("UPDATE sessions SET active_context_checkpoint_id = 'cp_gone' WHERE id = ?",
                   (s.id,))
     assert restore(store, s.id).diagnostics  # restore fell back to the raw history

@@ -328,14 +328,14 @@ def test_statements_are_taken_once_at_append_and_rows_from_before_are_scanned(st
     sid = store.create_session("f").id
     text = "Deploy OPS-7 on port 8443 with retries=3; the config is /etc/app.toml."
     appended = store.append_message(sid, "user", text)
-    stored = store._conn.execute("SELECT statements FROM messages WHERE seq = ?",
+    stored = store.core._conn.execute("SELECT statements FROM messages WHERE seq = ?",
                                  (appended.seq,)).fetchone()[0]
     assert stored == appended.statements and "port 8443" in stored
     [read] = store.history(sid)
     assert read.statements == appended.statements
     assert L.extract([read]) == L.extract([msg(1, "user", text)]) != []
     # a row written before schema 11 has none stored: the same statements come from a scan
-    store._conn.execute("UPDATE messages SET statements = NULL")
+    store.core._conn.execute("UPDATE messages SET statements = NULL")
     [old] = store.history(sid)
     assert old.statements is None and L.extract([old]) == L.extract([read])
 

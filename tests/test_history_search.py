@@ -74,7 +74,7 @@ def test_purge_removes_the_session_from_the_index(store):
     s = store.create_session("p")
     store.append_message(s.id, "user", "unique-word-zebra")
     store.purge_session(s.id)
-    with store._read() as c:
+    with store.core.read() as c:
         assert c.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH "
                          "'zebra'").fetchone()[0] == 0
 

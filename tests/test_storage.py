@@ -69,9 +69,9 @@ def test_new_file_gets_full_schema(tmp_path: Path) -> None:
         assert "context_generation" in session_cols
         conn.close()
         # the store's own connection enforces foreign keys
-        assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert store.core._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         with pytest.raises(sqlite3.IntegrityError):
-            store._conn.execute(
+            store.core._conn.execute(
                 "INSERT INTO context_checkpoints (id, session_id, generation, summary, "
                 "first_retained_seq, source_max_seq, trigger_reason, provider_kind, model, "
                 "tokens_before, tokens_after, created_at) "

@@ -169,7 +169,7 @@ def stored_as_named(store, name: str) -> None:
     """A session with a name picochat now refuses (escapes), as an older picochat or another
     program could have stored it."""
     session = store.create_session("to be renamed")
-    with store._write() as c:
+    with store.core.write() as c:
         c.execute("UPDATE sessions SET name = ? WHERE id = ?", (name, session.id))
 
 

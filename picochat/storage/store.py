@@ -9,21 +9,16 @@ append does not: the messages it adds land after the candidate's cut, in the raw
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
 import json
 import math
 import os
 import re
 import sqlite3
-import threading
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Literal, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence
 
 from picochat import crashpoints, tokens
 from picochat.errors import SessionNotFound, StaleGeneration, StorageError
@@ -47,16 +42,9 @@ from picochat.messages import (
 from picochat.statements import statements_of, to_json
 from picochat.storage.names import check_session_name
 from picochat.storage.owner import my_token, owner_alive
-from picochat.storage.db import (LOCK_SLICE_MS, busy_timeout_ms, connect, connect_reader,
-                                 describe_error, transaction)
+from picochat.storage.core import Clock, Core, T, open_core, wall_clock_ms
 
-Clock = Callable[[], int]
-T = TypeVar("T")
 TRIGGER_REASONS = tuple(TriggerReason)
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -161,99 +149,31 @@ _NOT_RETRACTED = (
 
 
 def open_store(path: Path, clock: Clock = wall_clock_ms) -> "Store":
-    writer = connect(path)
-    try:
-        reader = connect_reader(path)
-    except BaseException:
-        writer.close()
-        raise
-    return Store(writer, path, clock, reader)
+    return Store(open_core(path, clock))
 
 
 class Store:
-    """Thread-safe wrapper around two connections; short transactions, no cached state.
+    """Sessions, the message log and the context's pointers, on the transactional core
+    (`store.core`); drafts, search and model traits are its parts (`store.drafts`, …).
 
-    Writes and reads have a connection each, so a write waiting up to the busy timeout for
-    another process's lock never holds up a read: in WAL mode readers do not wait for writers.
-    `io` runs a call on the store's own thread, for callers on an event loop."""
+    No cached state: every call is one short transaction, so two processes on one file see
+    each other's writes at their next call."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, clock: Clock = wall_clock_ms,
-                 reader: sqlite3.Connection | None = None) -> None:
-        self._conn = conn
-        self._reader = reader or conn
-        self.path = path
-        self._clock = clock
-        self._lock = threading.RLock()
-        self._rlock = self._lock if reader is None else threading.RLock()
-        self._executor: ThreadPoolExecutor | None = None
-        # a write waits for another process's lock in short slices, up to the busy timeout
-        # or `stop_waiting`'s instant, whichever is first
-        self._conn.execute(f"PRAGMA busy_timeout = {LOCK_SLICE_MS}")
-        self._stop_waiting_at = math.inf
-        self._file = _identity(path)
-        self._seen_version: int | None = self._conn.execute("PRAGMA data_version").fetchone()[0]
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.path = core.path
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-        with self._lock, self._rlock:
-            self._conn.close()
-            if self._reader is not self._conn:
-                self._reader.close()
-
-    # --- plumbing ------------------------------------------------------------------------------
-
-    def outside_changes(self) -> tuple[bool, bool]:
-        """(replaced, others_wrote): whether the database file is gone or another file now
-        (what this store writes, no one will read again), and whether another process
-        committed since the last call. `PRAGMA data_version` on the writer connection changes
-        only for other connections' commits, never for its own."""
-        replaced = self._file is not None and _identity(self.path) != self._file
-        with self._lock:
-            version = self._conn.execute("PRAGMA data_version").fetchone()[0]
-        wrote = self._seen_version is not None and version != self._seen_version
-        self._seen_version = version
-        return replaced, wrote
-
-    def stop_waiting(self, within_s: float) -> None:
-        """From now on a write waits at most `within_s` more for another process's lock: a
-        quitting app bounds its shutdown, and says what it could not save."""
-        self._stop_waiting_at = min(self._stop_waiting_at, time.monotonic() + within_s)
-
-    def _write(self) -> Any:
-        return _Guard(self, "IMMEDIATE", self._conn, self._lock)
-
-    def _lock_deadline(self) -> Callable[[], float]:
-        """When a write begun now stops waiting for the lock: the busy timeout, or sooner."""
-        full = time.monotonic() + busy_timeout_ms() / 1000
-        return lambda: min(full, self._stop_waiting_at)
-
-    def _read(self) -> Any:
-        return _Guard(self, "DEFERRED", self._reader, self._rlock)
+        self.core.close()
 
     async def io(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """`fn(*args, **kwargs)` on the store's one thread, in submission order, while the
-        event loop goes on. A caller cancelled meanwhile still waits for the outcome before
-        the cancellation goes on: the write may have committed, and the caller must know."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="picochat-db")
-        future = asyncio.get_running_loop().run_in_executor(
-            self._executor, functools.partial(fn, *args, **kwargs))
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            if not future.done():
-                try:
-                    await asyncio.wait([future])
-                except asyncio.CancelledError:
-                    pass
-            raise
+        """`fn(*args, **kwargs)` on the store's one thread (`Core.io`)."""
+        return await self.core.io(fn, *args, **kwargs)
 
     # --- sessions ------------------------------------------------------------------------------
 
     def create_session(self, name: str | None = None, model: str | None = None) -> Session:
-        with self._write() as c:
+        with self.core.write() as c:
             if name is None:
                 name = _free_name(c)
             elif c.execute("SELECT 1 FROM sessions WHERE name = ? AND deleted_at IS NULL",
@@ -267,7 +187,7 @@ class Store:
         """The live session `ref` names (an id or a name), or a new one so named, looked up and
         created in one write transaction: two first `ask`s on a new name share one session.
         `None` picks a free name."""
-        with self._write() as c:
+        with self.core.write() as c:
             row = None
             if ref is not None:
                 row = c.execute("SELECT id FROM sessions WHERE deleted_at IS NULL AND "
@@ -278,19 +198,19 @@ class Store:
 
     def _insert_session(self, c: sqlite3.Connection, name: str, model: str | None) -> str:
         check_session_name(name)
-        now = self._clock()
+        now = self.core.clock()
         sid = "s_" + uuid.uuid4().hex[:12]
         c.execute("INSERT INTO sessions (id, name, created_at, updated_at, model, activity_seq) "
                   f"VALUES (?, ?, ?, ?, ?, {_NEXT_ACTIVITY})", (sid, name, now, now, model))
         return sid
 
     def session(self, session_id: str) -> Session:
-        with self._read() as c:
+        with self.core.read() as c:
             return _session_row(c, session_id)
 
     def find_session(self, ref: str) -> Session | None:
         """A live session by id, else by name."""
-        with self._read() as c:
+        with self.core.read() as c:
             row = c.execute(
                 f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL AND "
                 "(id = ? OR name = ?) ORDER BY (id = ?) DESC LIMIT 1", (ref, ref, ref)).fetchone()
@@ -306,7 +226,7 @@ class Store:
     def latest_session(self) -> Session | None:
         """The live session written to last (created, appended to, cleared, uncompacted),
         by the order of those writes, not by the clock's stamps (`_NEXT_ACTIVITY`)."""
-        with self._read() as c:
+        with self.core.read() as c:
             row = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL "
                             f"{_BY_ACTIVITY} LIMIT 1").fetchone()
             return _session(c, row) if row else None
@@ -315,38 +235,38 @@ class Store:
         """The app now shows this session: the next start reopens it. The stamp is the clock,
         or one above the newest stamp if that is not earlier (two opens in one millisecond,
         a clock set back): the last session opened is always the one reopened."""
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("UPDATE sessions SET last_opened_at = MAX(?, 1 + COALESCE("
                       "(SELECT MAX(last_opened_at) FROM sessions), 0)) WHERE id = ?",
-                      (self._clock(), session_id))
+                      (self.core.clock(), session_id))
 
     def last_opened_session(self) -> Session | None:
         """The live session the app opened last; None when it never opened one that is still
         there (the caller then takes `latest_session`)."""
-        with self._read() as c:
+        with self.core.read() as c:
             row = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL "
                             "AND last_opened_at IS NOT NULL "
                             "ORDER BY last_opened_at DESC LIMIT 1").fetchone()
             return _session(c, row) if row else None
 
     def list_sessions(self) -> list[Session]:
-        with self._read() as c:
+        with self.core.read() as c:
             rows = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL "
                              f"{_BY_ACTIVITY}").fetchall()  # the first is `latest_session`
             return [_session(c, r) for r in rows]
 
     def set_session_model(self, session_id: str, model: str) -> None:
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("UPDATE sessions SET model = ? WHERE id = ?", (model, session_id))
 
     def set_session_system_prompt(self, session_id: str, prompt: str | None) -> None:
         """The session's own system prompt; None goes back to the agent's."""
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("UPDATE sessions SET system_prompt = ? WHERE id = ?", (prompt, session_id))
 
     def rename_session(self, session_id: str, name: str) -> Session:
         check_session_name(name)
-        with self._write() as c:
+        with self.core.write() as c:
             clash = c.execute("SELECT id FROM sessions WHERE name = ? AND deleted_at IS NULL "
                               "AND id != ?", (name, session_id)).fetchone()
             if clash:
@@ -356,13 +276,13 @@ class Store:
 
     def delete_session(self, session_id: str) -> None:
         """Soft delete: hidden from every list, rows kept."""
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("UPDATE sessions SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL",
-                      (self._clock(), session_id))
+                      (self.core.clock(), session_id))
 
     def purge_session(self, session_id: str) -> None:
         """Delete for good: messages, checkpoints and timeline rows go with it (cascade)."""
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("INSERT INTO messages_fts(messages_fts, rowid, content) "
                       "SELECT 'delete', id, content FROM messages WHERE session_id = ?",
                       (session_id,))
@@ -418,9 +338,9 @@ class Store:
                             d.tool_call_id, d.name, d.turn_id, d.tool_status, d.status, count, 0)
             found = to_json(statements_of(probe))  # taken once, like the count
             prepared.append((d, calls, calls_json, count, found))
-        now = self._clock()
+        now = self.core.clock()
         out: list[Message] = []
-        with self._write() as c:
+        with self.core.write() as c:
             session = _session_row(c, session_id)
             if if_draft is not None and not c.execute(
                     "SELECT 1 FROM drafts WHERE turn_id = ?", (if_draft,)).fetchone():
@@ -457,7 +377,7 @@ class Store:
     def save_draft(self, session_id: str, turn_id: str, content: str) -> None:
         """The text of a turn's answer so far, replacing the previous draft of that turn.
         Outside the append-only log: the answer itself is appended once, when it ends."""
-        with self._write() as c:
+        with self.core.write() as c:
             self._put_draft(c, session_id, turn_id, content)
 
     def _put_draft(self, c: sqlite3.Connection, session_id: str, turn_id: str,
@@ -466,10 +386,10 @@ class Store:
                   "owner_lock, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(turn_id) "
                   "DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at",
                   (turn_id, session_id, valid_text(content), os.getpid(),
-                   process_start(os.getpid()), my_token(self.path), self._clock()))
+                   process_start(os.getpid()), my_token(self.path), self.core.clock()))
 
     def drop_draft(self, turn_id: str) -> None:
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
 
     def recover_drafts(self, alive: Callable[[int, int | None], bool] | None = None
@@ -479,7 +399,7 @@ class Store:
         A draft whose process still runs is left alone however old: it may be thinking. The
         owner is told alive by the lock it holds (`storage/owner.py`), else by its pid;
         `alive(pid, start)`, given, decides alone (tests)."""
-        with self._read() as c:
+        with self.core.read() as c:
             rows = c.execute("SELECT turn_id, session_id, content, owner_pid, owner_start, "
                              "owner_lock FROM drafts").fetchall()
         recovered: list[Message] = []
@@ -488,7 +408,7 @@ class Store:
             if (alive or process_alive)(pid, start) if told is None else told:
                 continue
             if not content.strip():
-                with self._write() as c:
+                with self.core.write() as c:
                     c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
                 continue
             recovered += self.append_messages(session_id, [NewMessage(
@@ -502,7 +422,7 @@ class Store:
         way. Nothing is written when the turn already has an answer (another process recovered
         the draft first), or no question of that turn is in that session (a session gone, a file
 not of picochat's making). Returns the answer written, if any."""
-        with self._write() as c:
+        with self.core.write() as c:
             asked = c.execute("SELECT 1 FROM messages WHERE session_id = ? AND turn_id = ? "
                               "AND role = 'user'", (session_id, turn_id)).fetchone()
             if not asked or c.execute("SELECT 1 FROM messages WHERE session_id = ? AND "
@@ -518,7 +438,7 @@ not of picochat's making). Returns the answer written, if any."""
 
     def history(self, session_id: str) -> list[Message]:
         """The raw log, all of it, with undone rows marked (for `history` and `export`)."""
-        with self._read() as c:
+        with self.core.read() as c:
             rows = c.execute(
                 f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
                 "WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
@@ -528,7 +448,7 @@ not of picochat's making). Returns the answer written, if any."""
                      ) -> list[Message]:
         """The newest `limit` messages below `before_seq` (all: None), oldest first: a screen
         of a long log without reading the rest of it."""
-        with self._read() as c:
+        with self.core.read() as c:
             rows = c.execute(
                 f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
                 "WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
@@ -538,14 +458,14 @@ not of picochat's making). Returns the answer written, if any."""
 
     def message(self, session_id: str, seq: int) -> Message | None:
         """One row of the raw log (a tool result the app is about to show), or None."""
-        with self._read() as c:
+        with self.core.read() as c:
             row = c.execute(
                 f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
                 "WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
         return _message(row) if row else None
 
     def max_seq(self, session_id: str) -> int:
-        with self._read() as c:
+        with self.core.read() as c:
             return c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                              (session_id,)).fetchone()[0]
 
@@ -559,7 +479,7 @@ not of picochat's making). Returns the answer written, if any."""
             return []
         limit = max(1, limit)
         before = before_seq if before_seq is not None else _NO_UPPER_BOUND
-        with self._read() as c:
+        with self.core.read() as c:
             # a message holding every word comes first, however long it is (bm25 alone ranks
             # a short one holding the common words over a long one that also has the rare)
             picked = (_ranked(c, _all_of(words), session_id, before, limit, 0, _NO_UPPER_BOUND)
@@ -623,7 +543,7 @@ not of picochat's making). Returns the answer written, if any."""
         prompt's recall walks back from its end (no other file holds text). Ordered by row
         id, the order they were written in: seqs are per session, and two sessions' clocks
         may tie within a millisecond."""
-        with self._read() as c:
+        with self.core.read() as c:
             rows = c.execute("SELECT content FROM messages WHERE role = 'user' "
                              "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         return [r[0] for r in reversed(rows)]
@@ -632,7 +552,7 @@ not of picochat's making). Returns the answer written, if any."""
 
     def context_snapshot(self, session_id: str) -> ContextSnapshot:
         """Session, active checkpoint and the raw rows the projection starts from, in one read."""
-        with self._read() as c:
+        with self.core.read() as c:
             session = _session_row(c, session_id)
             checkpoint, problem = _active_checkpoint(c, session)
             start = session.context_floor_seq + 1
@@ -650,19 +570,19 @@ not of picochat's making). Returns the answer written, if any."""
     def active_checkpoint(self, session_id: str) -> Checkpoint | None:
         """The checkpoint the projection starts from (None when there is none or it is unusable),
         without reading the raw tail."""
-        with self._read() as c:
+        with self.core.read() as c:
             return _active_checkpoint(c, _session_row(c, session_id))[0]
 
     def clear_context(self, session_id: str) -> Session:
         """`/clear`: the context restarts after the newest message; raw rows stay, and the
         generation moves on, so a compaction built before the clear cannot commit."""
-        with self._write() as c:
+        with self.core.write() as c:
             _session_row(c, session_id)
             c.execute(
                 "UPDATE sessions SET context_floor_seq = (SELECT COALESCE(MAX(seq), 0) FROM "
                 "messages WHERE session_id = :id), active_context_checkpoint_id = NULL, "
                 "context_generation = context_generation + 1 WHERE id = :id", {"id": session_id})
-            _touch(c, session_id, self._clock())
+            _touch(c, session_id, self.core.clock())
         return self.session(session_id)
 
     def undo_last_turn(self, session_id: str) -> UndoResult:
@@ -671,7 +591,7 @@ not of picochat's making). Returns the answer written, if any."""
         The active checkpoint survives only if every removed row lies in its raw tail, since
         only then does the summary still mean the same thing.
         """
-        with self._write() as c:
+        with self.core.write() as c:
             session = _session_row(c, session_id)
             rows = c.execute(
                 f"SELECT seq, role, turn_id FROM messages m WHERE session_id = ? AND seq > ? "
@@ -685,7 +605,7 @@ not of picochat's making). Returns the answer written, if any."""
             if session.active_context_checkpoint_id:
                 cp = _checkpoint_by_id(c, session.active_context_checkpoint_id)
                 keep = cp is not None and low >= cp.first_retained_seq
-            now = self._clock()
+            now = self.core.clock()
             c.executemany(  # one range per run of the turn's rows: another turn's rows between
                 "INSERT INTO retractions (session_id, from_seq, to_seq, context_generation, "
                 "created_at) VALUES (?, ?, ?, ?, ?)",  # them (two writers) stay in the context
@@ -709,8 +629,8 @@ not of picochat's making). Returns the answer written, if any."""
         if new.trigger_reason not in TRIGGER_REASONS:
             raise ValueError(f"trigger_reason must be one of {TRIGGER_REASONS}")
         cp_id = "cp_" + uuid.uuid4().hex[:16]
-        now = self._clock()
-        with self._write() as c:
+        now = self.core.clock()
+        with self.core.write() as c:
             before = _session_row(c, session_id)
             updated = c.execute(
                 "UPDATE sessions SET active_context_checkpoint_id = ?, "
@@ -753,7 +673,7 @@ not of picochat's making). Returns the answer written, if any."""
     def uncompact(self, session_id: str) -> UncompactResult:
         """`/uncompact`: make the active checkpoint's parent active again (or none), bumping
         the generation in the same transaction. Rows are never deleted, so this always works."""
-        with self._write() as c:
+        with self.core.write() as c:
             session = _session_row(c, session_id)
             active_id = session.active_context_checkpoint_id
             if not active_id:
@@ -767,16 +687,16 @@ not of picochat's making). Returns the answer written, if any."""
             c.execute("UPDATE sessions SET active_context_checkpoint_id = ?, "
                       "context_generation = context_generation + 1 WHERE id = ?",
                       (parent, session_id))
-            _touch(c, session_id, self._clock())
+            _touch(c, session_id, self.core.clock())
             return UncompactResult(active_id, parent, session.context_generation + 1)
 
     def checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
-        with self._read() as c:
+        with self.core.read() as c:
             return _checkpoint_by_id(c, checkpoint_id)
 
     def checkpoints(self, session_id: str) -> list[Checkpoint]:
         """Every checkpoint of the session, newest first."""
-        with self._read() as c:
+        with self.core.read() as c:
             rows = c.execute(f"SELECT {_CHECKPOINT_COLS} FROM context_checkpoints "
                              "WHERE session_id = ? ORDER BY generation DESC",
                              (session_id,)).fetchall()
@@ -785,14 +705,14 @@ not of picochat's making). Returns the answer written, if any."""
     # --- automatic compaction's back-off ----------------------------------------------------------
 
     def compaction_wait(self, session_id: str) -> CompactionWait | None:
-        with self._read() as c:
+        with self.core.read() as c:
             row = c.execute("SELECT context_generation, tokens_before, kind FROM "
                             "compaction_waits WHERE session_id = ?", (session_id,)).fetchone()
         return CompactionWait(*row) if row else None
 
     def set_compaction_wait(self, session_id: str, wait: CompactionWait | None) -> None:
         """Start (or move) the session's wait; None ends it."""
-        with self._write() as c:
+        with self.core.write() as c:
             if wait is None:
                 c.execute("DELETE FROM compaction_waits WHERE session_id = ?", (session_id,))
                 return
@@ -806,7 +726,7 @@ not of picochat's making). Returns the answer written, if any."""
 
     def pins(self, session_id: str) -> tuple[Pin, ...]:
         """The session's pins in force, oldest first."""
-        with self._read() as c:
+        with self.core.read() as c:
             _session_row(c, session_id)
             return _pins(c, session_id)
 
@@ -814,13 +734,13 @@ not of picochat's making). Returns the answer written, if any."""
                 check: Callable[[tuple[Pin, ...]], None] | None = None) -> Pin:
         """Pin `text` with the next unused number. `check` sees the pins in force inside the
         same write (two processes pinning at once cannot both pass a cap) and may raise."""
-        with self._write() as c:
+        with self.core.write() as c:
             _session_row(c, session_id)
             if check is not None:
                 check(_pins(c, session_id))
             number = c.execute("SELECT COALESCE(MAX(number), 0) + 1 FROM pins WHERE "
                                "session_id = ?", (session_id,)).fetchone()[0]
-            now = self._clock()
+            now = self.core.clock()
             c.execute("INSERT INTO pins (session_id, number, text, tokens, source_seq, "
                       "created_at) VALUES (?, ?, ?, ?, ?, ?)",
                       (session_id, number, text, tokens, source_seq, now))
@@ -828,18 +748,18 @@ not of picochat's making). Returns the answer written, if any."""
 
     def remove_pin(self, session_id: str, number: int) -> Pin | None:
         """Unpin #number; None when no pin in force has that number."""
-        with self._write() as c:
+        with self.core.write() as c:
             _session_row(c, session_id)
             pin = next((p for p in _pins(c, session_id) if p.number == number), None)
             if pin is not None:
                 c.execute("UPDATE pins SET unpinned_at = ? WHERE session_id = ? AND number = ?",
-                          (self._clock(), session_id, number))
+                          (self.core.clock(), session_id, number))
         return pin
 
     # --- what servers taught us ----------------------------------------------------------------
 
     def model_traits(self, model: str) -> ModelTraits:
-        with self._read() as c:
+        with self.core.read() as c:
             row = c.execute("SELECT learned_window, configured_window, tools_refused FROM "
                             "model_traits WHERE model = ?", (model,)).fetchone()
         if row is None:
@@ -849,31 +769,31 @@ not of picochat's making). Returns the answer written, if any."""
 
     def learn_window(self, model: str, window: int | None, configured: int | None) -> None:
         """Remember the window a server stated (None forgets it)."""
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("INSERT INTO model_traits (model, learned_window, configured_window, "
                       "updated_at) VALUES (?, ?, ?, ?) ON CONFLICT(model) DO UPDATE SET "
                       "learned_window = excluded.learned_window, configured_window = "
                       "excluded.configured_window, updated_at = excluded.updated_at",
-                      (model, window, configured, self._clock()))
+                      (model, window, configured, self.core.clock()))
 
     def refuse_tools(self, model: str, refused: bool = True) -> None:
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("INSERT INTO model_traits (model, tools_refused, updated_at) VALUES "
                       "(?, ?, ?) ON CONFLICT(model) DO UPDATE SET tools_refused = "
                       "excluded.tools_refused, updated_at = excluded.updated_at",
-                      (model, int(refused), self._clock()))
+                      (model, int(refused), self.core.clock()))
 
     # --- timeline ------------------------------------------------------------------------------
 
     def add_timeline(self, key: str, session_id: str, content: str,
                      category: str = "Timeline") -> None:
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("INSERT OR IGNORE INTO timeline (key, category, session_id, content, "
                       "created_at) VALUES (?, ?, ?, ?, ?)",
-                      (key, category, session_id, content, self._clock()))
+                      (key, category, session_id, content, self.core.clock()))
 
     def timeline(self, session_id: str) -> list[tuple[str, str]]:
-        with self._read() as c:
+        with self.core.read() as c:
             return c.execute("SELECT key, content FROM timeline WHERE session_id = ? "
                              "ORDER BY created_at, id", (session_id,)).fetchall()
 
@@ -924,15 +844,6 @@ def process_alive(pid: int, start: int | None) -> bool:
     return True
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    """The file a path names now (device, inode); None when there is none."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_dev, info.st_ino
-
-
 def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str) -> bool:
     """Whether a turn's recovered answer would land out of place: its question was cleared
     (`/clear` after it), undone, or is gone, or a newer turn began after its rows. Appended at
@@ -944,38 +855,6 @@ def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str) -> bool:
     return c.execute("SELECT 1 FROM messages WHERE session_id = ? AND seq > ? AND "
                      "(turn_id IS NULL OR turn_id != ?) LIMIT 1",
                      (session.id, last, turn_id)).fetchone() is not None
-
-
-class _Guard:
-    """Lock + transaction + translation of sqlite errors into one readable `StorageError`."""
-
-    def __init__(self, store: Store, mode: str, conn: sqlite3.Connection,
-                 lock: threading.RLock) -> None:
-        self.store, self.mode, self.conn, self.lock = store, mode, conn, lock
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.lock.acquire()
-        try:
-            self._tx = transaction(self.conn, self.mode, self.store._lock_deadline()
-                                   if self.mode == "IMMEDIATE" else None)
-            return self._tx.__enter__()
-        except sqlite3.Error as exc:
-            self.lock.release()
-            raise describe_error(self.store.path, exc) from None
-        except BaseException:
-            self.lock.release()
-            raise
-
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> Literal[False]:
-        try:
-            self._tx.__exit__(kind, exc, tb)
-        except sqlite3.Error as err:
-            raise describe_error(self.store.path, err) from None
-        finally:
-            self.lock.release()
-        if isinstance(exc, sqlite3.Error):
-            raise describe_error(self.store.path, exc) from None
-        return False
 
 
 # --- row helpers ---------------------------------------------------------------------------------

@@ -382,7 +382,7 @@ class PicochatApp(App[None]):
         the panel and the bar follow, once nothing runs here. The database file deleted or
         replaced: said once, and nothing more is sent (it would be saved where no one looks)."""
         try:
-            replaced, wrote = await self.store.io(self.store.outside_changes)
+            replaced, wrote = await self.store.io(self.store.core.outside_changes)
             if replaced and not self.database_gone:
                 self.database_gone = True
                 log.warning("database_replaced session=%s", self.session.id)

@@ -62,9 +62,9 @@ _append = Store.append_messages
 def append_messages(self, session_id, drafts, **kwargs):
     drafts = list(drafts)
     if any(d.role == os.environ["PICOCHAT_TEST_FULL_AT"] for d in drafts):
-        with self._lock:
-            pages = self._conn.execute("PRAGMA page_count").fetchone()[0]
-            self._conn.execute(f"PRAGMA max_page_count = {pages}")
+        with self.core._lock:
+            pages = self.core._conn.execute("PRAGMA page_count").fetchone()[0]
+            self.core._conn.execute(f"PRAGMA max_page_count = {pages}")
     return _append(self, session_id, drafts, **kwargs)
 Store.append_messages = append_messages
 from picochat.cli.main import main
