@@ -99,7 +99,7 @@ MIN_LEARNED_WINDOW = 512
 def remembered(store: Store, model: ResolvedModel) -> ResolvedModel:
     """`model` with what its server taught earlier runs (a smaller window, no tools)."""
     try:
-        traits = store.model_traits(model.key)
+        traits = store.traits.get(model.key)
     except PicochatError as exc:  # an unreadable table only means learning it again
         log.warning("model_traits_unread kind=%s", exc.kind)
         traits = ModelTraits(model.key)
@@ -619,7 +619,7 @@ class SessionWorker:
         log.info("window_learned session=%s window=%d configured=%d", self.session_id,
                  exc.window, model.model_window)
         try:
-            await self.store.io(self.store.learn_window, model.key, exc.window,
+            await self.store.io(self.store.traits.learn_window, model.key, exc.window,
                                 model.model_window)
         except PicochatError as e:  # remembered for this process at least
             log.warning("window_not_saved session=%s kind=%s", self.session_id, e.kind)
@@ -648,7 +648,7 @@ class SessionWorker:
         log.info("window_forgotten session=%s prompt_tokens=%d learned=%d", self.session_id,
                  usage.prompt_tokens, learned)
         try:
-            await self.store.io(self.store.learn_window, self.model.key, None, None)
+            await self.store.io(self.store.traits.learn_window, self.model.key, None, None)
         except PicochatError as e:
             log.warning("window_not_saved session=%s kind=%s", self.session_id, e.kind)
 
@@ -663,7 +663,7 @@ class SessionWorker:
             "it none from now on (history_search and the other tools are off for it; to "
             "turn them off for every model, set [tools] enabled = [])")))
         try:
-            await self.store.io(self.store.refuse_tools, self.model.key)
+            await self.store.io(self.store.traits.refuse_tools, self.model.key)
         except PicochatError as e:
             log.warning("tools_refusal_not_saved session=%s kind=%s", self.session_id, e.kind)
 

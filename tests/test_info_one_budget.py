@@ -42,7 +42,7 @@ def _session(home, config_file):
         store.append_message(session.id, "assistant", f"answer {i} " + "words " * 80,
                              turn_id=f"t{i}")
     store.set_session_system_prompt(session.id, OWN_PROMPT)
-    store.learn_window("offline", LEARNED_WINDOW, 16000)
+    store.traits.learn_window("offline", LEARNED_WINDOW, 16000)
     return store, store.session(session.id)
 
 

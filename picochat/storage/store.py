@@ -30,7 +30,6 @@ from picochat.messages import (
     CompactionWait,
     LedgerRow,
     Message,
-    ModelTraits,
     NewCheckpoint,
     NewMessage,
     Pin,
@@ -43,6 +42,7 @@ from picochat.statements import statements_of, to_json
 from picochat.storage.names import check_session_name
 from picochat.storage.owner import my_token, owner_alive
 from picochat.storage.core import Clock, Core, T, open_core, wall_clock_ms
+from picochat.storage.traits import Traits
 
 TRIGGER_REASONS = tuple(TriggerReason)
 
@@ -162,6 +162,7 @@ class Store:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.path = core.path
+        self.traits = Traits(core)
 
     def close(self) -> None:
         self.core.close()
@@ -755,33 +756,6 @@ not of picochat's making). Returns the answer written, if any."""
                 c.execute("UPDATE pins SET unpinned_at = ? WHERE session_id = ? AND number = ?",
                           (self.core.clock(), session_id, number))
         return pin
-
-    # --- what servers taught us ----------------------------------------------------------------
-
-    def model_traits(self, model: str) -> ModelTraits:
-        with self.core.read() as c:
-            row = c.execute("SELECT learned_window, configured_window, tools_refused FROM "
-                            "model_traits WHERE model = ?", (model,)).fetchone()
-        if row is None:
-            return ModelTraits(model)
-        learned, configured, refused = row
-        return ModelTraits(model, learned, configured, bool(refused))
-
-    def learn_window(self, model: str, window: int | None, configured: int | None) -> None:
-        """Remember the window a server stated (None forgets it)."""
-        with self.core.write() as c:
-            c.execute("INSERT INTO model_traits (model, learned_window, configured_window, "
-                      "updated_at) VALUES (?, ?, ?, ?) ON CONFLICT(model) DO UPDATE SET "
-                      "learned_window = excluded.learned_window, configured_window = "
-                      "excluded.configured_window, updated_at = excluded.updated_at",
-                      (model, window, configured, self.core.clock()))
-
-    def refuse_tools(self, model: str, refused: bool = True) -> None:
-        with self.core.write() as c:
-            c.execute("INSERT INTO model_traits (model, tools_refused, updated_at) VALUES "
-                      "(?, ?, ?) ON CONFLICT(model) DO UPDATE SET tools_refused = "
-                      "excluded.tools_refused, updated_at = excluded.updated_at",
-                      (model, int(refused), self.core.clock()))
 
     # --- timeline ------------------------------------------------------------------------------
 
