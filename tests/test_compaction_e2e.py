@@ -524,7 +524,7 @@ def test_a_failed_manual_summary_keeps_the_old_checkpoint(run_cli, fake, cli_sto
     assert after.active_context_checkpoint_id == old.id
     assert after.context_generation == generation
     assert [(m.seq, m.content) for m in cli_store.history(s.id)] == history
-    assert cli_store.timeline(s.id) == [(f"context_checkpoint:{old.id}", old.summary)]
+    assert cli_store.search.timeline_entries(s.id) == [(f"context_checkpoint:{old.id}", old.summary)]
 
 
 # --- 6. a provider-reported usage figure drives the budget, only while it still applies --------

@@ -161,7 +161,7 @@ def test_manual_compaction_commits_a_checkpoint_and_leaves_raw_history_alone(sto
     now = restore(store, s.id)
     assert now == outcome.projection and now.summary == cp.summary
     assert now.raw[0].seq == cp.first_retained_seq
-    assert store.timeline(s.id) == [(f"context_checkpoint:{cp.id}", cp.summary)]
+    assert store.search.timeline_entries(s.id) == [(f"context_checkpoint:{cp.id}", cp.summary)]
 
 
 def test_summary_request_has_no_tools_low_temperature_and_a_capped_output(store):
@@ -193,7 +193,7 @@ def test_a_failed_summary_commits_nothing_and_keeps_the_old_checkpoint(store):
     after = store.session(s.id)
     assert after.active_context_checkpoint_id == good.id
     assert after.context_generation == session.context_generation
-    assert len(store.checkpoints(s.id)) == 1 and len(store.timeline(s.id)) == 1
+    assert len(store.checkpoints(s.id)) == 1 and len(store.search.timeline_entries(s.id)) == 1
 
 
 @pytest.mark.parametrize("summary, words", [
@@ -326,7 +326,7 @@ def test_a_clear_or_undo_during_the_summary_makes_the_candidate_stale(store, cha
 
     outcome = asyncio.run(run())
     assert outcome.status == "failed" and outcome.error.kind == "stale_generation"
-    assert store.checkpoints(s.id) == [] and store.timeline(s.id) == []
+    assert store.checkpoints(s.id) == [] and store.search.timeline_entries(s.id) == []
     assert store.session(s.id).active_context_checkpoint_id is None
 
 
@@ -344,7 +344,7 @@ def test_a_failed_commit_leaves_the_old_projection(store, monkeypatch):
     outcome = compact(store, Recorder(), s.id)
     assert outcome.status == "failed" and "disk is full" in outcome.error.message
     assert restore(store, s.id) == before == outcome.projection
-    assert store.timeline(s.id) == []
+    assert store.search.timeline_entries(s.id) == []
 
 
 def test_a_window_too_small_for_any_summary_request_is_a_summary_failure(store):
@@ -373,7 +373,7 @@ def test_overflow_without_a_summary_trims_whole_turns_and_marks_the_checkpoint(s
     assert cp.first_retained_seq in first_of_turn  # a whole-turn boundary
     assert cp.tokens_after <= budget_limits(4_096, None, 1_024, 800).threshold
     assert store.history(s.id) == before
-    assert store.timeline(s.id) == []  # no semantic content, no Timeline row
+    assert store.search.timeline_entries(s.id) == []  # no semantic content, no Timeline row
 
 
 def test_manual_compaction_never_degrades(store):

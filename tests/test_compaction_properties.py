@@ -450,14 +450,14 @@ class CompactionMachine(RuleBasedStateMachine):
             assert cp.trigger_reason == "overflow" and cp.summary.startswith(BREADCRUMB)
             assert cp.tokens_after <= limits.window
             assert cp.tokens_after < cp.tokens_before  # a trim that grows is no trim
-            keys = [k for k, _ in self.store.timeline(self.sid)]
+            keys = [k for k, _ in self.store.search.timeline_entries(self.sid)]
             assert f"context_checkpoint:{cp.id}" not in keys  # no semantic content: no Timeline
         else:
             assert cp.trigger_reason == reason
             # overflow recovery takes a real summary that fits the window over a trim
             limit = limits.window if degraded_fallback else limits.threshold
             assert cp.tokens_after < cp.tokens_before and cp.tokens_after <= limit
-            timeline = [key for key, _ in self.store.timeline(self.sid)]
+            timeline = [key for key, _ in self.store.search.timeline_entries(self.sid)]
             # a fold's words are in the raw log already: only a summary is a timeline entry
             assert (f"context_checkpoint:{cp.id}" in timeline) == (not cp.pointers)
             # the span is the raw rows before the cut plus the rows the tool-chain rule left

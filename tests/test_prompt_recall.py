@@ -56,8 +56,8 @@ def test_the_store_gives_earlier_prompts_oldest_first_and_the_newest_within_its_
     for i in range(5):
         store.append_message((one, two)[i % 2].id, "user", f"p{i}", turn_id=f"t{i}")
         store.append_message((one, two)[i % 2].id, "assistant", f"a{i}", turn_id=f"t{i}")
-    assert store.user_prompts() == ["p0", "p1", "p2", "p3", "p4"]
-    assert store.user_prompts(limit=2) == ["p3", "p4"]
+    assert store.search.user_prompts() == ["p0", "p1", "p2", "p3", "p4"]
+    assert store.search.user_prompts(limit=2) == ["p3", "p4"]
 
 
 async def test_a_prompt_sent_twice_in_a_row_is_recalled_once_after_a_restart(store):

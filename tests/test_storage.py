@@ -533,7 +533,7 @@ def test_a_batch_of_messages_is_appended_whole_or_not_at_all(store):
         pass
     else:
         raise AssertionError("a bad role must refuse the batch")
-    assert store.max_seq(s.id) == 3 and store.search_messages(s.id, "fourth") == []
+    assert store.max_seq(s.id) == 3 and store.search.messages(s.id, "fourth") == []
 
 
 def test_a_history_page_is_the_newest_rows_below_a_seq_oldest_first(store):

@@ -847,7 +847,7 @@ def test_an_empty_summary_changes_nothing_through_compact_context(store):
         assert len(provider.summary_requests) == 1 and outcome.summary_called
         assert outcome.status == "failed" and not outcome.compacted
         assert isinstance(outcome.error, SummaryJunk) and outcome.error.check == "empty"
-        assert store.checkpoints(s.id) == [] and store.timeline(s.id) == []
+        assert store.checkpoints(s.id) == [] and store.search.timeline_entries(s.id) == []
         after = restore(store, s.id)
         assert after.summary is None and after.ledger == before.ledger
         assert [m.seq for m in after.raw] == [m.seq for m in before.raw]

@@ -353,8 +353,8 @@ def test_a_fold_is_no_timeline_entry_and_recall_returns_a_bounded_summary(store,
         read_turn(store, sid, i, f"Please read mod{i}.py; the release is orion-{i}.")
     outcome, _ = compact(store, sid)
     assert outcome.checkpoint.pointers
-    assert store.timeline(sid) == []  # its words are in the raw log, where history_search is
-    store.add_timeline("context_checkpoint:cp_big", sid, "orion " + "word " * 20_000)
+    assert store.search.timeline_entries(sid) == []  # its words are in the raw log, where history_search is
+    store.search.add_timeline("context_checkpoint:cp_big", sid, "orion " + "word " * 20_000)
     recalled = run_tool("timeline_recall", json.dumps({"query": "orion"}),
                         ToolContext(store, sid, tmp_path))
     assert len(recalled.content) < RECALL_CHARS + 200 and "characters left out" in \

@@ -112,6 +112,6 @@ def test_a_crashing_tool_is_an_error_result(ctx, monkeypatch):
     def boom(*a):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(ctx.store, "search_messages", boom)
+    monkeypatch.setattr(ctx.store.search, "messages", boom)
     result = call(ctx, "history_search", query="x")
     assert result.status == "error" and "RuntimeError" in result.content

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
-import re
 import sqlite3
 import uuid
 from dataclasses import dataclass
@@ -42,6 +40,8 @@ from picochat.statements import statements_of, to_json
 from picochat.storage.names import check_session_name
 from picochat.storage.owner import my_token, owner_alive
 from picochat.storage.core import Clock, Core, T, open_core, wall_clock_ms
+from picochat.storage.search import Search
+from picochat.storage.sql import NO_UPPER_BOUND, NOT_RETRACTED
 from picochat.storage.traits import Traits
 
 TRIGGER_REASONS = tuple(TriggerReason)
@@ -57,41 +57,6 @@ class ContextSnapshot:
     messages: tuple[Message, ...]
     max_seq: int
     pins: tuple[Pin, ...] = ()
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    seq: int
-    role: str
-    snippet: str       # the matching passage, matches between « and »
-    turn_id: str | None
-    retracted: bool
-
-
-# bm25 costs a few microseconds a match, so a word found in most of a long log would make
-# every search scan all of it: words in more than RARE_MATCHES messages are left out of the
-# ranked query, and when every word is that common, only the newest COMMON_CANDIDATES matches
-# are ranked.
-RARE_MATCHES = 2_000
-COMMON_CANDIDATES = 2_000
-
-
-def fts_words(text: str) -> list[str]:
-    return re.findall(r"\w+", text)[:16]
-
-
-def fts_query(text: str) -> str | None:
-    """A safe FTS5 query for free text: each word quoted (no operators, no syntax errors),
-    any word may match, better matches rank first."""
-    return _any_of(fts_words(text))
-
-
-def _any_of(words: Sequence[str]) -> str | None:
-    return " OR ".join(f'"{w}"' for w in words) if words else None
-
-
-def _all_of(words: Sequence[str]) -> str | None:
-    return " AND ".join(f'"{w}"' for w in words) if words else None
 
 
 @dataclass(frozen=True)
@@ -132,20 +97,12 @@ _SESSION_FIELDS = _fields(_SESSION_COLS)
 _MESSAGE_FIELDS = _fields(_MESSAGE_COLS)
 _CHECKPOINT_FIELDS = _fields(_CHECKPOINT_COLS)
 
-# "No upper bound" for a seq or rowid in a `seq < ?` or `BETWEEN ? AND ?` filter: above any
-# seq or rowid a session will reach, yet inside SQLite's signed 64-bit INTEGER (binding 2**63
-# or more raises OverflowError), so one query serves a bounded and an unbounded read.
-_NO_UPPER_BOUND = 2**62
 # "Most recently active" is a counter, not the clock (schema 15): each write that makes a
 # session the latest gives it this, one above every session's, and stamps `updated_at` with
 # the clock as it is (a session stamped in the future comes back to now). A clock stepped
 # back can then never keep a session "latest" that another was written after.
 _NEXT_ACTIVITY = "(SELECT COALESCE(MAX(activity_seq), 0) + 1 FROM sessions)"
 _BY_ACTIVITY = "ORDER BY activity_seq DESC, rowid DESC"
-_NOT_RETRACTED = (
-    "NOT EXISTS (SELECT 1 FROM retractions r WHERE r.session_id = m.session_id "
-    "AND m.seq BETWEEN r.from_seq AND r.to_seq)"
-)
 
 
 def open_store(path: Path, clock: Clock = wall_clock_ms) -> "Store":
@@ -162,6 +119,7 @@ class Store:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.path = core.path
+        self.search = Search(core)
         self.traits = Traits(core)
 
     def close(self) -> None:
@@ -441,7 +399,7 @@ not of picochat's making). Returns the answer written, if any."""
         """The raw log, all of it, with undone rows marked (for `history` and `export`)."""
         with self.core.read() as c:
             rows = c.execute(
-                f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
+                f"SELECT {_MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
                 "WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
         return [_message(r) for r in rows]
 
@@ -451,9 +409,9 @@ not of picochat's making). Returns the answer written, if any."""
         of a long log without reading the rest of it."""
         with self.core.read() as c:
             rows = c.execute(
-                f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
+                f"SELECT {_MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
                 "WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
-                (session_id, before_seq if before_seq is not None else _NO_UPPER_BOUND,
+                (session_id, before_seq if before_seq is not None else NO_UPPER_BOUND,
                  max(0, limit))).fetchall()
         return [_message(r) for r in reversed(rows)]
 
@@ -461,7 +419,7 @@ not of picochat's making). Returns the answer written, if any."""
         """One row of the raw log (a tool result the app is about to show), or None."""
         with self.core.read() as c:
             row = c.execute(
-                f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
+                f"SELECT {_MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
                 "WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
         return _message(row) if row else None
 
@@ -469,85 +427,6 @@ not of picochat's making). Returns the answer written, if any."""
         with self.core.read() as c:
             return c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                              (session_id,)).fetchone()[0]
-
-    def search_messages(self, session_id: str, query: str, limit: int = 10,
-                        before_seq: int | None = None) -> list[SearchHit]:
-        """Full-text search over the session's whole raw log, including rows a checkpoint
-        summarized, cleared or undone (they are marked): best matches first. `before_seq`
-        leaves out the turn doing the searching."""
-        words = fts_words(query)
-        if not words:
-            return []
-        limit = max(1, limit)
-        before = before_seq if before_seq is not None else _NO_UPPER_BOUND
-        with self.core.read() as c:
-            # a message holding every word comes first, however long it is (bm25 alone ranks
-            # a short one holding the common words over a long one that also has the rare)
-            picked = (_ranked(c, _all_of(words), session_id, before, limit, 0, _NO_UPPER_BOUND)
-                      if len(words) > 1 else [])
-            rare = [w for w in words if _matches_up_to(c, w, RARE_MATCHES + 1) <= RARE_MATCHES]
-            if rare and len(picked) < limit:
-                more = _ranked(c, _any_of(rare), session_id, before, limit + len(picked), 0,
-                               _NO_UPPER_BOUND)
-                picked += [i for i in more if i not in picked][: limit - len(picked)]
-            if len(picked) < limit:  # fill up from the newest matches of every word
-                everything = _any_of(words)
-                # the newest candidates end at the session's last row before `before`; the
-                # index alone finds where they begin (a join here makes SQLite scan it all)
-                last = c.execute("SELECT id FROM messages WHERE session_id = ? AND seq < ? "
-                                 "ORDER BY seq DESC LIMIT 1", (session_id, before)).fetchone()
-                top = last[0] if last else 0
-                floor = c.execute(
-                    "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? AND rowid <= ? "
-                    "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                    (everything, top, COMMON_CANDIDATES - 1)).fetchone()
-                more = _ranked(c, everything, session_id, before, limit + len(picked),
-                               floor[0] if floor else 0, top)
-                picked += [i for i in more if i not in picked][: limit - len(picked)]
-            if not picked:
-                return []
-            marks = ",".join("?" * len(picked))
-            rows = c.execute(  # snippets for the chosen rows only: they cost more than bm25
-                "SELECT m.id, m.seq, m.role, snippet(messages_fts, 0, '«', '»', '…', 16), "
-                f"m.turn_id, NOT {_NOT_RETRACTED} FROM messages_fts "
-                "JOIN messages m ON m.id = messages_fts.rowid "
-                f"WHERE messages_fts MATCH ? AND messages_fts.rowid IN ({marks})",
-                (_any_of(words), *picked)).fetchall()
-        by_id = {r[0]: SearchHit(r[1], r[2], r[3], r[4], bool(r[5])) for r in rows}
-        return [by_id[i] for i in picked if i in by_id]
-
-    def search_timeline(self, session_id: str, query: str, limit: int = 5
-                        ) -> list[tuple[str, str]]:
-        """Earlier checkpoint summaries (the timeline) that mention the query's words, the
-        best-matching first: (key, summary). A word found in every summary ("the", "is")
-        counts for little, a rare one ("deploy") for much: each word matched (whole, or as the
-        start of a longer one) scores by its rarity across the timeline."""
-        terms = {t.lower() for t in re.findall(r"\w+", query)[:16]}
-        if not terms:
-            return []
-        docs = [(key, content, set(re.findall(r"\w+", content.lower())))
-                for key, content in self.timeline(session_id)]
-        def has(words: set[str], term: str) -> bool:  # "deploy" finds "deployment"
-            return term in words or len(term) >= 3 and any(w.startswith(term) for w in words)
-
-        found = {t: sum(has(words, t) for _, _, words in docs) for t in terms}
-        scored = []
-        for order, (key, content, words) in enumerate(docs):
-            score = sum(math.log((len(docs) + 1) / found[t]) for t in terms if has(words, t))
-            if score:
-                scored.append((-score, order, key, content))
-        scored.sort()
-        return [(key, content) for _, _, key, content in scored[:limit]]
-
-    def user_prompts(self, limit: int = 500) -> list[str]:
-        """The newest `limit` user messages of every session, oldest first: the order the
-        prompt's recall walks back from its end (no other file holds text). Ordered by row
-        id, the order they were written in: seqs are per session, and two sessions' clocks
-        may tie within a millisecond."""
-        with self.core.read() as c:
-            rows = c.execute("SELECT content FROM messages WHERE role = 'user' "
-                             "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        return [r[0] for r in reversed(rows)]
 
     # --- the context ---------------------------------------------------------------------------
 
@@ -561,7 +440,7 @@ not of picochat's making). Returns the answer written, if any."""
                 start = max(start, checkpoint.first_retained_seq)
             rows = c.execute(
                 f"SELECT {_MESSAGE_COLS}, 0 FROM messages m WHERE session_id = ? AND seq >= ? "
-                f"AND {_NOT_RETRACTED} ORDER BY seq", (session_id, start)).fetchall()
+                f"AND {NOT_RETRACTED} ORDER BY seq", (session_id, start)).fetchall()
             max_seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                                 (session_id,)).fetchone()[0]
             pins = _pins(c, session_id)
@@ -596,7 +475,7 @@ not of picochat's making). Returns the answer written, if any."""
             session = _session_row(c, session_id)
             rows = c.execute(
                 f"SELECT seq, role, turn_id FROM messages m WHERE session_id = ? AND seq > ? "
-                f"AND {_NOT_RETRACTED} ORDER BY seq DESC", (session_id,
+                f"AND {NOT_RETRACTED} ORDER BY seq DESC", (session_id,
                                                             session.context_floor_seq)).fetchall()
             removed = last_turn_seqs(rows)
             if not removed:
@@ -654,7 +533,7 @@ not of picochat's making). Returns the answer written, if any."""
                                       "committed", "run the compaction again")
             boundary = c.execute(
                 f"SELECT 1 FROM messages m WHERE session_id = ? AND seq = ? AND seq > ? "
-                f"AND {_NOT_RETRACTED}",
+                f"AND {NOT_RETRACTED}",
                 (session_id, new.first_retained_seq, before.context_floor_seq)).fetchone()
             if not boundary:
                 raise StorageError(f"first_retained_seq {new.first_retained_seq} is not a message "
@@ -757,19 +636,6 @@ not of picochat's making). Returns the answer written, if any."""
                           (self.core.clock(), session_id, number))
         return pin
 
-    # --- timeline ------------------------------------------------------------------------------
-
-    def add_timeline(self, key: str, session_id: str, content: str,
-                     category: str = "Timeline") -> None:
-        with self.core.write() as c:
-            c.execute("INSERT OR IGNORE INTO timeline (key, category, session_id, content, "
-                      "created_at) VALUES (?, ?, ?, ?, ?)",
-                      (key, category, session_id, content, self.core.clock()))
-
-    def timeline(self, session_id: str) -> list[tuple[str, str]]:
-        with self.core.read() as c:
-            return c.execute("SELECT key, content FROM timeline WHERE session_id = ? "
-                             "ORDER BY created_at, id", (session_id,)).fetchall()
 
 
 def _touch(c: sqlite3.Connection, session_id: str, now: int) -> None:
@@ -823,7 +689,7 @@ def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str) -> bool:
     (`/clear` after it), undone, or is gone, or a newer turn began after its rows. Appended at
     the end of the log, it would read as the answer to that newer question."""
     last = c.execute(f"SELECT MAX(seq) FROM messages m WHERE session_id = ? AND turn_id = ? "
-                     f"AND {_NOT_RETRACTED}", (session.id, turn_id)).fetchone()[0]
+                     f"AND {NOT_RETRACTED}", (session.id, turn_id)).fetchone()[0]
     if last is None or last <= session.context_floor_seq:
         return True
     return c.execute("SELECT 1 FROM messages WHERE session_id = ? AND seq > ? AND "
@@ -968,21 +834,3 @@ def _runs(seqs: Sequence[int], chosen: set[int]) -> list[tuple[int, int]]:
     if start is not None:
         runs.append((start, prev))
     return runs
-
-
-def _matches_up_to(c: sqlite3.Connection, word: str, cap: int) -> int:
-    """Messages (of any session) holding `word`, counted no further than `cap`."""
-    return c.execute("SELECT COUNT(*) FROM (SELECT rowid FROM messages_fts WHERE "
-                     "messages_fts MATCH ? LIMIT ?)", (_any_of([word]), cap)).fetchone()[0]
-
-
-def _ranked(c: sqlite3.Connection, match: str | None, session_id: str, before: int,
-            limit: int, floor: int, top: int) -> list[int]:
-    """Row ids of the session's best matches (bm25, then newest) among rows floor..top."""
-    rows = c.execute(
-        "SELECT m.id FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
-        "WHERE messages_fts MATCH ? AND messages_fts.rowid BETWEEN ? AND ? "
-        "AND m.session_id = ? AND m.seq < ? ORDER BY bm25(messages_fts), m.seq DESC LIMIT ?",
-        (match, floor, top, session_id, before, limit)).fetchall()
-    return [r[0] for r in rows]
-

@@ -141,7 +141,7 @@ class PicochatApp(App[None]):
             yield ChatView(id="chat")
             yield CheckpointPanel(id="panel")
         yield SlashHints(id="hints")
-        yield Prompt(prompts=self.store.user_prompts(), id="prompt")
+        yield Prompt(prompts=self.store.search.user_prompts(), id="prompt")
         yield Footer()
 
     def on_resize(self, event: events.Resize) -> None:

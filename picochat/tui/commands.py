@@ -318,7 +318,7 @@ async def cmd_search(app: "PicochatApp", query: str) -> None:
     if not query:
         await chat.add_notice("/search needs some words: /search TEXT", "error")
         return
-    hits = app.store.search_messages(app.session.id, query, limit=20)
+    hits = app.store.search.messages(app.session.id, query, limit=20)
     if not hits:
         await chat.add_notice(f"No message matches {query!r}")
         return

@@ -61,7 +61,7 @@ class Prompt(TextArea):
                                          "shift+end": "end"}
 
     def __init__(self, prompts: list[str] | None = None, **kwargs) -> None:
-        """`prompts`: earlier prompts, oldest first (`Store.user_prompts`); up starts from
+        """`prompts`: earlier prompts, oldest first (`Search.user_prompts`); up starts from
         the last. A prompt sent twice in a row is recalled once, as `remember` keeps it."""
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus",
                          **kwargs)

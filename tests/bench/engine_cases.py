@@ -171,9 +171,9 @@ def history_search(ctx: Any) -> list[Figure]:
 
     figures = []
     for label, query in (("a rare term", "note 1234:"), ("a common word", "canary")):
-        samples = times_ms(lambda: store.search_messages(sid, query, limit=10), ctx.repeat)
+        samples = times_ms(lambda: store.search.messages(sid, query, limit=10), ctx.repeat)
         baseline = times_ms(lambda: like(query), max(3, ctx.repeat // 2))
-        hits = len(store.search_messages(sid, query, limit=10))
+        hits = len(store.search.messages(sid, query, limit=10))
         figures.append(Figure(f"history_search, {label}", f"{size:,} msgs, {hits} hits shown",
                               samples, "ms", "≤ 50 ms", median(samples) <= 50, "LIKE scan",
                               baseline))
