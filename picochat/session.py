@@ -243,9 +243,10 @@ class SessionWorker:
         folder = self.store.path.parent
         answers: list[Message] = []
         for answer in kept_answers(folder):
-            answers += self.store.recover_answer(answer.session_id, answer.turn_id, answer.text)
+            answers += self.store.drafts.recover_answer(answer.session_id, answer.turn_id,
+                                                        answer.text)
             forget(folder, [answer])
-        return answers + self.store.recover_drafts()
+        return answers + self.store.drafts.recover()
 
     def recovered_notes(self) -> list[str]:
         """What `start()` recovered, in a line each for the user: an answer a killed picochat

@@ -575,7 +575,7 @@ class TurnRun:
 
     async def _save_draft(self, text: str) -> None:
         try:
-            await self.store.io(self.store.save_draft, self.session_id, self.turn_id, text)
+            await self.store.io(self.store.drafts.save, self.session_id, self.turn_id, text)
         except PicochatError as exc:  # the answer itself is still saved when it ends
             log.warning("draft_not_saved session=%s turn=%s kind=%s", self.session_id,
                         self.turn_id, exc.kind)
@@ -592,7 +592,7 @@ class TurnRun:
                     self.store.append_message, self.session_id, "assistant", text,
                     turn_id=self.turn_id, status=INTERRUPTED))[0].seq
             elif self._draft_at:  # a draft of only whitespace: nothing to keep, nor to recover
-                await self._settle(self.store.drop_draft, self.turn_id)
+                await self._settle(self.store.drafts.drop, self.turn_id)
         except PicochatError as exc:
             log.warning("partial_not_saved session=%s turn=%s kind=%s", self.session_id,
                         self.turn_id, exc.kind)

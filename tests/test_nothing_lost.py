@@ -99,10 +99,10 @@ async def test_the_answer_being_streamed_is_saved_as_a_draft_and_gone_once_it_en
 async def test_a_dead_process_draft_becomes_an_interrupted_answer_at_the_next_start(store):
     session = store.create_session("d")
     user = store.append_message(session.id, "user", "what is the port?", turn_id="t_dead")
-    store.save_draft(session.id, "t_dead", "The port is 8443 and the host is")
+    store.drafts.save(session.id, "t_dead", "The port is 8443 and the host is")
     other = store.create_session("live")
     store.append_message(other.id, "user", "q", turn_id="t_live")
-    store.save_draft(other.id, "t_live", "still streaming elsewhere")
+    store.drafts.save(other.id, "t_live", "still streaming elsewhere")
     conn = sqlite3.connect(store.path)
     with conn:  # the first draft's writer died; the second's still runs (this very process)
         conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ? WHERE turn_id = 't_dead'",
@@ -126,9 +126,9 @@ def test_a_draft_recovered_by_two_processes_is_appended_once(tmp_path):
     try:
         session = a.create_session("d")
         a.append_message(session.id, "user", "q", turn_id="t_x")
-        a.save_draft(session.id, "t_x", "half an answer")
-        assert len(a.recover_drafts(alive=lambda pid, start: False)) == 1
-        assert b.recover_drafts(alive=lambda pid, start: False) == []
+        a.drafts.save(session.id, "t_x", "half an answer")
+        assert len(a.drafts.recover(alive=lambda pid, start: False)) == 1
+        assert b.drafts.recover(alive=lambda pid, start: False) == []
         assert [m.content for m in b.history(session.id)] == ["q", "half an answer"]
     finally:
         a.close()
@@ -332,14 +332,14 @@ async def test_two_stops_while_a_draft_waits_for_a_lock_still_end_the_turn(store
     """Esc then ctrl+q (or SIGTERM then SIGHUP) while the draft's save waits on another
     process's lock: the turn ends, its partial saved once, and the worker closes."""
     session = store.create_session("x")
-    save = store.save_draft
+    save = store.drafts.save
     saving, unlocked = threading.Event(), threading.Event()
 
     def slow_save(*args):
         saving.set()
         unlocked.wait(WAIT_S)  # as if another picochat held the write lock until both stops
         save(*args)
-    monkeypatch.setattr(store, "save_draft", slow_save)
+    monkeypatch.setattr(store.drafts, "save", slow_save)
 
     class Stoppable(Slow):
         stopped = False
@@ -385,7 +385,7 @@ async def test_two_stops_while_a_draft_waits_for_a_lock_still_end_the_turn(store
 
 
 def test_a_reused_pid_or_a_zombie_does_not_keep_a_draft_from_recovery(tmp_path):
-    from picochat.storage.store import process_alive, process_start
+    from picochat.storage.drafts import process_alive, process_start
 
     me = os.getpid()
     assert process_alive(me, process_start(me))
@@ -403,7 +403,7 @@ def test_a_reused_pid_or_a_zombie_does_not_keep_a_draft_from_recovery(tmp_path):
 async def test_the_app_opens_with_a_killed_answer_recovered_and_says_so(store):
     session = store.create_session("t")
     store.append_message(session.id, "user", "what is the port?", turn_id="t_dead")
-    store.save_draft(session.id, "t_dead", "The port is 8443")
+    store.drafts.save(session.id, "t_dead", "The port is 8443")
     conn = sqlite3.connect(store.path)
     with conn:
         conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ?",
@@ -523,7 +523,7 @@ async def recover(store, sid):
 
 
 def dead_draft(store, sid, turn_id, text):
-    store.save_draft(sid, turn_id, text)
+    store.drafts.save(sid, turn_id, text)
     conn = sqlite3.connect(store.path)
     with conn:
         conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ? WHERE turn_id = ?",
@@ -580,7 +580,7 @@ def test_a_live_writer_in_another_pid_namespace_keeps_its_draft(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys\nfrom pathlib import Path\nfrom picochat.storage import open_store\n"
         f"s = open_store(Path({str(db)!r}))\n"
-        f"s.save_draft({sid!r}, 't_c', 'half an answer')\n"
+        f"s.drafts.save({sid!r}, 't_c', 'half an answer')\n"
         "print('saved', flush=True)\nsys.stdin.read()\n")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -590,11 +590,11 @@ def test_a_live_writer_in_another_pid_namespace_keeps_its_draft(tmp_path):
             conn.execute("UPDATE drafts SET owner_pid = ?", (dead_pid(),))
         conn.close()
         store = open_store(db)
-        assert store.recover_drafts() == []  # alive: left alone
+        assert store.drafts.recover() == []  # alive: left alone
         assert len(draft_rows(db)) == 1
         holder.stdin.close()
         holder.wait(timeout=WAIT_S)
-        assert [m.content for m in store.recover_drafts()] == ["half an answer"]
+        assert [m.content for m in store.drafts.recover()] == ["half an answer"]
         store.close()
     finally:
         if holder.poll() is None:
@@ -740,21 +740,21 @@ def test_a_kept_answer_gives_way_to_one_already_saved_and_keeps_to_its_turns_pla
         s = store.create_session("s")
         store.append_message(s.id, "user", "q1", turn_id="t1")
         store.append_message(s.id, "assistant", "a1 saved", turn_id="t1", status=INTERRUPTED)
-        assert store.recover_answer(s.id, "t1", "a1 saved and more") == []
+        assert store.drafts.recover_answer(s.id, "t1", "a1 saved and more") == []
         store.append_message(s.id, "user", "q2", turn_id="t2")
         store.append_message(s.id, "assistant", "", turn_id="t2", tool_calls=[{
             "id": "c1", "type": "function", "function": {"name": "now", "arguments": "{}"}}])
         store.append_message(s.id, "tool", "12:00", turn_id="t2", tool_call_id="c1",
                              name="now", tool_status="ok")
-        [answer] = store.recover_answer(s.id, "t2", "it is noon")
+        [answer] = store.drafts.recover_answer(s.id, "t2", "it is noon")
         assert (answer.content, answer.status, answer.retracted) == (
             "it is noon", INTERRUPTED, False)
         store.append_message(s.id, "user", "q3", turn_id="t3")
         store.append_message(s.id, "user", "q4", turn_id="t4")
-        [late] = store.recover_answer(s.id, "t3", "answer to q3")
+        [late] = store.drafts.recover_answer(s.id, "t3", "answer to q3")
         assert late.retracted  # in the log, never read as the answer to q4
-        assert store.recover_answer("s_gone", "t9", "x") == []
-        assert store.recover_answer(s.id, "t_made_up", "an answer to nothing") == []
+        assert store.drafts.recover_answer("s_gone", "t9", "x") == []
+        assert store.drafts.recover_answer(s.id, "t_made_up", "an answer to nothing") == []
         assert draft_rows(store.path) == []
     finally:
         store.close()

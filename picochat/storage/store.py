@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sqlite3
 import uuid
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from picochat import crashpoints, tokens
 from picochat.errors import SessionNotFound, StaleGeneration, StorageError
 from picochat.messages import (
     COMPLETE,
-    INTERRUPTED,
     ROLES,
     Checkpoint,
     CompactionWait,
@@ -38,7 +36,7 @@ from picochat.messages import (
 )
 from picochat.statements import statements_of, to_json
 from picochat.storage.names import check_session_name
-from picochat.storage.owner import my_token, owner_alive
+from picochat.storage.drafts import Drafts, forget_drafts, has_draft
 from picochat.storage.core import Clock, Core, T, open_core, wall_clock_ms
 from picochat.storage.search import Search
 from picochat.storage.sql import NO_UPPER_BOUND, NOT_RETRACTED
@@ -119,6 +117,7 @@ class Store:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.path = core.path
+        self.drafts = Drafts(core, self)
         self.search = Search(core)
         self.traits = Traits(core)
 
@@ -301,15 +300,13 @@ class Store:
         out: list[Message] = []
         with self.core.write() as c:
             session = _session_row(c, session_id)
-            if if_draft is not None and not c.execute(
-                    "SELECT 1 FROM drafts WHERE turn_id = ?", (if_draft,)).fetchone():
+            if if_draft is not None and not has_draft(c, if_draft):
                 return []
             late = if_draft is not None and _overtaken(c, session, if_draft)
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                             (session_id,)).fetchone()[0]
             turns = {d.turn_id for d, *_ in prepared if d.turn_id}
-            if turns:
-                c.executemany("DELETE FROM drafts WHERE turn_id = ?", [(t,) for t in turns])
+            forget_drafts(c, turns)
             for d, calls, calls_json, count, found in prepared:
                 seq += 1
                 rowid = c.execute(
@@ -330,70 +327,6 @@ class Store:
                           (session_id, out[0].seq, seq, session.context_generation, now))
             _touch(c, session_id, now)
         return out
-
-    # --- drafts: the answer being streamed ------------------------------------------------------
-
-    def save_draft(self, session_id: str, turn_id: str, content: str) -> None:
-        """The text of a turn's answer so far, replacing the previous draft of that turn.
-        Outside the append-only log: the answer itself is appended once, when it ends."""
-        with self.core.write() as c:
-            self._put_draft(c, session_id, turn_id, content)
-
-    def _put_draft(self, c: sqlite3.Connection, session_id: str, turn_id: str,
-                   content: str) -> None:
-        c.execute("INSERT INTO drafts (turn_id, session_id, content, owner_pid, owner_start, "
-                  "owner_lock, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(turn_id) "
-                  "DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at",
-                  (turn_id, session_id, valid_text(content), os.getpid(),
-                   process_start(os.getpid()), my_token(self.path), self.core.clock()))
-
-    def drop_draft(self, turn_id: str) -> None:
-        with self.core.write() as c:
-            c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
-
-    def recover_drafts(self, alive: Callable[[int, int | None], bool] | None = None
-                       ) -> list[Message]:
-        """Turn each draft whose process is gone (killed mid-answer) into an interrupted
-        answer of its turn; a whitespace-only draft is just dropped. Returns the answers.
-        A draft whose process still runs is left alone however old: it may be thinking. The
-        owner is told alive by the lock it holds (`storage/owner.py`), else by its pid;
-        `alive(pid, start)`, given, decides alone (tests)."""
-        with self.core.read() as c:
-            rows = c.execute("SELECT turn_id, session_id, content, owner_pid, owner_start, "
-                             "owner_lock FROM drafts").fetchall()
-        recovered: list[Message] = []
-        for turn_id, session_id, content, pid, start, lock in rows:
-            told = None if alive is not None or not lock else owner_alive(self.path, lock)
-            if (alive or process_alive)(pid, start) if told is None else told:
-                continue
-            if not content.strip():
-                with self.core.write() as c:
-                    c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
-                continue
-            recovered += self.append_messages(session_id, [NewMessage(
-                "assistant", content, turn_id=turn_id, status=INTERRUPTED)], if_draft=turn_id)
-        return recovered
-
-    def recover_answer(self, session_id: str, turn_id: str, text: str) -> list[Message]:
-        """An answer a quitting picochat streamed but could not write (the database was locked;
-        it was kept in the unsent file): saved as its turn's interrupted answer, in its place as
-        `recover_drafts` places a draft. Its draft, if one was saved, has older text and gives
-        way. Nothing is written when the turn already has an answer (another process recovered
-        the draft first), or no question of that turn is in that session (a session gone, a file
-not of picochat's making). Returns the answer written, if any."""
-        with self.core.write() as c:
-            asked = c.execute("SELECT 1 FROM messages WHERE session_id = ? AND turn_id = ? "
-                              "AND role = 'user'", (session_id, turn_id)).fetchone()
-            if not asked or c.execute("SELECT 1 FROM messages WHERE session_id = ? AND "
-                                      "turn_id = ? AND role = 'assistant' AND tool_calls IS "
-                                      "NULL", (session_id, turn_id)).fetchone():
-                c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
-                return []
-            # in the same transaction as the check: a second process recovering the same
-            # answer either sees it written or finds the draft gone when it appends
-            self._put_draft(c, session_id, turn_id, text)  # killed after this: still a draft
-        return self.append_messages(session_id, [NewMessage(
-            "assistant", text, turn_id=turn_id, status=INTERRUPTED)], if_draft=turn_id)
 
     def history(self, session_id: str) -> list[Message]:
         """The raw log, all of it, with undone rows marked (for `history` and `export`)."""
@@ -648,40 +581,6 @@ def _pins(c: sqlite3.Connection, session_id: str) -> tuple[Pin, ...]:
     rows = c.execute("SELECT number, text, tokens, source_seq, created_at FROM pins WHERE "
                      "session_id = ? AND unpinned_at IS NULL ORDER BY number", (session_id,))
     return tuple(Pin(*r) for r in rows)
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (state first), or None."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rfind(")") + 2:].split()
-
-
-def process_start(pid: int) -> int | None:
-    """When process `pid` started (clock ticks after boot, Linux), to tell it from a later
-    process given the same pid; None where /proc does not say."""
-    fields = _proc_stat(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
-
-
-def process_alive(pid: int, start: int | None) -> bool:
-    """Whether the process that wrote a draft still runs: the pid exists, is not a zombie,
-    and (where /proc tells) started when the draft's writer did, so a reused pid (every run
-    is pid 1 in a container) is not mistaken for it."""
-    if Path("/proc/self/stat").exists():
-        fields = _proc_stat(pid)
-        if fields is None or fields[0] in ("Z", "X"):
-            return False
-        return start is None or process_start(pid) == start
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # PermissionError: it runs, as another user
-        return True
-    return True
 
 
 def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str) -> bool:
