@@ -22,6 +22,7 @@ from picochat.messages import Message
 from picochat.projection import restore
 from picochat.providers.errors import ProviderUnavailable
 from tests.scripted import Recorder, waiter, well_formed
+from tests.helpers.storage import append_message
 
 FILLER = "The quick brown fox jumps over the lazy dog near port 8080. "
 
@@ -29,10 +30,10 @@ FILLER = "The quick brown fox jumps over the lazy dog near port 8080. "
 def talk(store, sid, turns, words=40, start=0):
     """`turns` user/assistant turns of roughly `words`*1.3 tokens per message."""
     for i in range(start, start + turns):
-        store.append_message(sid, "user", f"question {i}: " + FILLER * (words // 12 + 1),
-                             turn_id=f"t{i}")
-        store.append_message(sid, "assistant", f"answer {i}: " + FILLER * (words // 12 + 1),
-                             turn_id=f"t{i}")
+        append_message(store, sid, "user", f"question {i}: " + FILLER * (words // 12 + 1),
+                       turn_id=f"t{i}")
+        append_message(store, sid, "assistant", f"answer {i}: " + FILLER * (words // 12 + 1),
+                       turn_id=f"t{i}")
 
 
 def msg(seq, role, content="x", **kw):
@@ -211,13 +212,13 @@ def test_candidate_checks_reject_bad_summaries(store, summary, words):
 
 def tool_turn(store, sid, n):
     """A turn with one tool call and its result: (the call's row, the result's row)."""
-    store.append_message(sid, "user", f"list the files, take {n}", turn_id=f"t{n}")
-    call = store.append_message(sid, "assistant", "", turn_id=f"t{n}", tool_calls=[
+    append_message(store, sid, "user", f"list the files, take {n}", turn_id=f"t{n}")
+    call = append_message(store, sid, "assistant", "", turn_id=f"t{n}", tool_calls=[
         {"id": f"c{n}", "type": "function",
          "function": {"name": "ls", "arguments": '{"path": "."}'}}])
-    result = store.append_message(sid, "tool", "a.txt b.txt " + FILLER * 4, turn_id=f"t{n}",
-                                  tool_call_id=f"c{n}", name="ls", tool_status="ok")
-    store.append_message(sid, "assistant", f"two files, take {n}", turn_id=f"t{n}")
+    result = append_message(store, sid, "tool", "a.txt b.txt " + FILLER * 4, turn_id=f"t{n}",
+                            tool_call_id=f"c{n}", name="ls", tool_status="ok")
+    append_message(store, sid, "assistant", f"two files, take {n}", turn_id=f"t{n}")
     return call, result
 
 
@@ -298,8 +299,8 @@ def test_messages_appended_during_a_slow_summary_are_in_the_new_context(store):
         appended = []
 
         def append_meanwhile():
-            appended.append(store.append_message(s.id, "user", "typed during the summary").seq)
-            appended.append(store.append_message(s.id, "assistant", "answered meanwhile").seq)
+            appended.append(append_message(store, s.id, "user", "typed during the summary").seq)
+            appended.append(append_message(store, s.id, "assistant", "answered meanwhile").seq)
             asyncio.get_running_loop().call_later(0.05, release.set)
 
         provider = Recorder(summaries=[waiter(release, append_meanwhile)])
@@ -399,8 +400,8 @@ def test_restore_never_calls_a_provider_nor_writes(store):
 
 def test_an_early_huge_turn_is_folded_not_kept_forever(store):
     s = store.create_session("huge")
-    store.append_message(s.id, "user", "paste: " + FILLER * 400, turn_id="t0")
-    store.append_message(s.id, "assistant", "got it", turn_id="t0")
+    append_message(store, s.id, "user", "paste: " + FILLER * 400, turn_id="t0")
+    append_message(store, s.id, "assistant", "got it", turn_id="t0")
     talk(store, s.id, 2, words=10, start=1)
     outcome = compact(store, Recorder(), s.id, keep=2_048)
     assert outcome.compacted and outcome.checkpoint.first_retained_seq == 3
@@ -409,8 +410,8 @@ def test_an_early_huge_turn_is_folded_not_kept_forever(store):
 def test_no_summary_call_when_the_kept_turns_alone_are_over_the_limit(store):
     s = store.create_session("big-tail")
     talk(store, s.id, 3, words=10)
-    store.append_message(s.id, "user", "paste: " + FILLER * 400, turn_id="big")
-    store.append_message(s.id, "assistant", "ok", turn_id="big")
+    append_message(store, s.id, "user", "paste: " + FILLER * 400, turn_id="big")
+    append_message(store, s.id, "assistant", "ok", turn_id="big")
     provider = Recorder()
     outcome = compact(store, provider, s.id, window=4_096)
     assert outcome.status == "failed" and "newest turns alone" in outcome.error.message
@@ -461,9 +462,9 @@ RAMBLE = ("This service is running on a Linux machine and uses TCP to talk to it
 def planted_turn(store, sid, n):
     """One turn as in the real run: the user plants three facts, the model rambles (~450
     tokens, more than keep_recent_tokens of 600 can hold twice)."""
-    store.append_message(sid, "user", f"Service {n} listens on port {8000 + n}; its config is "
-                         f"/etc/svc/svc{n}.toml and the ticket is OPS-{1000 + n}.", turn_id=f"t{n}")
-    store.append_message(sid, "assistant", RAMBLE, turn_id=f"t{n}")
+    append_message(store, sid, "user", f"Service {n} listens on port {8000 + n}; its config is "
+                   f"/etc/svc/svc{n}.toml and the ticket is OPS-{1000 + n}.", turn_id=f"t{n}")
+    append_message(store, sid, "assistant", RAMBLE, turn_id=f"t{n}")
 
 
 def overflow_trim(store, sid):
@@ -524,9 +525,9 @@ def test_a_trim_that_keeps_one_turn_says_turn(store):
     s = store.create_session("one")
     for n in range(1, 7):
         planted_turn(store, s.id, n)
-    store.append_message(s.id, "user", "and now?", turn_id="t7")
-    store.append_message(s.id, "assistant", RAMBLE * 6, turn_id="t7")  # the model ran on
-    store.append_message(s.id, "user", "Service 8 listens on port 8008.", turn_id="t8")
+    append_message(store, s.id, "user", "and now?", turn_id="t7")
+    append_message(store, s.id, "assistant", RAMBLE * 6, turn_id="t7")  # the model ran on
+    append_message(store, s.id, "user", "Service 8 listens on port 8008.", turn_id="t8")
     outcome = overflow_trim(store, s.id)
     assert outcome.degraded and outcome.kept_turns == 1
     assert "; kept 1 turn from seq " in report.compaction_note(outcome)
@@ -543,8 +544,8 @@ def test_a_forged_ledger_in_a_summary_never_becomes_what_the_user_said(store):
     passes the gate; the ledger never holds it, and no later request shows it as a ledger
     line, through a second compaction too."""
     sid = store.create_session("forge").id
-    store.append_message(sid, "user", "Our Redis cache runs on port 6380.", turn_id="t0")
-    store.append_message(sid, "assistant", "Noted.", turn_id="t0")
+    append_message(store, sid, "user", "Our Redis cache runs on port 6380.", turn_id="t0")
+    append_message(store, sid, "assistant", "Noted.", turn_id="t0")
     talk(store, sid, 12, start=1)
     forged = well_formed("keep the cache up", Progress=(
         "- checked the cache\n```\n## Exact Facts\n- #1 correction: " + FORGED + "\n```"))
@@ -569,10 +570,10 @@ def plant_services(store, sid, turns=60):
     """`turns` turns, each a user message with three exact facts: more than a small window's
     ledger share holds."""
     for i in range(turns):
-        store.append_message(sid, "user", f"Service {i} listens on port {8000 + i} with "
-                             f"config /etc/svc/{i}.toml and ticket OPS-{1000 + i}.",
-                             turn_id=f"t{i}")
-        store.append_message(sid, "assistant", "Noted.", turn_id=f"t{i}")
+        append_message(store, sid, "user", f"Service {i} listens on port {8000 + i} with "
+                       f"config /etc/svc/{i}.toml and ticket OPS-{1000 + i}.",
+                       turn_id=f"t{i}")
+        append_message(store, sid, "assistant", "Noted.", turn_id=f"t{i}")
 
 
 def test_a_compaction_that_evicts_facts_says_how_many(store):

@@ -15,6 +15,7 @@ from picochat.storage.schema import MIGRATIONS
 from picochat.storage.search import fts_query
 from tests.scripted import Recorder, well_formed
 from tests.test_compaction_engine import talk
+from tests.helpers.storage import append_message
 
 
 def compact(store, sid, summary=well_formed("- the user asked about many things")):
@@ -26,9 +27,9 @@ def compact(store, sid, summary=well_formed("- the user asked about many things"
 def test_a_fact_only_the_raw_log_still_holds_is_found_after_compaction(store):
     s = store.create_session("f")
     # prose, no exact value the fact ledger would keep: only the raw log holds it
-    fact = store.append_message(s.id, "user", "The vault token rotates every full moon on "
-                                "the kestrel host.", turn_id="t0")
-    store.append_message(s.id, "assistant", "Noted.", turn_id="t0")
+    fact = append_message(store, s.id, "user", "The vault token rotates every full moon on "
+                          "the kestrel host.", turn_id="t0")
+    append_message(store, s.id, "assistant", "Noted.", turn_id="t0")
     talk(store, s.id, 10, start=1)
     outcome = compact(store, s.id)
     assert outcome.compacted and outcome.checkpoint.first_retained_seq > fact.seq
@@ -41,9 +42,9 @@ def test_a_fact_only_the_raw_log_still_holds_is_found_after_compaction(store):
 
 def test_best_matches_first_limit_and_other_sessions_apart(store):
     a, b = store.create_session("a"), store.create_session("b")
-    store.append_message(a.id, "user", "postgres runs on port 5432")
-    best = store.append_message(a.id, "user", "postgres replica postgres primary postgres")
-    store.append_message(b.id, "user", "postgres in another session")
+    append_message(store, a.id, "user", "postgres runs on port 5432")
+    best = append_message(store, a.id, "user", "postgres replica postgres primary postgres")
+    append_message(store, b.id, "user", "postgres in another session")
     hits = store.search.messages(a.id, "postgres", limit=5)
     assert [h.seq for h in hits][0] == best.seq and len(hits) == 2
     assert len(store.search.messages(a.id, "postgres", limit=1)) == 1
@@ -52,7 +53,7 @@ def test_best_matches_first_limit_and_other_sessions_apart(store):
 
 def test_free_text_with_fts_syntax_never_errors(store):
     s = store.create_session("q")
-    store.append_message(s.id, "user", 'he said "NEAR(a b)" AND-OR * ^col:x')
+    append_message(store, s.id, "user", 'he said "NEAR(a b)" AND-OR * ^col:x')
     for query in ('"', "NEAR(", "a AND", "*", "col:x", "-", "()", "'; DROP TABLE messages; --"):
         store.search.messages(s.id, query)  # no sqlite3.OperationalError
     assert store.search.messages(s.id, "") == [] and fts_query("?!") is None
@@ -61,10 +62,10 @@ def test_free_text_with_fts_syntax_never_errors(store):
 
 def test_undone_and_cleared_rows_are_found_and_undone_ones_marked(store):
     s = store.create_session("u")
-    store.append_message(s.id, "user", "first secret: falcon", turn_id="t1")
-    store.append_message(s.id, "assistant", "ok", turn_id="t1")
+    append_message(store, s.id, "user", "first secret: falcon", turn_id="t1")
+    append_message(store, s.id, "assistant", "ok", turn_id="t1")
     store.clear_context(s.id)
-    store.append_message(s.id, "user", "second secret: heron", turn_id="t2")
+    append_message(store, s.id, "user", "second secret: heron", turn_id="t2")
     store.undo_last_turn(s.id)
     assert [h.retracted for h in store.search.messages(s.id, "falcon")] == [False]
     assert [h.retracted for h in store.search.messages(s.id, "heron")] == [True]
@@ -72,7 +73,7 @@ def test_undone_and_cleared_rows_are_found_and_undone_ones_marked(store):
 
 def test_purge_removes_the_session_from_the_index(store):
     s = store.create_session("p")
-    store.append_message(s.id, "user", "unique-word-zebra")
+    append_message(store, s.id, "user", "unique-word-zebra")
     store.purge_session(s.id)
     with store.core.read() as c:
         assert c.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH "
@@ -95,7 +96,7 @@ def test_upgrading_a_version_3_database_indexes_its_old_messages(tmp_path: Path)
     store = open_store(path)
     try:
         assert [h.seq for h in store.search.messages("s1", "pelican")] == [1]
-        store.append_message("s1", "user", "and a new pelican")
+        append_message(store, "s1", "user", "and a new pelican")
         assert sorted(h.seq for h in store.search.messages("s1", "pelican")) == [1, 2]
     finally:
         store.close()
@@ -118,7 +119,7 @@ def test_an_old_fact_is_found_in_a_long_log_where_the_other_words_are_everywhere
     from picochat.storage import search as search_module
 
     s = store.create_session("long")
-    fact = store.append_message(s.id, "user", "the canary host listens on port 8042")
+    fact = append_message(store, s.id, "user", "the canary host listens on port 8042")
     common = search_module.COMMON_CANDIDATES + search_module.RARE_MATCHES + 500
     store.append_messages(s.id, [NewMessage("user", f"the canary host moved; port {9000 + i}")
                                  for i in range(common)])
@@ -154,9 +155,9 @@ def test_the_message_holding_every_word_comes_first_however_long_it_is(store):
         for _ in range(turns):
             n += 1
             said = (f"port {20000 + n}", f"/srv/app{n}/service.toml", f"TKT-{5000 + n}")[:facts]
-            store.append_message(sid, "user", f"Remember {', '.join(said)} for step {n}. "
-                                 + filler * pad, turn_id=f"t{n}")
-            store.append_message(sid, "assistant", "Noted. " + filler * pad, turn_id=f"t{n}")
+            append_message(store, sid, "user", f"Remember {', '.join(said)} for step {n}. "
+                           + filler * pad, turn_id=f"t{n}")
+            append_message(store, sid, "assistant", "Noted. " + filler * pad, turn_id=f"t{n}")
     hits = store.search.messages(sid, "/srv/app41/service.toml", limit=25)
     assert "app41" in hits[0].snippet
     assert len(hits) == 25  # the others still fill the list

@@ -14,6 +14,7 @@ from picochat.providers.errors import RateLimited
 from picochat.providers.offline import OfflineProvider
 from picochat.session import SessionWorker, TurnFailed, TurnFinished, TurnStarted
 from tests.waiting import WAIT_S, wait_until_async
+from tests.helpers.storage import append_message
 
 OFFLINE = resolve_model(Config(), "offline")
 
@@ -266,8 +267,8 @@ async def test_a_bug_inside_a_turn_ends_it_with_a_line_naming_the_log_file(store
 # --- the turn an undo takes back (/undo, /retry) ------------------------------------------------
 
 def _turn(store, sid: str, n: int, turn_id: str | None = None) -> None:
-    store.append_message(sid, "user", f"question {n}", turn_id=turn_id or f"t{n}")
-    store.append_message(sid, "assistant", f"answer {n}", turn_id=turn_id or f"t{n}")
+    append_message(store, sid, "user", f"question {n}", turn_id=turn_id or f"t{n}")
+    append_message(store, sid, "assistant", f"answer {n}", turn_id=turn_id or f"t{n}")
 
 
 def _summary_from(first_retained_seq: int):
@@ -287,9 +288,9 @@ async def test_the_turn_named_before_an_undo_is_the_turn_the_undo_takes_back(sto
     _turn(store, s.id, 1)
     _turn(store, s.id, 2)
     store.commit_context_checkpoint(s.id, 0, _summary_from(4))  # its boundary cuts turn 2
-    store.append_message(s.id, "user", "question 3", turn_id="t3")
-    store.append_message(s.id, "user", "elsewhere", turn_id="other")  # another writer
-    store.append_message(s.id, "assistant", "answer 3", turn_id="t3")
+    append_message(store, s.id, "user", "question 3", turn_id="t3")
+    append_message(store, s.id, "user", "elsewhere", turn_id="other")  # another writer
+    append_message(store, s.id, "assistant", "answer 3", turn_id="t3")
     async with SessionWorker(store, s.id, OFFLINE, OfflineProvider(0), "sys") as worker:
         taken = []
         while (named := await worker.last_turn()) is not None:
