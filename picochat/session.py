@@ -45,7 +45,8 @@ from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextUsage
 from picochat.errors import PicochatError, PinRefused
 from picochat.job_queue import JobQueue
-from picochat.messages import Message, ModelTraits, Pin, TriggerReason
+from picochat.messages import Message, ModelTraits, NewMessage, Pin, TriggerReason
+from picochat.prepare import prepare
 from picochat.models import (
     SUMMARY_MODEL_KEY,
     ResolvedModel,
@@ -60,7 +61,7 @@ from picochat.providers.errors import ContextOverflow
 from picochat.storage.store import Store, UncompactResult, UndoResult, last_turn_seqs
 from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
-from picochat.turn import TurnRun, internal_error, settle
+from picochat.turn import TurnRun, append_new, internal_error, settle
 from picochat.unsent import Unsent, forget, kept_answers
 from picochat.turn_events import (
     CUT_AT_LIMIT,
@@ -244,9 +245,9 @@ class SessionWorker:
         answers: list[Message] = []
         for answer in kept_answers(folder):
             answers += self.store.drafts.recover_answer(answer.session_id, answer.turn_id,
-                                                        answer.text)
+                                                        answer.text, prepare)
             forget(folder, [answer])
-        return answers + self.store.drafts.recover()
+        return answers + self.store.drafts.recover(prepare)
 
     def recovered_notes(self) -> list[str]:
         """What `start()` recovered, in a line each for the user: an answer a killed picochat
@@ -361,8 +362,9 @@ class SessionWorker:
         before any answer is (the user typed it and pressed Enter), and not sent."""
         user_seq = None
         try:
-            user_seq = (await settle(self.store, self.store.append_message, self.session_id,
-                                     "user", handle.text, turn_id=handle.turn_id))[0].seq
+            user_seq = (await settle(self.store, append_new, self.store, self.session_id,
+                                     NewMessage("user", handle.text, turn_id=handle.turn_id))
+                        )[0][0].seq
         except Exception as exc:  # noqa: BLE001 - closing: report, never raise
             log.warning("turn_failed session=%s turn=%s kind=%s stage=unsent_message",
                         self.session_id, handle.turn_id, type(exc).__name__)

@@ -117,12 +117,13 @@ def test_timeline_recall_finds_an_earlier_summary(store):
 def test_an_old_fact_is_found_in_a_long_log_where_the_other_words_are_everywhere(store):
     from picochat.messages import NewMessage
     from picochat.storage import search as search_module
+    from tests.helpers.storage import append_messages
 
     s = store.create_session("long")
     fact = append_message(store, s.id, "user", "the canary host listens on port 8042")
     common = search_module.COMMON_CANDIDATES + search_module.RARE_MATCHES + 500
-    store.append_messages(s.id, [NewMessage("user", f"the canary host moved; port {9000 + i}")
-                                 for i in range(common)])
+    append_messages(store, s.id, [NewMessage("user", f"the canary host moved; port {9000 + i}")
+                                  for i in range(common)])
     # every word but one is in thousands of newer rows: the rare one still finds the fact
     hits = store.search.messages(s.id, "which port does the canary host use, 8042?", limit=3)
     assert hits[0].seq == fact.seq and "«8042»" in hits[0].snippet

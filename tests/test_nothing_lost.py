@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from picochat.config import Config
-from picochat.messages import INTERRUPTED
+from picochat.messages import INTERRUPTED, NewMessage
 from picochat.models import resolve_model
+from picochat.prepare import prepare
 from picochat.projection import restore
 from picochat.session import SessionWorker
 from picochat.storage import open_store
@@ -128,8 +129,8 @@ def test_a_draft_recovered_by_two_processes_is_appended_once(tmp_path):
         session = a.create_session("d")
         append_message(a, session.id, "user", "q", turn_id="t_x")
         a.drafts.save(session.id, "t_x", "half an answer")
-        assert len(a.drafts.recover(alive=lambda pid, start: False)) == 1
-        assert b.drafts.recover(alive=lambda pid, start: False) == []
+        assert len(a.drafts.recover(prepare, alive=lambda pid, start: False)) == 1
+        assert b.drafts.recover(prepare, alive=lambda pid, start: False) == []
         assert [m.content for m in b.history(session.id)] == ["q", "half an answer"]
     finally:
         a.close()
@@ -312,7 +313,8 @@ async def test_a_stop_just_after_a_write_committed_keeps_that_row_once(store, wh
 
     async def stop_after(fn, *args, **kwargs):
         result = await io(fn, *args, **kwargs)
-        if args[1:2] == (which,) and kwargs.get("status", "complete") == "complete":
+        news = [a for a in args if isinstance(a, NewMessage)]  # `append_new`'s messages
+        if [(m.role, m.status) for m in news] == [(which, "complete")]:
             asyncio.get_running_loop().call_soon(handle.cancel)
         return result
     store.io = stop_after  # type: ignore[method-assign]
@@ -591,11 +593,11 @@ def test_a_live_writer_in_another_pid_namespace_keeps_its_draft(tmp_path):
             conn.execute("UPDATE drafts SET owner_pid = ?", (dead_pid(),))
         conn.close()
         store = open_store(db)
-        assert store.drafts.recover() == []  # alive: left alone
+        assert store.drafts.recover(prepare) == []  # alive: left alone
         assert len(draft_rows(db)) == 1
         holder.stdin.close()
         holder.wait(timeout=WAIT_S)
-        assert [m.content for m in store.drafts.recover()] == ["half an answer"]
+        assert [m.content for m in store.drafts.recover(prepare)] == ["half an answer"]
         store.close()
     finally:
         if holder.poll() is None:
@@ -741,21 +743,22 @@ def test_a_kept_answer_gives_way_to_one_already_saved_and_keeps_to_its_turns_pla
         s = store.create_session("s")
         append_message(store, s.id, "user", "q1", turn_id="t1")
         append_message(store, s.id, "assistant", "a1 saved", turn_id="t1", status=INTERRUPTED)
-        assert store.drafts.recover_answer(s.id, "t1", "a1 saved and more") == []
+        assert store.drafts.recover_answer(s.id, "t1", "a1 saved and more", prepare) == []
         append_message(store, s.id, "user", "q2", turn_id="t2")
         append_message(store, s.id, "assistant", "", turn_id="t2", tool_calls=[{
             "id": "c1", "type": "function", "function": {"name": "now", "arguments": "{}"}}])
         append_message(store, s.id, "tool", "12:00", turn_id="t2", tool_call_id="c1",
                        name="now", tool_status="ok")
-        [answer] = store.drafts.recover_answer(s.id, "t2", "it is noon")
+        [answer] = store.drafts.recover_answer(s.id, "t2", "it is noon", prepare)
         assert (answer.content, answer.status, answer.retracted) == (
             "it is noon", INTERRUPTED, False)
         append_message(store, s.id, "user", "q3", turn_id="t3")
         append_message(store, s.id, "user", "q4", turn_id="t4")
-        [late] = store.drafts.recover_answer(s.id, "t3", "answer to q3")
+        [late] = store.drafts.recover_answer(s.id, "t3", "answer to q3", prepare)
         assert late.retracted  # in the log, never read as the answer to q4
-        assert store.drafts.recover_answer("s_gone", "t9", "x") == []
-        assert store.drafts.recover_answer(s.id, "t_made_up", "an answer to nothing") == []
+        assert store.drafts.recover_answer("s_gone", "t9", "x", prepare) == []
+        assert store.drafts.recover_answer(s.id, "t_made_up", "an answer to nothing",
+                                           prepare) == []
         assert draft_rows(store.path) == []
     finally:
         store.close()

@@ -220,15 +220,21 @@ async def test_another_processes_row_inside_a_tool_chain_keeps_the_chain_and_sta
     s = store.create_session("w")
     provider = Recorder(turns=[{"calls": [("call_1", "history_search", '{"query": "port"}')]},
                                "The port is in the log."])
-    real_append = store.append_message
+    from picochat.messages import NewMessage
+    from picochat.prepare import prepare
 
-    def append(session_id, role, content, **kw):
-        row = real_append(session_id, role, content, **kw)
-        if role == "assistant" and kw.get("tool_calls"):
-            real_append(session_id, "user", "another terminal's question", turn_id="t_other")
-        return row
+    real_append = store.append_messages
 
-    monkeypatch.setattr(store, "append_message", append)
+    def append(session_id, messages, **kw):  # the call, the other question, the result
+        messages = list(messages)
+        if not (messages and messages[0].role == "assistant" and messages[0].tool_calls):
+            return real_append(session_id, messages, **kw)
+        call = real_append(session_id, messages[:1], **kw)
+        real_append(session_id, [prepare(NewMessage("user", "another terminal's question",
+                                                    turn_id="t_other"))])
+        return call + real_append(session_id, messages[1:], **kw)
+
+    monkeypatch.setattr(store, "append_messages", append)
     async with SessionWorker.from_config(store, s.id, OFFLINE, provider, Config()) as worker:
         outcome = await worker.submit_turn("find the port").result()
     assert isinstance(outcome, TurnFinished), outcome

@@ -519,21 +519,24 @@ def test_commit_refuses_a_wrong_parent_a_cleared_boundary_and_a_bad_reason(store
 
 
 def test_a_batch_of_messages_is_appended_whole_or_not_at_all(store):
+    from dataclasses import replace
+
     from picochat.messages import NewMessage
+    from picochat.prepare import prepare
+    from tests.helpers.storage import append_messages
 
     s = store.create_session("batch")
     append_message(store, s.id, "user", "first")
-    rows = store.append_messages(s.id, [NewMessage("assistant", "second"),
-                                        NewMessage("user", "third", turn_id="t2")])
+    rows = append_messages(store, s.id, [NewMessage("assistant", "second"),
+                                         NewMessage("user", "third", turn_id="t2")])
     assert [r.seq for r in rows] == [2, 3]
     assert [m.content for m in store.history(s.id)] == ["first", "second", "third"]
     assert rows[1].tokens == store.history(s.id)[2].tokens > 0
-    try:
-        store.append_messages(s.id, [NewMessage("user", "fourth"), NewMessage("robot", "no")])
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("a bad role must refuse the batch")
+    with pytest.raises(ValueError):  # refused before anything is written: by `prepare`…
+        append_messages(store, s.id, [NewMessage("user", "fourth"), NewMessage("robot", "no")])
+    robot = replace(prepare(NewMessage("user", "no")), role="robot")
+    with pytest.raises(ValueError):  # … and by the store, given a row prepared wrong
+        store.append_messages(s.id, [prepare(NewMessage("user", "fourth")), robot])
     assert store.max_seq(s.id) == 3 and store.search.messages(s.id, "fourth") == []
 
 

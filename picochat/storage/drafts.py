@@ -16,15 +16,20 @@ import sqlite3
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
-from picochat.messages import INTERRUPTED, Message, NewMessage, valid_text
+from picochat.messages import INTERRUPTED, Message, NewMessage, PreparedMessage, valid_text
 from picochat.storage.core import Core
 from picochat.storage.owner import my_token, owner_alive
+
+
+# How a recovered answer gets its derived data (`prepare.prepare`): the writer's to compute,
+# never storage's, so the caller hands it in.
+Prepare = Callable[[NewMessage], PreparedMessage]
 
 
 class _Log(Protocol):
     """The one thing drafts need of the log: an append that waits for the turn's draft."""
 
-    def append_messages(self, session_id: str, drafts: Iterable[NewMessage], *,
+    def append_messages(self, session_id: str, messages: Iterable[PreparedMessage], *,
                         if_draft: str | None = None) -> list[Message]: ...
 
 
@@ -53,12 +58,14 @@ class Drafts:
         with self.core.write() as c:
             forget_drafts(c, [turn_id])
 
-    def recover(self, alive: Callable[[int, int | None], bool] | None = None) -> list[Message]:
+    def recover(self, prepare: Prepare, alive: Callable[[int, int | None], bool] | None = None
+                ) -> list[Message]:
         """Turn each draft whose process is gone (killed mid-answer) into an interrupted
         answer of its turn; a whitespace-only draft is just dropped. Returns the answers.
         A draft whose process still runs is left alone however old: it may be thinking. The
         owner is told alive by the lock it holds (`storage/owner.py`), else by its pid;
-        `alive(pid, start)`, given, decides alone (tests)."""
+        `alive(pid, start)`, given, decides alone (tests). `prepare` gives each answer its
+        derived data (`prepare.prepare`)."""
         with self.core.read() as c:
             rows = c.execute("SELECT turn_id, session_id, content, owner_pid, owner_start, "
                              "owner_lock FROM drafts").fetchall()
@@ -71,11 +78,12 @@ class Drafts:
                 with self.core.write() as c:
                     forget_drafts(c, [turn_id])
                 continue
-            recovered += self.log.append_messages(session_id, [NewMessage(
-                "assistant", content, turn_id=turn_id, status=INTERRUPTED)], if_draft=turn_id)
+            recovered += self.log.append_messages(session_id, [prepare(NewMessage(
+                "assistant", content, turn_id=turn_id, status=INTERRUPTED))], if_draft=turn_id)
         return recovered
 
-    def recover_answer(self, session_id: str, turn_id: str, text: str) -> list[Message]:
+    def recover_answer(self, session_id: str, turn_id: str, text: str, prepare: Prepare
+                       ) -> list[Message]:
         """An answer a quitting picochat streamed but could not write (the database was locked;
         it was kept in the unsent file): saved as its turn's interrupted answer, in its place as
         `recover` places a draft. Its draft, if one was saved, has older text and gives
@@ -93,8 +101,8 @@ class Drafts:
             # in the same transaction as the check: a second process recovering the same
             # answer either sees it written or finds the draft gone when it appends
             self._put(c, session_id, turn_id, text)  # killed after this: still a draft
-        return self.log.append_messages(session_id, [NewMessage(
-            "assistant", text, turn_id=turn_id, status=INTERRUPTED)], if_draft=turn_id)
+        return self.log.append_messages(session_id, [prepare(NewMessage(
+            "assistant", text, turn_id=turn_id, status=INTERRUPTED))], if_draft=turn_id)
 
 
 def has_draft(c: sqlite3.Connection, turn_id: str) -> bool:

@@ -9,7 +9,6 @@ append does not: the messages it adds land after the candidate's cut, in the raw
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 import uuid
@@ -17,24 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from picochat import crashpoints, tokens
+from picochat import crashpoints
 from picochat.errors import SessionNotFound, StaleGeneration, StorageError
 from picochat.messages import (
-    COMPLETE,
     ROLES,
     Checkpoint,
     CompactionWait,
     LedgerRow,
     Message,
     NewCheckpoint,
-    NewMessage,
+    PreparedMessage,
     Pin,
     Session,
     StoredLedger,
     TriggerReason,
-    valid_text,
 )
-from picochat.statements import statements_of, to_json
 from picochat.storage.names import check_session_name
 from picochat.storage.drafts import Drafts, forget_drafts, has_draft
 from picochat.storage.core import Clock, Core, T, open_core, wall_clock_ms
@@ -248,54 +244,19 @@ class Store:
 
     # --- messages ------------------------------------------------------------------------------
 
-    def append_message(
-        self,
-        session_id: str,
-        role: str,
-        content: str,
-        *,
-        tool_calls: Sequence[dict[str, Any]] | None = None,
-        tool_call_id: str | None = None,
-        name: str | None = None,
-        turn_id: str | None = None,
-        tool_status: str | None = None,
-        status: str = COMPLETE,
-        token_count: int | None = None,
-        reasoning: str | None = None,
-    ) -> Message:
-        """Append one message; its seq comes from the durable maximum inside the transaction."""
-        calls = tuple(dict(c) for c in tool_calls) if tool_calls else None
-        return self.append_messages(session_id, [NewMessage(
-            role, content, calls, tool_call_id, name, turn_id, tool_status, status,
-            token_count, reasoning)])[0]
-
-    def append_messages(self, session_id: str, drafts: Iterable[NewMessage],
+    def append_messages(self, session_id: str, messages: Iterable[PreparedMessage],
                         *, if_draft: str | None = None) -> list[Message]:
         """Append messages in one transaction (all or none), seqs following the durable
-        maximum; for imports and for building large sessions. The draft of every turn written
-        goes in the same transaction: its text is in the log now. `if_draft`: append only if
-        that turn's draft is still there (two processes recovering it append it once); the
-        rows then stay out of the context when their turn was overtaken (`_overtaken`)."""
-        prepared = []
-        for d in drafts:
-            if d.role not in ROLES:
-                raise ValueError(f"role must be one of {ROLES}, got {d.role!r}")
-            calls, calls_json = None, None
-            if d.tool_calls:  # serialized once; a lone surrogate in arguments is replaced too
-                raw = json.dumps(d.tool_calls, ensure_ascii=False)
-                calls_json = valid_text(raw)
-                calls = json.loads(calls_json) if calls_json != raw else \
-                    [dict(c) for c in d.tool_calls]
-            d = dataclasses.replace(d, content=valid_text(d.content),
-                                    reasoning=valid_text(d.reasoning) if d.reasoning else None)
-            count = d.token_count
-            if count is None:
-                count = tokens.count_message(d.role, d.content, calls, d.tool_call_id, d.name,
-                                             d.reasoning)
-            probe = Message(session_id, 0, d.role, d.content, tuple(calls) if calls else None,
-                            d.tool_call_id, d.name, d.turn_id, d.tool_status, d.status, count, 0)
-            found = to_json(statements_of(probe))  # taken once, like the count
-            prepared.append((d, calls, calls_json, count, found))
+        maximum. Each comes prepared by its writer (`prepare.prepare`: valid text, token
+        count, statements); the store gives it its seq and time and nothing else. The draft
+        of every turn written goes in the same transaction: its text is in the log now.
+        `if_draft`: append only if that turn's draft is still there (two processes recovering
+        it append it once); the rows then stay out of the context when their turn was
+        overtaken (`_overtaken`)."""
+        rows = list(messages)
+        for m in rows:  # the one invariant cheap to hold here; the rest is the writer's
+            if m.role not in ROLES:
+                raise ValueError(f"role must be one of {ROLES}, got {m.role!r}")
         now = self.core.clock()
         out: list[Message] = []
         with self.core.write() as c:
@@ -305,22 +266,18 @@ class Store:
             late = if_draft is not None and _overtaken(c, session, if_draft)
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                             (session_id,)).fetchone()[0]
-            turns = {d.turn_id for d, *_ in prepared if d.turn_id}
-            forget_drafts(c, turns)
-            for d, calls, calls_json, count, found in prepared:
+            forget_drafts(c, {m.turn_id for m in rows if m.turn_id})
+            for m in rows:
                 seq += 1
                 rowid = c.execute(
                     f"INSERT INTO messages ({_MESSAGE_COLS}) "
                     f"VALUES ({', '.join('?' * len(_MESSAGE_FIELDS))})",
-                    (session_id, seq, d.role, d.content, calls_json, d.tool_call_id, d.name,
-                     d.turn_id, d.tool_status, d.status, count, now,
-                     found, d.reasoning)).lastrowid
+                    (session_id, seq, m.role, m.content, m.tool_calls_json, m.tool_call_id,
+                     m.name, m.turn_id, m.tool_status, m.status, m.tokens, now,
+                     m.statements, m.reasoning)).lastrowid
                 c.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)",
-                          (rowid, d.content))
-                out.append(Message(session_id, seq, d.role, d.content,
-                                   tuple(calls) if calls else None, d.tool_call_id, d.name,
-                                   d.turn_id, d.tool_status, d.status, count, now,
-                                   retracted=late, statements=found, reasoning=d.reasoning))
+                          (rowid, m.content))
+                out.append(m.stored(session_id, seq, now, retracted=late))
             if late and out:  # kept in the log, out of the context: the context is unchanged
                 c.execute("INSERT INTO retractions (session_id, from_seq, to_seq, "
                           "context_generation, created_at) VALUES (?, ?, ?, ?, ?)",

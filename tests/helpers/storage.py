@@ -7,9 +7,10 @@ form lives here, not on `Store`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from picochat.messages import COMPLETE, Message, NewMessage
+from picochat.prepare import prepare
 from picochat.storage.store import Store
 
 
@@ -30,6 +31,12 @@ def append_message(
 ) -> Message:
     """Append one message; its seq comes from the durable maximum inside the transaction."""
     calls = tuple(dict(c) for c in tool_calls) if tool_calls else None
-    return store.append_messages(session_id, [NewMessage(
+    return append_messages(store, session_id, [NewMessage(
         role, content, calls, tool_call_id, name, turn_id, tool_status, status,
         token_count, reasoning)])[0]
+
+
+def append_messages(store: Store, session_id: str, news: Iterable[NewMessage], *,
+                    if_draft: str | None = None) -> list[Message]:
+    """Append `news` in one transaction, each prepared as picochat's writers prepare it."""
+    return store.append_messages(session_id, [prepare(n) for n in news], if_draft=if_draft)
