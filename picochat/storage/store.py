@@ -1,10 +1,15 @@
-"""The one storage API: every write to the database goes through a method here.
+"""Sessions, the append-only message log, and the context's pointers into it (checkpoints,
+`/clear`, undo, `/uncompact`, the compaction wait, pins): what `Store` writes, on the
+transactional core (`core.py`). Its parts keep the rest: `store.drafts` (`drafts.py`),
+`store.search` (`search.py`), `store.traits` (`traits.py`).
 
 Messages are append-only and get their `seq` inside the insert's transaction from the durable
-maximum, so two processes appending to one session never collide and a seq is never reused.
-Operations that change what earlier history means (`/clear`, undo) bump `context_generation`
-in the same transaction, so a checkpoint candidate built before them fails its commit. A plain
-append does not: the messages it adds land after the candidate's cut, in the raw tail.
+maximum, so two processes appending to one session never collide and a seq is never reused. A
+message arrives prepared by its writer (`picochat/prepare.py`: valid text, token count,
+statements): storage inserts it and computes none of it. Operations that change what earlier
+history means (`/clear`, undo) bump `context_generation` in the same transaction, so a
+checkpoint candidate built before them fails its commit. A plain append does not: the messages
+it adds land after the candidate's cut, in the raw tail.
 """
 
 from __future__ import annotations
