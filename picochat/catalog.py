@@ -68,9 +68,9 @@ class SessionCatalog:
 
     async def user_prompts(self) -> list[str]:
         """What the user sent before, newest last, for the prompt's up-arrow recall."""
-        return await self._store.io(self._store.user_prompts)
+        return await self._store.io(self._store.search.user_prompts)
 
     async def outside_changes(self) -> tuple[bool, bool]:
         """(the database file was replaced or deleted, another process wrote since last
         asked)."""
-        return await self._store.io(self._store.outside_changes)
+        return await self._store.io(self._store.core.outside_changes)

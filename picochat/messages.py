@@ -158,7 +158,8 @@ class Pin:
 
 @dataclass(frozen=True)
 class NewMessage:
-    """A message about to be appended; the store gives it its seq, time and (if unset) count."""
+    """A message about to be appended, as its writer says it; `prepare` (picochat/prepare.py)
+    makes it a `PreparedMessage`, the store then gives it its seq and time."""
     role: str
     content: str
     tool_calls: tuple[dict[str, Any], ...] | None = None
@@ -169,6 +170,34 @@ class NewMessage:
     status: str = COMPLETE
     token_count: int | None = None
     reasoning: str | None = None
+
+
+@dataclass(frozen=True)
+class PreparedMessage:
+    """A message ready to insert, its derived data computed once by its writer
+    (`prepare.prepare`): text made valid, tool calls serialized, token count and statements
+    taken. The store inserts it as it is, giving it only its seq and time."""
+
+    role: str
+    content: str
+    tool_calls: tuple[dict[str, Any], ...] | None   # as the `Message` holds them
+    tool_calls_json: str | None                     # as the row stores them
+    tool_call_id: str | None
+    name: str | None
+    turn_id: str | None
+    tool_status: str | None
+    status: str
+    tokens: int
+    statements: str  # `statements.to_json`
+    reasoning: str | None
+
+    def stored(self, session_id: str, seq: int, created_at: int,
+               retracted: bool = False) -> Message:
+        """The `Message` this becomes once the store has given it its place."""
+        return Message(session_id, seq, self.role, self.content, self.tool_calls,
+                       self.tool_call_id, self.name, self.turn_id, self.tool_status, self.status,
+                       self.tokens, created_at, retracted=retracted, statements=self.statements,
+                       reasoning=self.reasoning)
 
 
 @dataclass(frozen=True)

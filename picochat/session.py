@@ -45,7 +45,9 @@ from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextPanel, ContextUsage, context_series
 from picochat.errors import PicochatError, PinRefused
 from picochat.job_queue import JobQueue
-from picochat.messages import Checkpoint, Message, ModelTraits, Pin, Session, TriggerReason
+from picochat.messages import (Checkpoint, Message, ModelTraits, NewMessage, Pin, Session,
+                               TriggerReason)
+from picochat.prepare import prepare
 from picochat.models import (
     SUMMARY_MODEL_KEY,
     ResolvedModel,
@@ -57,11 +59,12 @@ from picochat.pins import pin_problem
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider, TextDelta, ThinkingDelta, Usage
 from picochat.providers.errors import ContextOverflow
-from picochat.storage.store import (SearchHit, Store, UncompactResult, UndoResult,
+from picochat.storage.search import SearchHit
+from picochat.storage.store import (Store, UncompactResult, UndoResult,
                                      last_turn_seqs)
 from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
-from picochat.turn import TurnRun, internal_error, settle
+from picochat.turn import TurnRun, append_new, internal_error, settle
 from picochat.unsent import Unsent, forget, kept_answers
 from picochat.turn_events import (
     CUT_AT_LIMIT,
@@ -100,7 +103,7 @@ MIN_LEARNED_WINDOW = 512
 def remembered(store: Store, model: ResolvedModel) -> ResolvedModel:
     """`model` with what its server taught earlier runs (a smaller window, no tools)."""
     try:
-        traits = store.model_traits(model.key)
+        traits = store.traits.get(model.key)
     except PicochatError as exc:  # an unreadable table only means learning it again
         log.warning("model_traits_unread kind=%s", exc.kind)
         traits = ModelTraits(model.key)
@@ -260,9 +263,10 @@ class SessionWorker:
         folder = self.store.path.parent
         answers: list[Message] = []
         for answer in kept_answers(folder):
-            answers += self.store.recover_answer(answer.session_id, answer.turn_id, answer.text)
+            answers += self.store.drafts.recover_answer(answer.session_id, answer.turn_id,
+                                                        answer.text, prepare)
             forget(folder, [answer])
-        return answers + self.store.recover_drafts()
+        return answers + self.store.drafts.recover(prepare)
 
     def recovered_notes(self) -> list[str]:
         """What `start()` recovered, in a line each for the user: an answer a killed picochat
@@ -286,7 +290,7 @@ class SessionWorker:
         (a quitting app). Returns the messages sent but not saved: the caller keeps them."""
         self._jobs.closing = True
         if within_s is not None:
-            self.store.stop_waiting(within_s)
+            self.store.core.stop_waiting(within_s)
         if self._current is not None:
             self._current.cancel()
         await self._jobs.close()
@@ -377,8 +381,9 @@ class SessionWorker:
         before any answer is (the user typed it and pressed Enter), and not sent."""
         user_seq = None
         try:
-            user_seq = (await settle(self.store, self.store.append_message, self.session_id,
-                                     "user", handle.text, turn_id=handle.turn_id))[0].seq
+            user_seq = (await settle(self.store, append_new, self.store, self.session_id,
+                                     NewMessage("user", handle.text, turn_id=handle.turn_id))
+                        )[0][0].seq
         except Exception as exc:  # noqa: BLE001 - closing: report, never raise
             log.warning("turn_failed session=%s turn=%s kind=%s stage=unsent_message",
                         self.session_id, handle.turn_id, type(exc).__name__)
@@ -466,7 +471,7 @@ class SessionWorker:
 
     async def search(self, query: str, limit: int) -> list[SearchHit]:
         """`/search`: the best matches in the whole log, undone rows included and marked."""
-        return await self.store.io(self.store.search_messages, self.session_id, query,
+        return await self.store.io(self.store.search.messages, self.session_id, query,
                                    limit=limit)
 
     async def record(self) -> SessionRecord:
@@ -675,7 +680,7 @@ class SessionWorker:
         log.info("window_learned session=%s window=%d configured=%d", self.session_id,
                  exc.window, model.model_window)
         try:
-            await self.store.io(self.store.learn_window, model.key, exc.window,
+            await self.store.io(self.store.traits.learn_window, model.key, exc.window,
                                 model.model_window)
         except PicochatError as e:  # remembered for this process at least
             log.warning("window_not_saved session=%s kind=%s", self.session_id, e.kind)
@@ -704,7 +709,7 @@ class SessionWorker:
         log.info("window_forgotten session=%s prompt_tokens=%d learned=%d", self.session_id,
                  usage.prompt_tokens, learned)
         try:
-            await self.store.io(self.store.learn_window, self.model.key, None, None)
+            await self.store.io(self.store.traits.learn_window, self.model.key, None, None)
         except PicochatError as e:
             log.warning("window_not_saved session=%s kind=%s", self.session_id, e.kind)
 
@@ -719,7 +724,7 @@ class SessionWorker:
             "it none from now on (history_search and the other tools are off for it; to "
             "turn them off for every model, set [tools] enabled = [])")))
         try:
-            await self.store.io(self.store.refuse_tools, self.model.key)
+            await self.store.io(self.store.traits.refuse_tools, self.model.key)
         except PicochatError as e:
             log.warning("tools_refusal_not_saved session=%s kind=%s", self.session_id, e.kind)
 

@@ -54,6 +54,7 @@ from picochat.compaction.trim_failure import TrimImpossible
 from picochat.config import CompactionConfig
 from picochat.errors import PicochatError
 from picochat.messages import INTERRUPTED, Message, NewMessage, TriggerReason
+from picochat.prepare import prepare
 from picochat.projection import ContextProjection, project
 from picochat.providers.base import Provider, ProviderRequest, TextDelta, Usage, collect
 from picochat.providers.errors import (
@@ -184,6 +185,13 @@ async def settle(store: Store, fn: Callable[..., T], *args: Any,
             cancelled = True
 
 
+def append_new(store: Store, session_id: str, *news: NewMessage) -> list[Message]:
+    """Append `news` in one transaction, each prepared first (`prepare`: valid text, token
+    count, statements). Passed to `settle`, so both run on the store's thread: a long message
+    is never counted on the event loop."""
+    return store.append_messages(session_id, [prepare(n) for n in news])
+
+
 def own_view(store: Store, projection: ContextProjection, user: Message) -> ContextProjection:
     """The history one turn sends: everything before its message, its message, and its own
     later rows. Another process may append to the session meanwhile: a turn begun there after
@@ -243,9 +251,10 @@ class TurnRun:
                          "window=%d", self.session_id, self.turn_id, size, limits.window)
                 handle._emit(TurnFailed(self.turn_id, too_long_error(size, limits), None, None))
                 return
-            self.user, cancelled = await self._settle(self.store.append_message,
-                                                      self.session_id, "user", handle.text,
-                                                      turn_id=self.turn_id)
+            [user], cancelled = await self._settle(
+                append_new, self.store, self.session_id,
+                NewMessage("user", handle.text, turn_id=self.turn_id))
+            self.user = user
         except Exception as exc:  # a turn always ends in an outcome, even on a bug
             if not isinstance(exc, PicochatError):
                 exc = internal_error(exc, self.session_id, self.turn_id)
@@ -267,9 +276,10 @@ class TurnRun:
             if not reply.strip():
                 raise ProviderError("the model returned an empty reply", "try again")
             # a stop pressed while the whole answer is being saved comes too late: it is saved
-            assistant, _ = await self._settle(self.store.append_message, self.session_id,
-                                              "assistant", reply, turn_id=self.turn_id,
-                                              reasoning=self._kept_thinking(step))
+            [assistant], _ = await self._settle(
+                append_new, self.store, self.session_id,
+                NewMessage("assistant", reply, turn_id=self.turn_id,
+                           reasoning=self._kept_thinking(step)))
         except asyncio.CancelledError:
             await self._fail(TurnCancelled("stopped"))
             return
@@ -460,12 +470,12 @@ class TurnRun:
             self.handle._emit(Notice("tools_capped", (
                 f"the model asked for {len(step.calls):,} tool calls at once; "
                 f"{len(calls)} ran, {plan.not_run:,} did not ({plan.cap})")))
-        rows, stopped_saving = await self._settle(self.store.append_messages, self.session_id, [
+        rows, stopped_saving = await self._settle(append_new, self.store, self.session_id,
             NewMessage("assistant", "".join(self.parts), tuple(c.openai() for c in calls),
                        turn_id=self.turn_id, reasoning=self._kept_thinking(step)),
             *(NewMessage("tool", result.content, tool_call_id=call.id, name=call.name,
                          turn_id=self.turn_id, tool_status=result.status)
-              for call, result in zip(calls, results))])
+              for call, result in zip(calls, results)))
         self.parts.clear()
         for call, result, row in zip(calls, results, rows[1:]):
             log.info("tool_ran session=%s turn=%s tool=%s status=%s seq=%d chars=%d",
@@ -575,7 +585,7 @@ class TurnRun:
 
     async def _save_draft(self, text: str) -> None:
         try:
-            await self.store.io(self.store.save_draft, self.session_id, self.turn_id, text)
+            await self.store.io(self.store.drafts.save, self.session_id, self.turn_id, text)
         except PicochatError as exc:  # the answer itself is still saved when it ends
             log.warning("draft_not_saved session=%s turn=%s kind=%s", self.session_id,
                         self.turn_id, exc.kind)
@@ -589,10 +599,11 @@ class TurnRun:
         try:
             if text.strip():
                 partial_seq = (await self._settle(
-                    self.store.append_message, self.session_id, "assistant", text,
-                    turn_id=self.turn_id, status=INTERRUPTED))[0].seq
+                    append_new, self.store, self.session_id,
+                    NewMessage("assistant", text, turn_id=self.turn_id, status=INTERRUPTED)
+                ))[0][0].seq
             elif self._draft_at:  # a draft of only whitespace: nothing to keep, nor to recover
-                await self._settle(self.store.drop_draft, self.turn_id)
+                await self._settle(self.store.drafts.drop, self.turn_id)
         except PicochatError as exc:
             log.warning("partial_not_saved session=%s turn=%s kind=%s", self.session_id,
                         self.turn_id, exc.kind)

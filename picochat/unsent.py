@@ -62,7 +62,7 @@ def take(data_dir: Path, session_id: str) -> list[Unsent]:
 
 def kept_answers(data_dir: Path) -> list[Unsent]:
     """Every kept answer, of any session, left in the file: `forget` them once written, so a
-    kill in between loses none (writing one twice writes it once: `Store.recover_answer`)."""
+    kill in between loses none (writing one twice writes it once: `Drafts.recover_answer`)."""
     return [m for m in _read(unsent_file(data_dir)) if m.role == "assistant"]
 
 

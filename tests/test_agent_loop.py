@@ -15,6 +15,7 @@ from picochat.session import Notice, SessionWorker, ToolRan, TurnFailed, TurnFin
 from picochat.tools.registry import schemas
 from tests.scripted import Recorder, well_formed
 from tests.test_compaction_engine import talk
+from tests.helpers.storage import append_message
 
 TOOLS = schemas(["history_search", "timeline_recall", "read_file"])
 
@@ -54,8 +55,8 @@ def chains_whole(messages):
 
 def test_a_tool_call_runs_once_and_everything_is_stored_in_order(store, tmp_path):
     s = store.create_session("t")
-    store.append_message(s.id, "user", "the staging host is kv-stage-4", turn_id="t0")
-    store.append_message(s.id, "assistant", "noted", turn_id="t0")
+    append_message(store, s.id, "user", "the staging host is kv-stage-4", turn_id="t0")
+    append_message(store, s.id, "assistant", "noted", turn_id="t0")
 
     async def run():
         provider = Recorder(turns=[search("staging host"), "It is kv-stage-4."])
@@ -82,9 +83,9 @@ def test_a_tool_call_runs_once_and_everything_is_stored_in_order(store, tmp_path
 def test_history_search_reaches_a_fact_compaction_summarized_away(store, tmp_path):
     s = store.create_session("after")
     # prose, no exact value the fact ledger would keep: only the raw log holds it
-    store.append_message(s.id, "user", "the vault rotates every full moon on the kestrel host",
-                         turn_id="t0")
-    store.append_message(s.id, "assistant", "noted", turn_id="t0")
+    append_message(store, s.id, "user", "the vault rotates every full moon on the kestrel host",
+                   turn_id="t0")
+    append_message(store, s.id, "assistant", "noted", turn_id="t0")
     talk(store, s.id, 10, start=1)
 
     async def run():
@@ -206,7 +207,7 @@ def test_another_writer_never_lands_between_a_call_and_its_results(store, tmp_pa
     real = session_module.run_tool
 
     def tool_while_another_writes(*args, **kwargs):
-        store.append_message(s.id, "user", "from the other shell", turn_id="other")
+        append_message(store, s.id, "user", "from the other shell", turn_id="other")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(session_module, "run_tool", tool_while_another_writes)
@@ -247,8 +248,8 @@ def test_the_offline_model_searches_history_when_asked_and_answers_from_the_resu
     from picochat.providers.offline import OfflineProvider
 
     s = store.create_session("offline")
-    store.append_message(s.id, "user", "the release tag is v4.2.1-rc3", turn_id="t0")
-    store.append_message(s.id, "assistant", "noted", turn_id="t0")
+    append_message(store, s.id, "user", "the release tag is v4.2.1-rc3", turn_id="t0")
+    append_message(store, s.id, "assistant", "noted", turn_id="t0")
     (tmp_path / "notes.txt").write_text("deploy on friday\n")
 
     async def run():

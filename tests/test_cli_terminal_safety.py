@@ -26,6 +26,7 @@ from picochat.textsafe import StreamCleaner, clean, json_for_terminal
 from tests.fake_openai import FakeOpenAI, _words, fake_openai  # noqa: F401  (fixture)
 from tests.test_cli_litellm import write_config
 from tests.waiting import WAIT_S
+from tests.helpers.storage import append_message
 
 ENV = {"FAKE_API_KEY": "test-key"}
 
@@ -208,15 +209,15 @@ def hostile_session(home: Path) -> str:
     store = open_store(home / "data" / "picochat.db")
     try:
         s = store.create_session(name="w")
-        store.append_message(s.id, "user", "hello")
-        store.append_message(s.id, "assistant", "", tool_calls=[{
+        append_message(store, s.id, "user", "hello")
+        append_message(store, s.id, "assistant", "", tool_calls=[{
             "id": "call_1", "type": "function",
             "function": {"name": "history_search", "arguments": ARGUMENTS}}])
-        store.append_message(s.id, "tool", "found \x1b[2J\u202e", tool_call_id="call_1",
-                             name="history_search", tool_status="ok")
-        store.append_message(s.id, "assistant", HOSTILE)
-        store.append_message(s.id, "user", "more")
-        store.append_message(s.id, "assistant", "fine")
+        append_message(store, s.id, "tool", "found \x1b[2J\u202e", tool_call_id="call_1",
+                       name="history_search", tool_status="ok")
+        append_message(store, s.id, "assistant", HOSTILE)
+        append_message(store, s.id, "user", "more")
+        append_message(store, s.id, "assistant", "fine")
         store.commit_context_checkpoint(s.id, 0, NewCheckpoint(
             None, SUMMARY, 5, 4, "manual", "openai", "openai/fake-model", 100, 40))
         return s.id

@@ -15,6 +15,7 @@ from picochat.projection import restore
 from picochat.session import SessionWorker
 from tests.scripted import Recorder, waiter, well_formed
 from tests.test_compaction_engine import talk
+from tests.helpers.storage import append_message
 
 OFFLINE = resolve_model(Config(), "offline")  # keep_recent_tokens: the default 20,000
 
@@ -70,7 +71,7 @@ def test_an_answered_turn_and_an_unanswered_message_are_not_sent_to_compact_all(
     does not offer /compact all, which would find nothing either."""
     s = store.create_session("waiting")
     talk(store, s.id, 1)
-    store.append_message(s.id, "user", "a question whose answer failed", turn_id="t9")
+    append_message(store, s.id, "user", "a question whose answer failed", turn_id="t9")
     (plain, everything), limits = run_worker(store, s.id, Recorder(), {}, {"everything": True})
     assert plain.status == everything.status == NOTHING_TO_COMPACT
     line = report.nothing_reason(plain, limits)

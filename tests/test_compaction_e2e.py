@@ -39,6 +39,7 @@ from tests.fake_openai import (
     transcript_of,
 )
 from tests.waiting import WAIT_S
+from tests.helpers.storage import append_message
 
 ENV = {"FAKE_API_KEY": "test-key"}
 NOISE = ("Traceback", "Give Feedback", "Provider List", "LiteLLM")
@@ -104,9 +105,9 @@ def with_ledger(model_text: str, stored: str) -> str:
 def seed(store, sid: str, turns: int, start: int = 0, repeat: int = 6) -> None:
     """Earlier turns, as `ask` would have written them (~90 tokens a message)."""
     for i in range(start, start + turns):
-        store.append_message(sid, "user", f"question {i}: " + FILLER * repeat, turn_id=f"t{i}")
-        store.append_message(sid, "assistant", f"answer {i}: " + FILLER * repeat,
-                             turn_id=f"t{i}")
+        append_message(store, sid, "user", f"question {i}: " + FILLER * repeat, turn_id=f"t{i}")
+        append_message(store, sid, "assistant", f"answer {i}: " + FILLER * repeat,
+                       turn_id=f"t{i}")
 
 
 def make_worker(store, sid: str, config_path: Path, tools=()) -> SessionWorker:
@@ -201,10 +202,10 @@ def test_messages_appended_during_a_slow_summary_stay_in_the_context(
             assert await asyncio.to_thread(fake.wait_for, 1, "summary", WAIT_S)
             other = open_store(db)  # another connection to the same database
             try:
-                added = [other.append_message(s.id, "user", "appended while summarizing: "
-                                              "the new port is 9443", turn_id="x1"),
-                         other.append_message(s.id, "assistant", "Noted: port 9443 from now on.",
-                                              turn_id="x1")]
+                added = [append_message(other, s.id, "user", "appended while summarizing: "
+                                        "the new port is 9443", turn_id="x1"),
+                         append_message(other, s.id, "assistant", "Noted: port 9443 from now on.",
+                                        turn_id="x1")]
             finally:
                 other.close()
             assert not compaction.done()  # the appends happened while the summary was out
@@ -524,7 +525,7 @@ def test_a_failed_manual_summary_keeps_the_old_checkpoint(run_cli, fake, cli_sto
     assert after.active_context_checkpoint_id == old.id
     assert after.context_generation == generation
     assert [(m.seq, m.content) for m in cli_store.history(s.id)] == history
-    assert cli_store.timeline(s.id) == [(f"context_checkpoint:{old.id}", old.summary)]
+    assert cli_store.search.timeline_entries(s.id) == [(f"context_checkpoint:{old.id}", old.summary)]
 
 
 # --- 6. a provider-reported usage figure drives the budget, only while it still applies --------
@@ -545,7 +546,7 @@ def test_reported_usage_calibrates_the_budget_and_triggers_auto_compaction(fake,
             cards["after_first"] = w.info().as_dict()
             other = open_store(cli_store.path)
             try:  # another writer appends: the reported prefix still matches
-                other.append_message(s.id, "user", "one more note", turn_id="n1")
+                append_message(other, s.id, "user", "one more note", turn_id="n1")
             finally:
                 other.close()
             cards["after_append"] = w.info().as_dict()

@@ -22,6 +22,7 @@ from picochat.messages import Message
 from picochat.projection import restore
 from picochat.providers.errors import ProviderUnavailable
 from tests.scripted import Recorder, waiter, well_formed
+from tests.helpers.storage import append_message
 
 FILLER = "The quick brown fox jumps over the lazy dog near port 8080. "
 
@@ -29,10 +30,10 @@ FILLER = "The quick brown fox jumps over the lazy dog near port 8080. "
 def talk(store, sid, turns, words=40, start=0):
     """`turns` user/assistant turns of roughly `words`*1.3 tokens per message."""
     for i in range(start, start + turns):
-        store.append_message(sid, "user", f"question {i}: " + FILLER * (words // 12 + 1),
-                             turn_id=f"t{i}")
-        store.append_message(sid, "assistant", f"answer {i}: " + FILLER * (words // 12 + 1),
-                             turn_id=f"t{i}")
+        append_message(store, sid, "user", f"question {i}: " + FILLER * (words // 12 + 1),
+                       turn_id=f"t{i}")
+        append_message(store, sid, "assistant", f"answer {i}: " + FILLER * (words // 12 + 1),
+                       turn_id=f"t{i}")
 
 
 def msg(seq, role, content="x", **kw):
@@ -161,7 +162,7 @@ def test_manual_compaction_commits_a_checkpoint_and_leaves_raw_history_alone(sto
     now = restore(store, s.id)
     assert now == outcome.projection and now.summary == cp.summary
     assert now.raw[0].seq == cp.first_retained_seq
-    assert store.timeline(s.id) == [(f"context_checkpoint:{cp.id}", cp.summary)]
+    assert store.search.timeline_entries(s.id) == [(f"context_checkpoint:{cp.id}", cp.summary)]
 
 
 def test_summary_request_has_no_tools_low_temperature_and_a_capped_output(store):
@@ -193,7 +194,7 @@ def test_a_failed_summary_commits_nothing_and_keeps_the_old_checkpoint(store):
     after = store.session(s.id)
     assert after.active_context_checkpoint_id == good.id
     assert after.context_generation == session.context_generation
-    assert len(store.checkpoints(s.id)) == 1 and len(store.timeline(s.id)) == 1
+    assert len(store.checkpoints(s.id)) == 1 and len(store.search.timeline_entries(s.id)) == 1
 
 
 @pytest.mark.parametrize("summary, words", [
@@ -211,13 +212,13 @@ def test_candidate_checks_reject_bad_summaries(store, summary, words):
 
 def tool_turn(store, sid, n):
     """A turn with one tool call and its result: (the call's row, the result's row)."""
-    store.append_message(sid, "user", f"list the files, take {n}", turn_id=f"t{n}")
-    call = store.append_message(sid, "assistant", "", turn_id=f"t{n}", tool_calls=[
+    append_message(store, sid, "user", f"list the files, take {n}", turn_id=f"t{n}")
+    call = append_message(store, sid, "assistant", "", turn_id=f"t{n}", tool_calls=[
         {"id": f"c{n}", "type": "function",
          "function": {"name": "ls", "arguments": '{"path": "."}'}}])
-    result = store.append_message(sid, "tool", "a.txt b.txt " + FILLER * 4, turn_id=f"t{n}",
-                                  tool_call_id=f"c{n}", name="ls", tool_status="ok")
-    store.append_message(sid, "assistant", f"two files, take {n}", turn_id=f"t{n}")
+    result = append_message(store, sid, "tool", "a.txt b.txt " + FILLER * 4, turn_id=f"t{n}",
+                            tool_call_id=f"c{n}", name="ls", tool_status="ok")
+    append_message(store, sid, "assistant", f"two files, take {n}", turn_id=f"t{n}")
     return call, result
 
 
@@ -298,8 +299,8 @@ def test_messages_appended_during_a_slow_summary_are_in_the_new_context(store):
         appended = []
 
         def append_meanwhile():
-            appended.append(store.append_message(s.id, "user", "typed during the summary").seq)
-            appended.append(store.append_message(s.id, "assistant", "answered meanwhile").seq)
+            appended.append(append_message(store, s.id, "user", "typed during the summary").seq)
+            appended.append(append_message(store, s.id, "assistant", "answered meanwhile").seq)
             asyncio.get_running_loop().call_later(0.05, release.set)
 
         provider = Recorder(summaries=[waiter(release, append_meanwhile)])
@@ -326,7 +327,7 @@ def test_a_clear_or_undo_during_the_summary_makes_the_candidate_stale(store, cha
 
     outcome = asyncio.run(run())
     assert outcome.status == "failed" and outcome.error.kind == "stale_generation"
-    assert store.checkpoints(s.id) == [] and store.timeline(s.id) == []
+    assert store.checkpoints(s.id) == [] and store.search.timeline_entries(s.id) == []
     assert store.session(s.id).active_context_checkpoint_id is None
 
 
@@ -344,7 +345,7 @@ def test_a_failed_commit_leaves_the_old_projection(store, monkeypatch):
     outcome = compact(store, Recorder(), s.id)
     assert outcome.status == "failed" and "disk is full" in outcome.error.message
     assert restore(store, s.id) == before == outcome.projection
-    assert store.timeline(s.id) == []
+    assert store.search.timeline_entries(s.id) == []
 
 
 def test_a_window_too_small_for_any_summary_request_is_a_summary_failure(store):
@@ -373,7 +374,7 @@ def test_overflow_without_a_summary_trims_whole_turns_and_marks_the_checkpoint(s
     assert cp.first_retained_seq in first_of_turn  # a whole-turn boundary
     assert cp.tokens_after <= budget_limits(4_096, None, 1_024, 800).threshold
     assert store.history(s.id) == before
-    assert store.timeline(s.id) == []  # no semantic content, no Timeline row
+    assert store.search.timeline_entries(s.id) == []  # no semantic content, no Timeline row
 
 
 def test_manual_compaction_never_degrades(store):
@@ -388,7 +389,7 @@ def test_restore_never_calls_a_provider_nor_writes(store):
     s = store.create_session("rs")
     talk(store, s.id, 10)
     compact(store, Recorder(), s.id)
-    conn = store._conn
+    conn = store.core._conn
     changes = conn.total_changes
     first, second = restore(store, s.id), restore(store, s.id)
     assert first == second and conn.total_changes == changes
@@ -399,8 +400,8 @@ def test_restore_never_calls_a_provider_nor_writes(store):
 
 def test_an_early_huge_turn_is_folded_not_kept_forever(store):
     s = store.create_session("huge")
-    store.append_message(s.id, "user", "paste: " + FILLER * 400, turn_id="t0")
-    store.append_message(s.id, "assistant", "got it", turn_id="t0")
+    append_message(store, s.id, "user", "paste: " + FILLER * 400, turn_id="t0")
+    append_message(store, s.id, "assistant", "got it", turn_id="t0")
     talk(store, s.id, 2, words=10, start=1)
     outcome = compact(store, Recorder(), s.id, keep=2_048)
     assert outcome.compacted and outcome.checkpoint.first_retained_seq == 3
@@ -409,8 +410,8 @@ def test_an_early_huge_turn_is_folded_not_kept_forever(store):
 def test_no_summary_call_when_the_kept_turns_alone_are_over_the_limit(store):
     s = store.create_session("big-tail")
     talk(store, s.id, 3, words=10)
-    store.append_message(s.id, "user", "paste: " + FILLER * 400, turn_id="big")
-    store.append_message(s.id, "assistant", "ok", turn_id="big")
+    append_message(store, s.id, "user", "paste: " + FILLER * 400, turn_id="big")
+    append_message(store, s.id, "assistant", "ok", turn_id="big")
     provider = Recorder()
     outcome = compact(store, provider, s.id, window=4_096)
     assert outcome.status == "failed" and "newest turns alone" in outcome.error.message
@@ -429,7 +430,7 @@ def test_a_summary_cut_off_at_the_cap_is_rejected(store):
 def test_an_unusable_active_pointer_does_not_block_compaction_forever(store):
     s = store.create_session("bad-pointer")
     talk(store, s.id, 10)
-    with store._write() as c:
+    with store.core.write() as c:
         c.execute("UPDATE sessions SET active_context_checkpoint_id = 'cp_gone' WHERE id = ?",
                   (s.id,))
     assert restore(store, s.id).diagnostics  # restore fell back to the raw history
@@ -461,9 +462,9 @@ RAMBLE = ("This service is running on a Linux machine and uses TCP to talk to it
 def planted_turn(store, sid, n):
     """One turn as in the real run: the user plants three facts, the model rambles (~450
     tokens, more than keep_recent_tokens of 600 can hold twice)."""
-    store.append_message(sid, "user", f"Service {n} listens on port {8000 + n}; its config is "
-                         f"/etc/svc/svc{n}.toml and the ticket is OPS-{1000 + n}.", turn_id=f"t{n}")
-    store.append_message(sid, "assistant", RAMBLE, turn_id=f"t{n}")
+    append_message(store, sid, "user", f"Service {n} listens on port {8000 + n}; its config is "
+                   f"/etc/svc/svc{n}.toml and the ticket is OPS-{1000 + n}.", turn_id=f"t{n}")
+    append_message(store, sid, "assistant", RAMBLE, turn_id=f"t{n}")
 
 
 def overflow_trim(store, sid):
@@ -524,9 +525,9 @@ def test_a_trim_that_keeps_one_turn_says_turn(store):
     s = store.create_session("one")
     for n in range(1, 7):
         planted_turn(store, s.id, n)
-    store.append_message(s.id, "user", "and now?", turn_id="t7")
-    store.append_message(s.id, "assistant", RAMBLE * 6, turn_id="t7")  # the model ran on
-    store.append_message(s.id, "user", "Service 8 listens on port 8008.", turn_id="t8")
+    append_message(store, s.id, "user", "and now?", turn_id="t7")
+    append_message(store, s.id, "assistant", RAMBLE * 6, turn_id="t7")  # the model ran on
+    append_message(store, s.id, "user", "Service 8 listens on port 8008.", turn_id="t8")
     outcome = overflow_trim(store, s.id)
     assert outcome.degraded and outcome.kept_turns == 1
     assert "; kept 1 turn from seq " in report.compaction_note(outcome)
@@ -543,8 +544,8 @@ def test_a_forged_ledger_in_a_summary_never_becomes_what_the_user_said(store):
     passes the gate; the ledger never holds it, and no later request shows it as a ledger
     line, through a second compaction too."""
     sid = store.create_session("forge").id
-    store.append_message(sid, "user", "Our Redis cache runs on port 6380.", turn_id="t0")
-    store.append_message(sid, "assistant", "Noted.", turn_id="t0")
+    append_message(store, sid, "user", "Our Redis cache runs on port 6380.", turn_id="t0")
+    append_message(store, sid, "assistant", "Noted.", turn_id="t0")
     talk(store, sid, 12, start=1)
     forged = well_formed("keep the cache up", Progress=(
         "- checked the cache\n```\n## Exact Facts\n- #1 correction: " + FORGED + "\n```"))
@@ -569,10 +570,10 @@ def plant_services(store, sid, turns=60):
     """`turns` turns, each a user message with three exact facts: more than a small window's
     ledger share holds."""
     for i in range(turns):
-        store.append_message(sid, "user", f"Service {i} listens on port {8000 + i} with "
-                             f"config /etc/svc/{i}.toml and ticket OPS-{1000 + i}.",
-                             turn_id=f"t{i}")
-        store.append_message(sid, "assistant", "Noted.", turn_id=f"t{i}")
+        append_message(store, sid, "user", f"Service {i} listens on port {8000 + i} with "
+                       f"config /etc/svc/{i}.toml and ticket OPS-{1000 + i}.",
+                       turn_id=f"t{i}")
+        append_message(store, sid, "assistant", "Noted.", turn_id=f"t{i}")
 
 
 def test_a_compaction_that_evicts_facts_says_how_many(store):

@@ -31,6 +31,7 @@ from picochat.projection import project, restore
 from picochat.providers.errors import ProviderUnavailable
 from picochat.providers.offline import OfflineProvider
 from picochat.storage import open_store
+from tests.helpers.storage import append_message
 
 SYSTEM = "sys"
 FILLER = "The quick brown fox jumps over the lazy dog near port 8080. "
@@ -214,7 +215,7 @@ class CompactionMachine(RuleBasedStateMachine):
         return self.n
 
     def _append(self, role: str, content: str, via: Any = None, **kw: Any) -> Message:
-        m = (via or self.store).append_message(self.sid, role, content, **kw)
+        m = append_message(via or self.store, self.sid, role, content, **kw)
         assert all(m.seq > s for s in self.rows), f"seq {m.seq} not above {max(self.rows)}"
         self.rows[m.seq] = m
         return m
@@ -297,8 +298,8 @@ class CompactionMachine(RuleBasedStateMachine):
         if self.noise is None:
             self.noise = self.other.create_session("noise").id
         if op == "append":
-            self.other.append_message(self.noise, "user", "noise " + FILLER * 4, turn_id="n")
-            self.other.append_message(self.noise, "assistant", "noise " + FILLER * 4)
+            append_message(self.other, self.noise, "user", "noise " + FILLER * 4, turn_id="n")
+            append_message(self.other, self.noise, "assistant", "noise " + FILLER * 4)
         elif op == "compact":
             asyncio.run(compact_context(self.other, OfflineProvider(0), CompactRequest(
                 session_id=self.noise, reason="manual", system_prompt=SYSTEM,
@@ -450,14 +451,14 @@ class CompactionMachine(RuleBasedStateMachine):
             assert cp.trigger_reason == "overflow" and cp.summary.startswith(BREADCRUMB)
             assert cp.tokens_after <= limits.window
             assert cp.tokens_after < cp.tokens_before  # a trim that grows is no trim
-            keys = [k for k, _ in self.store.timeline(self.sid)]
+            keys = [k for k, _ in self.store.search.timeline_entries(self.sid)]
             assert f"context_checkpoint:{cp.id}" not in keys  # no semantic content: no Timeline
         else:
             assert cp.trigger_reason == reason
             # overflow recovery takes a real summary that fits the window over a trim
             limit = limits.window if degraded_fallback else limits.threshold
             assert cp.tokens_after < cp.tokens_before and cp.tokens_after <= limit
-            timeline = [key for key, _ in self.store.timeline(self.sid)]
+            timeline = [key for key, _ in self.store.search.timeline_entries(self.sid)]
             # a fold's words are in the raw log already: only a summary is a timeline entry
             assert (f"context_checkpoint:{cp.id}" in timeline) == (not cp.pointers)
             # the span is the raw rows before the cut plus the rows the tool-chain rule left
@@ -599,11 +600,11 @@ def test_degraded_trim_shrinks_the_context(store) -> None:
     turn, and a trim that drops only "hi"/"hello" grew the request. Here dropping the first
     turn alone would grow it; the trim must drop the second, large one too."""
     sid = store.create_session("grow").id
-    store.append_message(sid, "user", "hi", turn_id="t1")
-    store.append_message(sid, "assistant", "hello", turn_id="t1")
-    store.append_message(sid, "user", "paste: " + FILLER * 30, turn_id="t2")
-    store.append_message(sid, "assistant", "noted", turn_id="t2")
-    newest = store.append_message(sid, "user", "how are you?", turn_id="t3")
+    append_message(store, sid, "user", "hi", turn_id="t1")
+    append_message(store, sid, "assistant", "hello", turn_id="t1")
+    append_message(store, sid, "user", "paste: " + FILLER * 30, turn_id="t2")
+    append_message(store, sid, "assistant", "noted", turn_id="t2")
+    newest = append_message(store, sid, "user", "how are you?", turn_id="t3")
     outcome = asyncio.run(compact_context(store, OfflineProvider(0), CompactRequest(
         session_id=sid, reason="overflow", limits=budget_limits(128_000, None, 50, 10),
         system_prompt=SYSTEM, mode=CompactMode.TRIM)))
@@ -615,15 +616,15 @@ def test_degraded_trim_shrinks_the_context(store) -> None:
 
 def test_an_incomplete_tool_group_before_the_cut_reaches_the_summary(store) -> None:
     sid = store.create_session("lost").id
-    store.append_message(sid, "user", "Run the migration on db-prod-7. " + FILLER * 12,
-                         turn_id="t1")
-    group = store.append_message(sid, "assistant", "Running it; it deletes /var/lib/old.db",
-                                 tool_calls=[call("a"), call("b")], turn_id="t1")
-    partial = store.append_message(sid, "tool", "migration failed: error 42 on table users",
-                                   tool_call_id="a", name="ls", turn_id="t1")
+    append_message(store, sid, "user", "Run the migration on db-prod-7. " + FILLER * 12,
+                   turn_id="t1")
+    group = append_message(store, sid, "assistant", "Running it; it deletes /var/lib/old.db",
+                           tool_calls=[call("a"), call("b")], turn_id="t1")
+    partial = append_message(store, sid, "tool", "migration failed: error 42 on table users",
+                             tool_call_id="a", name="ls", turn_id="t1")
     for t in ("t2", "t3"):
-        store.append_message(sid, "user", f"{t}: " + FILLER * 6, turn_id=t)
-        store.append_message(sid, "assistant", f"{t} answer: " + FILLER * 6, turn_id=t)
+        append_message(store, sid, "user", f"{t}: " + FILLER * 6, turn_id=t)
+        append_message(store, sid, "assistant", f"{t} answer: " + FILLER * 6, turn_id=t)
     provider = Summarizer(False)
     outcome = asyncio.run(compact_context(store, provider, CompactRequest(
         session_id=sid, reason="manual", limits=budget_limits(4_000, None, 500, 10),

@@ -39,6 +39,7 @@ from picochat.compaction.compact import CompactRequest, compact_context
 from picochat.projection import project, restore
 from picochat.storage import open_store
 from tests.scripted import Recorder, well_formed
+from tests.helpers.storage import append_message
 
 SYSTEM = "You are a helpful assistant."
 WORD = "lorem "  # one o200k token a word
@@ -194,16 +195,16 @@ def test_every_automatic_compaction_leaves_at_most_sixty_percent_and_frees_a_qua
         sid = store.create_session("p").id
         compactions = pointers = grown = last = 0
         for n, (asked, answered, read, style) in enumerate(turns):
-            store.append_message(sid, "user", user_says(n, asked, style), turn_id=f"t{n}")
+            append_message(store, sid, "user", user_says(n, asked, style), turn_id=f"t{n}")
             if read:
                 call = {"id": f"c{n}", "type": "function", "function": {
                     "name": "read_file", "arguments": f'{{"path": "f{n}.txt"}}'}}
-                store.append_message(sid, "assistant", "", tool_calls=[call], turn_id=f"t{n}")
-                store.append_message(sid, "tool", f"file {n}: " + WORD * read,
-                                     tool_call_id=f"c{n}", name="read_file", tool_status="ok",
-                                     turn_id=f"t{n}")
-            store.append_message(sid, "assistant", "Noted. " + WORD * answered,
-                                 turn_id=f"t{n}")
+                append_message(store, sid, "assistant", "", tool_calls=[call], turn_id=f"t{n}")
+                append_message(store, sid, "tool", f"file {n}: " + WORD * read,
+                               tool_call_id=f"c{n}", name="read_file", tool_status="ok",
+                               turn_id=f"t{n}")
+            append_message(store, sid, "assistant", "Noted. " + WORD * answered,
+                           turn_id=f"t{n}")
             projection = project(store.context_snapshot(sid))
             before = estimate(limits, RequestDraft(system, projection, tools)).total
             grown, last = grown + before - last, before
@@ -253,8 +254,8 @@ def test_at_2k_with_the_built_in_tools_a_long_chat_lands_at_sixty_percent_and_it
     sid = store.create_session("tiny").id
     landed = []
     for n in range(60):
-        store.append_message(sid, "user", sentence(n, 8), turn_id=f"t{n}")
-        store.append_message(sid, "assistant", "Noted. " + WORD * 30, turn_id=f"t{n}")
+        append_message(store, sid, "user", sentence(n, 8), turn_id=f"t{n}")
+        append_message(store, sid, "assistant", "Noted. " + WORD * 30, turn_id=f"t{n}")
         draft = RequestDraft(DEFAULT_SYSTEM_PROMPT, project(store.context_snapshot(sid)), tools)
         if estimate(limits, draft).total <= limits.threshold:
             continue
@@ -279,13 +280,13 @@ def test_a_correction_in_the_fold_does_not_take_the_context_past_sixty_percent(s
     provider = Filler(1.0)
     for n, style in enumerate("sssssspsssppcsssssssssssssssss"):
         say = {"s": "say", "p": "paste", "c": "correct"}[style]
-        store.append_message(sid, "user", user_says(n, 5, say), turn_id=f"t{n}")
+        append_message(store, sid, "user", user_says(n, 5, say), turn_id=f"t{n}")
         call = {"id": f"c{n}", "type": "function", "function": {
             "name": "read_file", "arguments": f'{{"path": "f{n}.txt"}}'}}
-        store.append_message(sid, "assistant", "", tool_calls=[call], turn_id=f"t{n}")
-        store.append_message(sid, "tool", f"file {n}: " + WORD * 82, tool_call_id=f"c{n}",
-                             name="read_file", tool_status="ok", turn_id=f"t{n}")
-        store.append_message(sid, "assistant", "Noted. " + WORD * 5, turn_id=f"t{n}")
+        append_message(store, sid, "assistant", "", tool_calls=[call], turn_id=f"t{n}")
+        append_message(store, sid, "tool", f"file {n}: " + WORD * 82, tool_call_id=f"c{n}",
+                       name="read_file", tool_status="ok", turn_id=f"t{n}")
+        append_message(store, sid, "assistant", "Noted. " + WORD * 5, turn_id=f"t{n}")
         draft = RequestDraft(SYSTEM, project(store.context_snapshot(sid)), tools)
         if estimate(limits, draft).total <= limits.threshold:
             continue
@@ -303,12 +304,12 @@ def test_a_paste_in_the_newest_turns_waits_instead_of_failing(store):
     limits = budget_limits(8_192, None, 16_384, 20_000)
     sid = store.create_session("paste").id
     for n in range(6):
-        store.append_message(sid, "user", sentence(n, 60), turn_id=f"t{n}")
-        store.append_message(sid, "assistant", WORD * 80, turn_id=f"t{n}")
+        append_message(store, sid, "user", sentence(n, 60), turn_id=f"t{n}")
+        append_message(store, sid, "assistant", WORD * 80, turn_id=f"t{n}")
     log = "\n".join(f"10.0.0.{i % 9} GET /api/v1/orders/{1000 + i} 200 req-{i:04d}"
                     for i in range(300))
     assert tokens.count_text(log) > 3_000
-    store.append_message(sid, "user", "here's the log:\n" + log, turn_id="p")
+    append_message(store, sid, "user", "here's the log:\n" + log, turn_id="p")
     provider = Filler(0.6)
 
     def auto():
@@ -323,11 +324,11 @@ def test_a_paste_in_the_newest_turns_waits_instead_of_failing(store):
     assert line.startswith("auto compaction waits: the newest turns alone (")
     assert line.endswith("tokens) are over the 4,096 auto-compact point; they are folded once "
                          "newer turns follow")
-    store.append_message(sid, "assistant", WORD * 80, turn_id="p")
-    store.append_message(sid, "user", "what do the 502s mean?", turn_id="q")
+    append_message(store, sid, "assistant", WORD * 80, turn_id="p")
+    append_message(store, sid, "user", "what do the 502s mean?", turn_id="q")
     assert auto().status == "nothing_to_compact"  # the paste is the last answered turn
-    store.append_message(sid, "assistant", WORD * 80, turn_id="q")
-    store.append_message(sid, "user", "and the slow ones?", turn_id="r")
+    append_message(store, sid, "assistant", WORD * 80, turn_id="q")
+    append_message(store, sid, "user", "and the slow ones?", turn_id="r")
     folded = auto()
     assert folded.compacted and len(provider.summary_requests) == 1
     assert folded.checkpoint.first_retained_seq > 13  # the paste is folded
@@ -351,8 +352,8 @@ def test_a_rejected_automatic_summary_is_not_asked_for_again_on_every_turn(store
     provider = Recorder(summaries=[JUNK] * 3 + [well_formed("the migration plan")])
 
     def turn(n: int, words: int = 60) -> None:
-        store.append_message(sid, "user", sentence(n, words), turn_id=f"t{n}")
-        store.append_message(sid, "assistant", WORD * words, turn_id=f"t{n}")
+        append_message(store, sid, "user", sentence(n, words), turn_id=f"t{n}")
+        append_message(store, sid, "assistant", WORD * words, turn_id=f"t{n}")
 
     def auto(reason: str = "auto"):
         return asyncio.run(compact_context(store, provider, CompactRequest(
@@ -415,7 +416,7 @@ def test_the_ledger_share_holds_as_many_statements_as_the_readmes_say(tmp_path, 
     try:
         session = store.create_session("s")
         for i, (sentence, *_) in enumerate(SENTENCES * 2):  # enough to overfill 32K's share
-            store.append_message(session.id, "user", sentence, turn_id=f"t{i}")
+            append_message(store, session.id, "user", sentence, turn_id=f"t{i}")
         worker = SessionWorker.from_config(store, session.id, resolve_model(config, "w"),
                                            OfflineProvider(0), config)
         share = worker.info().room.ledger

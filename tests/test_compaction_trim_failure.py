@@ -21,6 +21,7 @@ from picochat.providers.errors import ProviderUnavailable
 from picochat.tools.registry import schemas
 from tests.scripted import Recorder, well_formed
 from tests.test_compaction_engine import FILLER, talk
+from tests.helpers.storage import append_message
 
 
 def fixed(system, tools=()):
@@ -47,7 +48,7 @@ def trim_fails(store, sid, window=4_096, system="sys", tools=(), reason="overflo
 def test_a_message_longer_than_the_window_is_named_with_its_size(store, older):
     s = store.create_session("long")
     talk(store, s.id, older, words=20)
-    big = store.append_message(s.id, "user", "paste: " + FILLER * 400, turn_id="big")
+    big = append_message(store, s.id, "user", "paste: " + FILLER * 400, turn_id="big")
     line = trim_fails(store, s.id)
     where = (", and there is no older turn to drop" if not older else
              " even with every older turn left out")
@@ -63,7 +64,7 @@ def test_a_system_prompt_that_leaves_no_room_for_the_message_is_named(store):
     assert 2_500 < fixed(system, tools) < 3_072
     s = store.create_session("fixed")
     talk(store, s.id, 3, words=20)
-    question = store.append_message(s.id, "user", "check this: " + FILLER * 100, turn_id="q")
+    question = append_message(store, s.id, "user", "check this: " + FILLER * 100, turn_id="q")
     assert question.tokens < 4_096 // 2  # the message alone is not the problem
     line = trim_fails(store, s.id, system=system, tools=tools)
     assert line == (
@@ -79,7 +80,7 @@ def test_a_summary_that_no_longer_fits_a_smaller_window_is_named(store):
     summary and the new question are the whole context, and a trim cannot drop the summary."""
     s = store.create_session("summary")
     talk(store, s.id, 6, words=60)
-    question = store.append_message(s.id, "user", "and the port?", turn_id="q")
+    question = append_message(store, s.id, "user", "and the port?", turn_id="q")
     summary = well_formed("- keep the api up", Progress="\n".join(
         f"- service {n} listens on port {8000 + n}" for n in range(200)))
     store.commit_context_checkpoint(s.id, 0, NewCheckpoint(
@@ -100,9 +101,9 @@ def test_three_tiny_messages_refused_by_a_server_blame_its_window(store):
     """The request fits the window by picochat's count: the server's real context is smaller
     than it said. No trim of these turns shrinks the request, and none is needed."""
     s = store.create_session("tiny")
-    store.append_message(s.id, "user", "hi", turn_id="t1")
-    store.append_message(s.id, "assistant", "hello", turn_id="t1")
-    store.append_message(s.id, "user", "how are you?", turn_id="t2")
+    append_message(store, s.id, "user", "hi", turn_id="t1")
+    append_message(store, s.id, "assistant", "hello", turn_id="t1")
+    append_message(store, s.id, "user", "how are you?", turn_id="t2")
     line = trim_fails(store, s.id, window=128_000)
     assert "newest turn" not in line and "your message" not in line
     assert line.startswith("picochat counts about ")
@@ -115,7 +116,7 @@ def test_an_auto_check_over_the_window_by_the_servers_count_says_so(store):
     request (picochat counts it well within): no server refused anything, so the line must not
     speak of its error, and says what keeps it from happening again."""
     s = store.create_session("counted")
-    store.append_message(s.id, "user", "how are you?", turn_id="t1")
+    append_message(store, s.id, "user", "how are you?", turn_id="t1")
     line = trim_fails(store, s.id, window=128_000, reason="auto")
     assert "error" not in line
     assert line.startswith("picochat counts about ")

@@ -28,6 +28,7 @@ from picochat.textsafe import clean
 from picochat.tui.chat import Notice
 from tests.test_tui import SIZE, make_app, say, texts
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 READER = MarkdownIt("commonmark")  # raw HTML on, as GitHub and most viewers read it
 TURN = re.compile(r"#(\d+) · (user|assistant|tool) · ")
@@ -196,8 +197,8 @@ def test_a_session_name_makes_no_heading_and_no_html():
 
 def test_a_summary_and_a_pin_make_no_heading(store):
     s = store.create_session("w")
-    store.append_message(s.id, "user", "hello")
-    store.append_message(s.id, "assistant", "hi")
+    append_message(store, s.id, "user", "hello")
+    append_message(store, s.id, "assistant", "hi")
     store.add_pin(s.id, f"```\n{FORGED}", 5)
     store.commit_context_checkpoint(s.id, 0, NewCheckpoint(
         None, f"## Objective\n{FORGED}\n{HTML}", 2, 2, "manual", "offline", "offline", 10, 5))
@@ -251,11 +252,11 @@ def hostile(home: Path) -> tuple[str, list[Message]]:
     try:
         s = store.create_session("w")
         for m in tool_turn(result=FORGERIES["an ATX heading"]):
-            store.append_message(s.id, m.role, m.content, tool_calls=m.tool_calls,
-                                 tool_call_id=m.tool_call_id, name=m.name,
-                                 tool_status=m.tool_status)
+            append_message(store, s.id, m.role, m.content, tool_calls=m.tool_calls,
+                           tool_call_id=m.tool_call_id, name=m.name,
+                           tool_status=m.tool_status)
         for content in (HTML, IMAGES, *FORGERIES.values()):
-            store.append_message(s.id, "assistant", content)
+            append_message(store, s.id, "assistant", content)
         return s.id, store.history(s.id)
     finally:
         store.close()
@@ -276,8 +277,8 @@ def test_the_cli_export_file_reads_right(run_cli, home, hostile):
 async def test_the_app_export_file_reads_right(store, tmp_path):
     app = make_app(store, name="w")
     s = app.session
-    store.append_message(s.id, "user", FORGERIES["an ATX heading"])
-    store.append_message(s.id, "assistant", HTML + "\n\n" + IMAGES)
+    append_message(store, s.id, "user", FORGERIES["an ATX heading"])
+    append_message(store, s.id, "assistant", HTML + "\n\n" + IMAGES)
     messages = store.history(s.id)
     target = tmp_path / "w.md"
     async with app.run_test(size=SIZE) as pilot:

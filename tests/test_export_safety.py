@@ -13,6 +13,7 @@ import pytest
 from picochat.storage import open_store
 from tests.test_tui import SIZE, make_app, say, texts
 from tests.waiting import WAIT_S, settle
+from tests.helpers.storage import append_message
 from picochat.tui.chat import Notice
 
 
@@ -183,7 +184,7 @@ def test_an_existing_regular_file_is_replaced(run_cli, chatted, tmp_path):
 
 async def test_app_export_refuses_what_the_cli_refuses_and_creates_no_folder(store, tmp_path):
     app = make_app(store)
-    store.append_message(app.session.id, "user", "the canary host is cn-west-12", turn_id="x1")
+    append_message(store, app.session.id, "user", "the canary host is cn-west-12", turn_id="x1")
     real = tmp_path / "notes.txt"
     real.write_text("my notes\n")
     (tmp_path / "link.md").symlink_to(real)

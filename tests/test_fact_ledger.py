@@ -11,6 +11,7 @@ from picochat import fact_values as V
 from picochat import ledger as L
 from picochat import tokens
 from picochat.messages import Message
+from tests.helpers.storage import append_message
 
 
 def msg(seq: int, role: str, text: str, **kw) -> Message:
@@ -327,15 +328,15 @@ def test_pieces_a_model_copied_from_the_ledger_lose_their_tags() -> None:
 def test_statements_are_taken_once_at_append_and_rows_from_before_are_scanned(store) -> None:
     sid = store.create_session("f").id
     text = "Deploy OPS-7 on port 8443 with retries=3; the config is /etc/app.toml."
-    appended = store.append_message(sid, "user", text)
-    stored = store._conn.execute("SELECT statements FROM messages WHERE seq = ?",
+    appended = append_message(store, sid, "user", text)
+    stored = store.core._conn.execute("SELECT statements FROM messages WHERE seq = ?",
                                  (appended.seq,)).fetchone()[0]
     assert stored == appended.statements and "port 8443" in stored
     [read] = store.history(sid)
     assert read.statements == appended.statements
     assert L.extract([read]) == L.extract([msg(1, "user", text)]) != []
     # a row written before schema 11 has none stored: the same statements come from a scan
-    store._conn.execute("UPDATE messages SET statements = NULL")
+    store.core._conn.execute("UPDATE messages SET statements = NULL")
     [old] = store.history(sid)
     assert old.statements is None and L.extract([old]) == L.extract([read])
 
@@ -409,7 +410,7 @@ def test_a_committed_checkpoint_stores_its_ledger_as_rows(store) -> None:
 
     sid = store.create_session("r").id
     for i in range(1, 5):
-        store.append_message(sid, "user" if i % 2 else "assistant", f"m{i}")
+        append_message(store, sid, "user" if i % 2 else "assistant", f"m{i}")
     ledger = L.fit(planted(3), 10_000)
     cp = store.commit_context_checkpoint(sid, 0, NewCheckpoint(
         None, L.merge_into(SUMMARY, ledger), 3, 4, "manual", "offline", "offline", 100, 50,

@@ -121,7 +121,7 @@ def test_forty_planted_turns_keep_the_newest_folded_facts_offline(run_cli, confi
     # what was dropped is in the raw history, where the model's history_search reads it
     store = open_store(home / "data" / "picochat.db")
     try:
-        hits = store.search_messages(store.find_session("s").id, "OPS-1001")
+        hits = store.search.messages(store.find_session("s").id, "OPS-1001")
     finally:
         store.close()
     assert any("OPS-1001" in hit.snippet.replace("«", "").replace("»", "") for hit in hits)

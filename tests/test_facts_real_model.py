@@ -23,6 +23,7 @@ from picochat.ledger import counts
 from picochat.projection import restore
 from tests.scripted import Recorder
 from tests.test_facts_e2e import KEPT_TURNS, missing_turns
+from tests.helpers.storage import append_message
 
 RUN = json.loads((Path(__file__).parent / "fixtures" / "smollm2_run_a.json").read_text())
 SYSTEM = "You are a helpful assistant."
@@ -55,7 +56,7 @@ def test_a_real_small_models_session_keeps_the_newest_folded_facts(store) -> Non
                     outcomes.append(asyncio.run(compact_context(
                         store, SmolSummaries(), CompactRequest(
                             sid, "overflow", limits, SYSTEM, mode=CompactMode.TRIM))))
-        store.append_message(sid, row["role"], row["content"], turn_id=f"t{i // 2}")
+        append_message(store, sid, row["role"], row["content"], turn_id=f"t{i // 2}")
     # every summary was rejected by the gate, and trims kept the context in the window
     assert any(o.error is not None and o.error.kind == "summary_rejected" for o in outcomes)
     assert sum(1 for o in outcomes if o.compacted and o.degraded) >= 2

@@ -35,6 +35,7 @@ from picochat.storage import open_store
 from picochat.tools.base import ToolContext
 from picochat.tools.history import HISTORY_SEARCH
 from tests.scripted import Recorder
+from tests.helpers.storage import append_message
 
 SYSTEM = "You are a test assistant."
 FILLER = ("Please keep this in mind for the rest of our work together, it matters a lot to "
@@ -99,11 +100,11 @@ class FactsSurvive(RuleBasedStateMachine):
             chosen = planted_facts(self.n)[:facts]
             text = f"Remember {', '.join(chosen)} for step {self.n}. " + FILLER * filler
             turn_id = f"t{self.n}"
-            m = self.store.append_message(self.sid, "user", text, turn_id=turn_id)
+            m = append_message(self.store, self.sid, "user", text, turn_id=turn_id)
             for fact in chosen:
                 self.planted[fact] = m.seq
-            self.store.append_message(self.sid, "assistant", "Noted. " + FILLER * filler,
-                                      turn_id=turn_id)
+            append_message(self.store, self.sid, "assistant", "Noted. " + FILLER * filler,
+                           turn_id=turn_id)
 
     def compact(self, reason: str, **kw) -> None:
         outcome = asyncio.run(compact_context(self.store, self.provider(), CompactRequest(

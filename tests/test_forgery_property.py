@@ -29,6 +29,7 @@ from picochat.storage import open_store
 from picochat.summary_contract import SUMMARY_OPEN, reads_as_facts_heading, reads_as_ledger_line
 from picochat.tools.registry import BUILTIN, schemas
 from tests.scripted import Recorder, well_formed
+from tests.helpers.storage import append_message
 
 TOOLS = schemas(BUILTIN)
 ROLE_OF = {"user": "user", "answer": "assistant", "tool": "tool"}
@@ -107,26 +108,26 @@ def test_no_compaction_makes_a_forged_line_something_the_user_said(case):
             if kind == "say":
                 text, value = say(n)
                 said.append(value)
-                store.append_message(sid, "user", text + talk, turn_id=turn)
+                append_message(store, sid, "user", text + talk, turn_id=turn)
             elif kind == "paste":  # a forged correction inside a pasted log is no correction
                 lines = [f"10.0.0.{i} GET /health 200" for i in range(max(10, words // 8))]
-                store.append_message(sid, "user", "Here is the log:\n```\n" + "\n".join(
+                append_message(store, sid, "user", "Here is the log:\n```\n" + "\n".join(
                     lines[:5] + forgery(style, target).splitlines() + lines[5:]) + "\n```",
                     turn_id=turn)
             elif kind == "correct":  # a genuine correction, of values nothing else says
-                store.append_message(sid, "user", f"Actually, the queue worker {n} now runs "
-                                     f"on port {8800 + n}." + talk, turn_id=turn)
+                append_message(store, sid, "user", f"Actually, the queue worker {n} now runs "
+                               f"on port {8800 + n}." + talk, turn_id=turn)
             else:
-                store.append_message(sid, "user", f"What about step {n}?" + talk, turn_id=turn)
+                append_message(store, sid, "user", f"What about step {n}?" + talk, turn_id=turn)
             if kind == "tool":
                 call = {"id": f"c{n}", "type": "function", "function": {
                     "name": "read_file", "arguments": f'{{"path": "notes{n}.md"}}'}}
-                store.append_message(sid, "assistant", "", tool_calls=[call], turn_id=turn)
-                store.append_message(sid, "tool", "notes:\n" + forgery(style, target) + talk,
-                                     tool_call_id=f"c{n}", name="read_file", tool_status="ok",
-                                     turn_id=turn)
+                append_message(store, sid, "assistant", "", tool_calls=[call], turn_id=turn)
+                append_message(store, sid, "tool", "notes:\n" + forgery(style, target) + talk,
+                               tool_call_id=f"c{n}", name="read_file", tool_status="ok",
+                               turn_id=turn)
             answer = ("Noted.\n" + forgery(style, target) if kind == "answer" else "Noted.")
-            store.append_message(sid, "assistant", answer + talk, turn_id=turn)
+            append_message(store, sid, "assistant", answer + talk, turn_id=turn)
 
             draft = RequestDraft(DEFAULT_SYSTEM_PROMPT, project(store.context_snapshot(sid)),
                                  TOOLS)

@@ -12,9 +12,10 @@ from picochat.compaction.compact import CompactRequest, compact_context
 from picochat.projection import restore
 from picochat.storage import open_store
 from picochat.storage.schema import MIGRATIONS
-from picochat.storage.store import fts_query
+from picochat.storage.search import fts_query
 from tests.scripted import Recorder, well_formed
 from tests.test_compaction_engine import talk
+from tests.helpers.storage import append_message
 
 
 def compact(store, sid, summary=well_formed("- the user asked about many things")):
@@ -26,55 +27,55 @@ def compact(store, sid, summary=well_formed("- the user asked about many things"
 def test_a_fact_only_the_raw_log_still_holds_is_found_after_compaction(store):
     s = store.create_session("f")
     # prose, no exact value the fact ledger would keep: only the raw log holds it
-    fact = store.append_message(s.id, "user", "The vault token rotates every full moon on "
-                                "the kestrel host.", turn_id="t0")
-    store.append_message(s.id, "assistant", "Noted.", turn_id="t0")
+    fact = append_message(store, s.id, "user", "The vault token rotates every full moon on "
+                          "the kestrel host.", turn_id="t0")
+    append_message(store, s.id, "assistant", "Noted.", turn_id="t0")
     talk(store, s.id, 10, start=1)
     outcome = compact(store, s.id)
     assert outcome.compacted and outcome.checkpoint.first_retained_seq > fact.seq
     projection = restore(store, s.id)
     assert "kestrel" not in str(projection.provider_messages("sys"))  # gone from the context
-    hits = store.search_messages(s.id, "which host has the vault token?")
+    hits = store.search.messages(s.id, "which host has the vault token?")
     assert hits[0].seq == fact.seq and hits[0].role == "user"
     assert "«host»" in hits[0].snippet or "«vault»" in hits[0].snippet
 
 
 def test_best_matches_first_limit_and_other_sessions_apart(store):
     a, b = store.create_session("a"), store.create_session("b")
-    store.append_message(a.id, "user", "postgres runs on port 5432")
-    best = store.append_message(a.id, "user", "postgres replica postgres primary postgres")
-    store.append_message(b.id, "user", "postgres in another session")
-    hits = store.search_messages(a.id, "postgres", limit=5)
+    append_message(store, a.id, "user", "postgres runs on port 5432")
+    best = append_message(store, a.id, "user", "postgres replica postgres primary postgres")
+    append_message(store, b.id, "user", "postgres in another session")
+    hits = store.search.messages(a.id, "postgres", limit=5)
     assert [h.seq for h in hits][0] == best.seq and len(hits) == 2
-    assert len(store.search_messages(a.id, "postgres", limit=1)) == 1
+    assert len(store.search.messages(a.id, "postgres", limit=1)) == 1
     assert all(h.seq in (1, 2) for h in hits)
 
 
 def test_free_text_with_fts_syntax_never_errors(store):
     s = store.create_session("q")
-    store.append_message(s.id, "user", 'he said "NEAR(a b)" AND-OR * ^col:x')
+    append_message(store, s.id, "user", 'he said "NEAR(a b)" AND-OR * ^col:x')
     for query in ('"', "NEAR(", "a AND", "*", "col:x", "-", "()", "'; DROP TABLE messages; --"):
-        store.search_messages(s.id, query)  # no sqlite3.OperationalError
-    assert store.search_messages(s.id, "") == [] and fts_query("?!") is None
-    assert store.search_messages(s.id, "NEAR")[0].seq == 1
+        store.search.messages(s.id, query)  # no sqlite3.OperationalError
+    assert store.search.messages(s.id, "") == [] and fts_query("?!") is None
+    assert store.search.messages(s.id, "NEAR")[0].seq == 1
 
 
 def test_undone_and_cleared_rows_are_found_and_undone_ones_marked(store):
     s = store.create_session("u")
-    store.append_message(s.id, "user", "first secret: falcon", turn_id="t1")
-    store.append_message(s.id, "assistant", "ok", turn_id="t1")
+    append_message(store, s.id, "user", "first secret: falcon", turn_id="t1")
+    append_message(store, s.id, "assistant", "ok", turn_id="t1")
     store.clear_context(s.id)
-    store.append_message(s.id, "user", "second secret: heron", turn_id="t2")
+    append_message(store, s.id, "user", "second secret: heron", turn_id="t2")
     store.undo_last_turn(s.id)
-    assert [h.retracted for h in store.search_messages(s.id, "falcon")] == [False]
-    assert [h.retracted for h in store.search_messages(s.id, "heron")] == [True]
+    assert [h.retracted for h in store.search.messages(s.id, "falcon")] == [False]
+    assert [h.retracted for h in store.search.messages(s.id, "heron")] == [True]
 
 
 def test_purge_removes_the_session_from_the_index(store):
     s = store.create_session("p")
-    store.append_message(s.id, "user", "unique-word-zebra")
+    append_message(store, s.id, "user", "unique-word-zebra")
     store.purge_session(s.id)
-    with store._read() as c:
+    with store.core.read() as c:
         assert c.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH "
                          "'zebra'").fetchone()[0] == 0
 
@@ -94,9 +95,9 @@ def test_upgrading_a_version_3_database_indexes_its_old_messages(tmp_path: Path)
     conn.close()
     store = open_store(path)
     try:
-        assert [h.seq for h in store.search_messages("s1", "pelican")] == [1]
-        store.append_message("s1", "user", "and a new pelican")
-        assert sorted(h.seq for h in store.search_messages("s1", "pelican")) == [1, 2]
+        assert [h.seq for h in store.search.messages("s1", "pelican")] == [1]
+        append_message(store, "s1", "user", "and a new pelican")
+        assert sorted(h.seq for h in store.search.messages("s1", "pelican")) == [1, 2]
     finally:
         store.close()
 
@@ -108,29 +109,30 @@ def test_timeline_recall_finds_an_earlier_summary(store):
         "- (none)", Exact_Facts="- the deploy key is in /etc/keys/deploy.pem"))
     talk(store, s.id, 10, start=10)
     compact(store, s.id, well_formed("- later work on the frontend"))
-    found = store.search_timeline(s.id, "where is the deploy key?")
+    found = store.search.timeline(s.id, "where is the deploy key?")
     assert found[0] == (f"context_checkpoint:{first.checkpoint.id}", first.checkpoint.summary)
-    assert store.search_timeline(s.id, "???") == []
+    assert store.search.timeline(s.id, "???") == []
 
 
 def test_an_old_fact_is_found_in_a_long_log_where_the_other_words_are_everywhere(store):
     from picochat.messages import NewMessage
-    from picochat.storage import store as store_module
+    from picochat.storage import search as search_module
+    from tests.helpers.storage import append_messages
 
     s = store.create_session("long")
-    fact = store.append_message(s.id, "user", "the canary host listens on port 8042")
-    common = store_module.COMMON_CANDIDATES + store_module.RARE_MATCHES + 500
-    store.append_messages(s.id, [NewMessage("user", f"the canary host moved; port {9000 + i}")
-                                 for i in range(common)])
+    fact = append_message(store, s.id, "user", "the canary host listens on port 8042")
+    common = search_module.COMMON_CANDIDATES + search_module.RARE_MATCHES + 500
+    append_messages(store, s.id, [NewMessage("user", f"the canary host moved; port {9000 + i}")
+                                  for i in range(common)])
     # every word but one is in thousands of newer rows: the rare one still finds the fact
-    hits = store.search_messages(s.id, "which port does the canary host use, 8042?", limit=3)
+    hits = store.search.messages(s.id, "which port does the canary host use, 8042?", limit=3)
     assert hits[0].seq == fact.seq and "«8042»" in hits[0].snippet
     # a query of common words alone ranks among the newest matches and still fills the page
-    recent = store.search_messages(s.id, "canary host", limit=5)
-    assert len(recent) == 5 and all(h.seq > common - store_module.COMMON_CANDIDATES
+    recent = store.search.messages(s.id, "canary host", limit=5)
+    assert len(recent) == 5 and all(h.seq > common - search_module.COMMON_CANDIDATES
                                     for h in recent)
     # and the turn doing the searching is left out
-    assert all(h.seq < 10 for h in store.search_messages(s.id, "canary", before_seq=10))
+    assert all(h.seq < 10 for h in store.search.messages(s.id, "canary", before_seq=10))
 
 
 # (facts, filler sentences, turns) of each stretch of the chat hypothesis found it in
@@ -154,9 +156,9 @@ def test_the_message_holding_every_word_comes_first_however_long_it_is(store):
         for _ in range(turns):
             n += 1
             said = (f"port {20000 + n}", f"/srv/app{n}/service.toml", f"TKT-{5000 + n}")[:facts]
-            store.append_message(sid, "user", f"Remember {', '.join(said)} for step {n}. "
-                                 + filler * pad, turn_id=f"t{n}")
-            store.append_message(sid, "assistant", "Noted. " + filler * pad, turn_id=f"t{n}")
-    hits = store.search_messages(sid, "/srv/app41/service.toml", limit=25)
+            append_message(store, sid, "user", f"Remember {', '.join(said)} for step {n}. "
+                           + filler * pad, turn_id=f"t{n}")
+            append_message(store, sid, "assistant", "Noted. " + filler * pad, turn_id=f"t{n}")
+    hits = store.search.messages(sid, "/srv/app41/service.toml", limit=25)
     assert "app41" in hits[0].snippet
     assert len(hits) == 25  # the others still fill the list

@@ -16,6 +16,7 @@ from picochat.tui.app import PicochatApp
 from picochat.tui.screens import CardScreen
 from tests.test_tui import SIZE, say
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 CONFIG = """\
 default_model = "small"
@@ -37,12 +38,12 @@ def _session(home, config_file):
     store = open_store(db)
     session = store.create_session("own")
     for i in range(6):
-        store.append_message(session.id, "user", f"question {i} " + "words " * 80,
-                             turn_id=f"t{i}")
-        store.append_message(session.id, "assistant", f"answer {i} " + "words " * 80,
-                             turn_id=f"t{i}")
+        append_message(store, session.id, "user", f"question {i} " + "words " * 80,
+                       turn_id=f"t{i}")
+        append_message(store, session.id, "assistant", f"answer {i} " + "words " * 80,
+                       turn_id=f"t{i}")
     store.set_session_system_prompt(session.id, OWN_PROMPT)
-    store.learn_window("offline", LEARNED_WINDOW, 16000)
+    store.traits.learn_window("offline", LEARNED_WINDOW, 16000)
     return store, store.session(session.id)
 
 

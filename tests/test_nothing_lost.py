@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from picochat.config import Config
-from picochat.messages import INTERRUPTED
+from picochat.messages import INTERRUPTED, NewMessage
 from picochat.models import resolve_model
+from picochat.prepare import prepare
 from picochat.projection import restore
 from picochat.session import SessionWorker
 from picochat.storage import open_store
@@ -34,6 +35,7 @@ from picochat.tui.chat import ChatView, Notice, UserMessage
 from picochat.tui.prompt import Prompt
 from tests.test_tui import SIZE, Slow, make_app, say
 from tests.waiting import WAIT_S, read_until, settle, wait_until, wait_until_async
+from tests.helpers.storage import append_message
 
 
 # the offline model reflects the question: a long one streams for several seconds
@@ -98,11 +100,11 @@ async def test_the_answer_being_streamed_is_saved_as_a_draft_and_gone_once_it_en
 
 async def test_a_dead_process_draft_becomes_an_interrupted_answer_at_the_next_start(store):
     session = store.create_session("d")
-    user = store.append_message(session.id, "user", "what is the port?", turn_id="t_dead")
-    store.save_draft(session.id, "t_dead", "The port is 8443 and the host is")
+    user = append_message(store, session.id, "user", "what is the port?", turn_id="t_dead")
+    store.drafts.save(session.id, "t_dead", "The port is 8443 and the host is")
     other = store.create_session("live")
-    store.append_message(other.id, "user", "q", turn_id="t_live")
-    store.save_draft(other.id, "t_live", "still streaming elsewhere")
+    append_message(store, other.id, "user", "q", turn_id="t_live")
+    store.drafts.save(other.id, "t_live", "still streaming elsewhere")
     conn = sqlite3.connect(store.path)
     with conn:  # the first draft's writer died; the second's still runs (this very process)
         conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ? WHERE turn_id = 't_dead'",
@@ -125,10 +127,10 @@ def test_a_draft_recovered_by_two_processes_is_appended_once(tmp_path):
     a, b = open_store(db), open_store(db)
     try:
         session = a.create_session("d")
-        a.append_message(session.id, "user", "q", turn_id="t_x")
-        a.save_draft(session.id, "t_x", "half an answer")
-        assert len(a.recover_drafts(alive=lambda pid, start: False)) == 1
-        assert b.recover_drafts(alive=lambda pid, start: False) == []
+        append_message(a, session.id, "user", "q", turn_id="t_x")
+        a.drafts.save(session.id, "t_x", "half an answer")
+        assert len(a.drafts.recover(prepare, alive=lambda pid, start: False)) == 1
+        assert b.drafts.recover(prepare, alive=lambda pid, start: False) == []
         assert [m.content for m in b.history(session.id)] == ["q", "half an answer"]
     finally:
         a.close()
@@ -311,7 +313,8 @@ async def test_a_stop_just_after_a_write_committed_keeps_that_row_once(store, wh
 
     async def stop_after(fn, *args, **kwargs):
         result = await io(fn, *args, **kwargs)
-        if args[1:2] == (which,) and kwargs.get("status", "complete") == "complete":
+        news = [a for a in args if isinstance(a, NewMessage)]  # `append_new`'s messages
+        if [(m.role, m.status) for m in news] == [(which, "complete")]:
             asyncio.get_running_loop().call_soon(handle.cancel)
         return result
     store.io = stop_after  # type: ignore[method-assign]
@@ -332,14 +335,14 @@ async def test_two_stops_while_a_draft_waits_for_a_lock_still_end_the_turn(store
     """Esc then ctrl+q (or SIGTERM then SIGHUP) while the draft's save waits on another
     process's lock: the turn ends, its partial saved once, and the worker closes."""
     session = store.create_session("x")
-    save = store.save_draft
+    save = store.drafts.save
     saving, unlocked = threading.Event(), threading.Event()
 
     def slow_save(*args):
         saving.set()
         unlocked.wait(WAIT_S)  # as if another picochat held the write lock until both stops
         save(*args)
-    monkeypatch.setattr(store, "save_draft", slow_save)
+    monkeypatch.setattr(store.drafts, "save", slow_save)
 
     class Stoppable(Slow):
         stopped = False
@@ -385,7 +388,7 @@ async def test_two_stops_while_a_draft_waits_for_a_lock_still_end_the_turn(store
 
 
 def test_a_reused_pid_or_a_zombie_does_not_keep_a_draft_from_recovery(tmp_path):
-    from picochat.storage.store import process_alive, process_start
+    from picochat.storage.drafts import process_alive, process_start
 
     me = os.getpid()
     assert process_alive(me, process_start(me))
@@ -402,8 +405,8 @@ def test_a_reused_pid_or_a_zombie_does_not_keep_a_draft_from_recovery(tmp_path):
 
 async def test_the_app_opens_with_a_killed_answer_recovered_and_says_so(store):
     session = store.create_session("t")
-    store.append_message(session.id, "user", "what is the port?", turn_id="t_dead")
-    store.save_draft(session.id, "t_dead", "The port is 8443")
+    append_message(store, session.id, "user", "what is the port?", turn_id="t_dead")
+    store.drafts.save(session.id, "t_dead", "The port is 8443")
     conn = sqlite3.connect(store.path)
     with conn:
         conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ?",
@@ -523,7 +526,7 @@ async def recover(store, sid):
 
 
 def dead_draft(store, sid, turn_id, text):
-    store.save_draft(sid, turn_id, text)
+    store.drafts.save(sid, turn_id, text)
     conn = sqlite3.connect(store.path)
     with conn:
         conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ? WHERE turn_id = ?",
@@ -535,9 +538,9 @@ async def test_a_draft_recovered_after_a_newer_turn_is_kept_but_never_sent_as_it
     """A killed answer recovered after another process began a newer turn used to land after
     that turn's question, and the model read it as the answer to the newer question."""
     s = store.create_session("late")
-    store.append_message(s.id, "user", "what is the staging port?", turn_id="t_old")
+    append_message(store, s.id, "user", "what is the staging port?", turn_id="t_old")
     dead_draft(store, s.id, "t_old", "The staging port is 8443")
-    store.append_message(s.id, "user", "and who owns the release?", turn_id="t_new")
+    append_message(store, s.id, "user", "and who owns the release?", turn_id="t_new")
     notes = await recover(store, s.id)
     rows = store.history(s.id)
     late = rows[-1]
@@ -550,7 +553,7 @@ async def test_a_draft_recovered_after_a_newer_turn_is_kept_but_never_sent_as_it
 
 async def test_a_draft_from_before_a_clear_stays_out_of_the_cleared_context(store):
     s = store.create_session("cleared")
-    store.append_message(s.id, "user", "what is the staging port?", turn_id="t_old")
+    append_message(store, s.id, "user", "what is the staging port?", turn_id="t_old")
     dead_draft(store, s.id, "t_old", "The staging port is 8443")
     store.clear_context(s.id)
     await recover(store, s.id)
@@ -560,7 +563,7 @@ async def test_a_draft_from_before_a_clear_stays_out_of_the_cleared_context(stor
 
 async def test_a_draft_of_the_latest_turn_is_recovered_into_the_context(store):
     s = store.create_session("in place")
-    store.append_message(s.id, "user", "what is the staging port?", turn_id="t_old")
+    append_message(store, s.id, "user", "what is the staging port?", turn_id="t_old")
     dead_draft(store, s.id, "t_old", "The staging port is 8443")
     notes = await recover(store, s.id)
     assert [m.content for m in restore(store, s.id).raw] == [
@@ -575,12 +578,12 @@ def test_a_live_writer_in_another_pid_namespace_keeps_its_draft(tmp_path):
     db = tmp_path / "picochat.db"
     store = open_store(db)
     sid = store.create_session("c").id
-    store.append_message(sid, "user", "q", turn_id="t_c")
+    append_message(store, sid, "user", "q", turn_id="t_c")
     store.close()
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys\nfrom pathlib import Path\nfrom picochat.storage import open_store\n"
         f"s = open_store(Path({str(db)!r}))\n"
-        f"s.save_draft({sid!r}, 't_c', 'half an answer')\n"
+        f"s.drafts.save({sid!r}, 't_c', 'half an answer')\n"
         "print('saved', flush=True)\nsys.stdin.read()\n")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -590,11 +593,11 @@ def test_a_live_writer_in_another_pid_namespace_keeps_its_draft(tmp_path):
             conn.execute("UPDATE drafts SET owner_pid = ?", (dead_pid(),))
         conn.close()
         store = open_store(db)
-        assert store.recover_drafts() == []  # alive: left alone
+        assert store.drafts.recover(prepare) == []  # alive: left alone
         assert len(draft_rows(db)) == 1
         holder.stdin.close()
         holder.wait(timeout=WAIT_S)
-        assert [m.content for m in store.recover_drafts()] == ["half an answer"]
+        assert [m.content for m in store.drafts.recover(prepare)] == ["half an answer"]
         store.close()
     finally:
         if holder.poll() is None:
@@ -615,9 +618,9 @@ async def test_a_turn_another_picochat_writes_shows_in_the_open_app(store):
         before = app._bar.used
         other = open_store(store.path)  # another process's connection
         try:
-            other.append_message(app.session.id, "user", "the canary host is kv-7 " * 40,
-                                 turn_id="t_other")
-            other.append_message(app.session.id, "assistant", "noted: kv-7", turn_id="t_other")
+            append_message(other, app.session.id, "user", "the canary host is kv-7 " * 40,
+                           turn_id="t_other")
+            append_message(other, app.session.id, "assistant", "noted: kv-7", turn_id="t_other")
         finally:
             other.close()
         await settle(pilot, app, lambda: "noted: kv-7" in [
@@ -653,7 +656,7 @@ async def test_a_refresh_after_another_writer_keeps_the_notice_just_said(store):
         await app.query_one(ChatView).add_notice("Took back your last turn", "info")
         other = open_store(store.path)
         try:
-            other.append_message(app.session.id, "user", "from elsewhere", turn_id="t_x")
+            append_message(other, app.session.id, "user", "from elsewhere", turn_id="t_x")
         finally:
             other.close()
         await app.reload(from_elsewhere=True)
@@ -738,23 +741,24 @@ def test_a_kept_answer_gives_way_to_one_already_saved_and_keeps_to_its_turns_pla
     store = open_store(tmp_path / "p.db")
     try:
         s = store.create_session("s")
-        store.append_message(s.id, "user", "q1", turn_id="t1")
-        store.append_message(s.id, "assistant", "a1 saved", turn_id="t1", status=INTERRUPTED)
-        assert store.recover_answer(s.id, "t1", "a1 saved and more") == []
-        store.append_message(s.id, "user", "q2", turn_id="t2")
-        store.append_message(s.id, "assistant", "", turn_id="t2", tool_calls=[{
+        append_message(store, s.id, "user", "q1", turn_id="t1")
+        append_message(store, s.id, "assistant", "a1 saved", turn_id="t1", status=INTERRUPTED)
+        assert store.drafts.recover_answer(s.id, "t1", "a1 saved and more", prepare) == []
+        append_message(store, s.id, "user", "q2", turn_id="t2")
+        append_message(store, s.id, "assistant", "", turn_id="t2", tool_calls=[{
             "id": "c1", "type": "function", "function": {"name": "now", "arguments": "{}"}}])
-        store.append_message(s.id, "tool", "12:00", turn_id="t2", tool_call_id="c1",
-                             name="now", tool_status="ok")
-        [answer] = store.recover_answer(s.id, "t2", "it is noon")
+        append_message(store, s.id, "tool", "12:00", turn_id="t2", tool_call_id="c1",
+                       name="now", tool_status="ok")
+        [answer] = store.drafts.recover_answer(s.id, "t2", "it is noon", prepare)
         assert (answer.content, answer.status, answer.retracted) == (
             "it is noon", INTERRUPTED, False)
-        store.append_message(s.id, "user", "q3", turn_id="t3")
-        store.append_message(s.id, "user", "q4", turn_id="t4")
-        [late] = store.recover_answer(s.id, "t3", "answer to q3")
+        append_message(store, s.id, "user", "q3", turn_id="t3")
+        append_message(store, s.id, "user", "q4", turn_id="t4")
+        [late] = store.drafts.recover_answer(s.id, "t3", "answer to q3", prepare)
         assert late.retracted  # in the log, never read as the answer to q4
-        assert store.recover_answer("s_gone", "t9", "x") == []
-        assert store.recover_answer(s.id, "t_made_up", "an answer to nothing") == []
+        assert store.drafts.recover_answer("s_gone", "t9", "x", prepare) == []
+        assert store.drafts.recover_answer(s.id, "t_made_up", "an answer to nothing",
+                                           prepare) == []
         assert draft_rows(store.path) == []
     finally:
         store.close()
@@ -826,7 +830,7 @@ async def test_a_kept_answer_stays_in_the_file_until_it_is_written(tmp_path, mon
     monkeypatch.setenv("PICOCHAT_BUSY_TIMEOUT_MS", "200")
     store = open_store(tmp_path / "picochat.db")
     session = store.create_session("s")
-    store.append_message(session.id, "user", "the port?", turn_id="t1")
+    append_message(store, session.id, "user", "the port?", turn_id="t1")
     answer = Unsent(session.id, "t1", "it is 8443", role="assistant")
     keep(tmp_path, [answer])
     blocker = sqlite3.connect(store.path, isolation_level=None)

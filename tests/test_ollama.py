@@ -254,7 +254,7 @@ def test_num_ctx_follows_the_window_the_server_taught(run_cli, fake_ollama, conf
     key = resolve_model(load_config(config_file), "local").key
     store = open_store(home / "data" / "picochat.db")
     try:
-        store.learn_window(key, 16384, 65536)
+        store.traits.learn_window(key, 16384, 65536)
     finally:
         store.close()
     assert info(run_cli, {})["effective_window_tokens"] == 16384

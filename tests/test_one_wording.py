@@ -20,6 +20,7 @@ from tests.test_compaction_e2e import (  # noqa: F401  (fixtures)
 from tests.test_summary_model import configure, fake  # noqa: F401  (fixture)
 from tests.test_tui import SIZE, make_app, say, texts
 from tests.waiting import WAIT_S, settle
+from tests.helpers.storage import append_message
 
 
 # `picochat ARGS` with a disk that is full by the time the export is written
@@ -48,8 +49,8 @@ async def test_a_failed_export_write_is_one_line_in_both(cli_store, tmp_path, mo
     monkeypatch.setattr("picochat.fsutil.atomic_write_text", full)
     target = tmp_path / "out.md"
     app = make_app(cli_store, name="s")
-    cli_store.append_message(app.session.id, "user", "the canary host is cn-west-12",
-                             turn_id="x1")
+    append_message(cli_store, app.session.id, "user", "the canary host is cn-west-12",
+                   turn_id="x1")
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, f"/export md {target}")
         await settle(pilot, app, lambda: _error_notices(app))

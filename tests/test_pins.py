@@ -29,6 +29,7 @@ from picochat.summary_contract import SUMMARY_OPEN
 from tests.scripted import Recorder
 from tests.test_compaction_room import Filler
 from tests.test_session_compaction import model
+from tests.helpers.storage import append_message
 
 RULE = "Always answer in British English, and never suggest restarting the Redis on 6380."
 
@@ -241,7 +242,7 @@ def test_info_and_the_draft_count_the_pins_as_fixed(store):
 
 def test_a_new_pin_changes_the_request_key_so_an_old_provider_count_is_not_reused(store):
     sid = store.create_session("p").id
-    store.append_message(sid, "user", "hello", turn_id="t1")
+    append_message(store, sid, "user", "hello", turn_id="t1")
     draft = RequestDraft("sys", restore(store, sid))
     store.add_pin(sid, RULE, 20)
     pinned = RequestDraft("sys", restore(store, sid))

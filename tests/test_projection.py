@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from picochat.messages import Message, NewCheckpoint
 from picochat.projection import Repair, repair_tool_chains, restore
 from picochat.storage import open_store
+from tests.helpers.storage import append_message
 
 SYSTEM = "You are picochat."
 
@@ -52,18 +53,18 @@ def dump(path: Path) -> list[str]:
 def build_session(store) -> tuple[str, list[Message]]:
     sid = store.create_session("p").id
     out = [
-        store.append_message(sid, "user", "list files", turn_id="t1"),
-        store.append_message(sid, "assistant", "", tool_calls=[call("c1"), call("c2", "cat")],
-                             turn_id="t1"),
-        store.append_message(sid, "tool", "a.txt\nb.txt", tool_call_id="c1", name="ls",
-                             turn_id="t1", tool_status="ok"),
-        store.append_message(sid, "tool", "contents — ünïcode", tool_call_id="c2", name="cat",
-                             turn_id="t1", tool_status="ok"),
-        store.append_message(sid, "assistant", "There are two files.", turn_id="t1"),
-        store.append_message(sid, "user", "and now?", turn_id="t2"),
-        store.append_message(sid, "assistant", "", tool_calls=[call("c3")], turn_id="t2"),
-        store.append_message(sid, "tool", "c.txt", tool_call_id="c3", name="ls", turn_id="t2"),
-        store.append_message(sid, "assistant", "One more.", turn_id="t2"),
+        append_message(store, sid, "user", "list files", turn_id="t1"),
+        append_message(store, sid, "assistant", "", tool_calls=[call("c1"), call("c2", "cat")],
+                       turn_id="t1"),
+        append_message(store, sid, "tool", "a.txt\nb.txt", tool_call_id="c1", name="ls",
+                       turn_id="t1", tool_status="ok"),
+        append_message(store, sid, "tool", "contents — ünïcode", tool_call_id="c2", name="cat",
+                       turn_id="t1", tool_status="ok"),
+        append_message(store, sid, "assistant", "There are two files.", turn_id="t1"),
+        append_message(store, sid, "user", "and now?", turn_id="t2"),
+        append_message(store, sid, "assistant", "", tool_calls=[call("c3")], turn_id="t2"),
+        append_message(store, sid, "tool", "c.txt", tool_call_id="c3", name="ls", turn_id="t2"),
+        append_message(store, sid, "assistant", "One more.", turn_id="t2"),
     ]
     return sid, out
 
@@ -87,7 +88,7 @@ def test_projection_equal_after_restart(tmp_path: Path) -> None:
     store = open_store(path)
     sid, msgs = build_session(store)
     store.commit_context_checkpoint(sid, 0, new_cp(6))
-    store.append_message(sid, "user", "appended after the checkpoint")
+    append_message(store, sid, "user", "appended after the checkpoint")
     p1 = restore(store, sid)
     m1 = p1.provider_messages(SYSTEM)
     store.close()
@@ -100,7 +101,7 @@ def test_projection_equal_after_restart(tmp_path: Path) -> None:
         assert p2.checkpoint_id is not None and p2.repairs == () and p2.diagnostics == ()
         assert [m.seq for m in p2.raw] == [6, 7, 8, 9, 10]
         # the next append continues from the durable maximum
-        assert store.append_message(sid, "user", "x").seq == 11
+        assert append_message(store, sid, "user", "x").seq == 11
     finally:
         store.close()
 
@@ -124,7 +125,7 @@ def test_projection_without_checkpoint_equal_after_restart(tmp_path: Path) -> No
 def test_provider_messages_with_checkpoint(store) -> None:
     sid, msgs = build_session(store)
     cp = store.commit_context_checkpoint(sid, 0, new_cp(6, "We listed a.txt and b.txt."))
-    late = store.append_message(sid, "user", "during summary")
+    late = append_message(store, sid, "user", "during summary")
     proj = restore(store, sid)
     got = proj.provider_messages(SYSTEM)
     assert got[0] == {"role": "system", "content": SYSTEM}
@@ -154,8 +155,8 @@ def test_clear_floor_respected(store) -> None:
     store.clear_context(sid)
     assert restore(store, sid).provider_messages(SYSTEM) == [{"role": "system",
                                                                "content": SYSTEM}]
-    a = store.append_message(sid, "user", "fresh start")
-    b = store.append_message(sid, "assistant", "ok")
+    a = append_message(store, sid, "user", "fresh start")
+    b = append_message(store, sid, "assistant", "ok")
     proj = restore(store, sid)
     assert proj.summary is None
     assert proj.provider_messages(SYSTEM) == [
@@ -242,13 +243,13 @@ def test_repair_never_modifies_messages() -> None:
 
 def test_repair_through_store(store) -> None:
     sid = store.create_session().id
-    u = store.append_message(sid, "user", "go")
-    store.append_message(sid, "tool", "orphan", tool_call_id="nope")
-    store.append_message(sid, "assistant", "", tool_calls=[call("a"), call("b")])
-    store.append_message(sid, "tool", "ra", tool_call_id="a")
-    v = store.append_message(sid, "user", "next")
-    g1 = store.append_message(sid, "assistant", "", tool_calls=[call("c")])
-    g2 = store.append_message(sid, "tool", "rc", tool_call_id="c")
+    u = append_message(store, sid, "user", "go")
+    append_message(store, sid, "tool", "orphan", tool_call_id="nope")
+    append_message(store, sid, "assistant", "", tool_calls=[call("a"), call("b")])
+    append_message(store, sid, "tool", "ra", tool_call_id="a")
+    v = append_message(store, sid, "user", "next")
+    g1 = append_message(store, sid, "assistant", "", tool_calls=[call("c")])
+    g2 = append_message(store, sid, "tool", "rc", tool_call_id="c")
     proj = restore(store, sid)
     assert proj.raw == (u, v, g1, g2)
     assert proj.repairs == (Repair(2, "orphan_tool_result"), Repair(3, "incomplete_tool_group"),
@@ -363,7 +364,7 @@ def test_property_projection_whole_and_log_unchanged(store, ops) -> None:
     counter = [0]
 
     def add(*args, **kwargs) -> None:
-        m = store.append_message(sid, *args, **kwargs)
+        m = append_message(store, sid, *args, **kwargs)
         assert m.seq not in appended
         appended[m.seq] = m
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from picochat.tui.prompt import Prompt
 from tests.test_tui import SIZE, chat_once, make_app
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 
 async def test_up_after_a_restart_recalls_the_newest_prompt_first(store):
@@ -54,17 +55,17 @@ def test_the_store_gives_earlier_prompts_oldest_first_and_the_newest_within_its_
     """The order the prompt walks back from its end; a limit keeps the newest, not the oldest."""
     one, two = store.create_session("one"), store.create_session("two")
     for i in range(5):
-        store.append_message((one, two)[i % 2].id, "user", f"p{i}", turn_id=f"t{i}")
-        store.append_message((one, two)[i % 2].id, "assistant", f"a{i}", turn_id=f"t{i}")
-    assert store.user_prompts() == ["p0", "p1", "p2", "p3", "p4"]
-    assert store.user_prompts(limit=2) == ["p3", "p4"]
+        append_message(store, (one, two)[i % 2].id, "user", f"p{i}", turn_id=f"t{i}")
+        append_message(store, (one, two)[i % 2].id, "assistant", f"a{i}", turn_id=f"t{i}")
+    assert store.search.user_prompts() == ["p0", "p1", "p2", "p3", "p4"]
+    assert store.search.user_prompts(limit=2) == ["p3", "p4"]
 
 
 async def test_a_prompt_sent_twice_in_a_row_is_recalled_once_after_a_restart(store):
     session = store.create_session("t")
     for i, text in enumerate(("explain", "go on", "go on", "go on")):
-        store.append_message(session.id, "user", text, turn_id=f"x{i}")
-        store.append_message(session.id, "assistant", "ok", turn_id=f"x{i}")
+        append_message(store, session.id, "user", text, turn_id=f"x{i}")
+        append_message(store, session.id, "assistant", "ok", turn_id=f"x{i}")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)

@@ -26,6 +26,7 @@ from tests.fake_openai import (
     fake_openai,  # noqa: F401  (fixture)
     summary_text,
 )
+from tests.helpers.storage import append_message
 
 ENV = {"FAKE_API_KEY": "test-key"}
 THOUGHT = "The user asks for 2+2. Simple arithmetic: the sum is four."
@@ -386,8 +387,8 @@ def test_ask_tells_a_terminal_on_stderr_that_the_model_thinks_and_a_pipe_nothing
 
 def seed(store, sid: str, turns: int) -> None:
     for i in range(turns):
-        store.append_message(sid, "user", f"question {i}: " + FILLER * 6, turn_id=f"t{i}")
-        store.append_message(sid, "assistant", f"answer {i}: " + FILLER * 6, turn_id=f"t{i}")
+        append_message(store, sid, "user", f"question {i}: " + FILLER * 6, turn_id=f"t{i}")
+        append_message(store, sid, "assistant", f"answer {i}: " + FILLER * 6, turn_id=f"t{i}")
 
 
 def test_the_map_and_local_names_tell_reasoning_models():

@@ -13,6 +13,7 @@ from picochat.cli import commands
 from picochat.cli.main import main
 from picochat.storage import open_store
 from picochat.tui import app as tui_app
+from tests.helpers.storage import append_message
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_a_first_start_with_no_session_opened_before_takes_the_most_recently_act
 
 def test_the_last_opened_session_deleted_falls_back_to_the_most_recently_active(store):
     a, b, c = (store.create_session(n) for n in "abc")
-    store.append_message(a.id, "user", "x", turn_id="t")
+    append_message(store, a.id, "user", "x", turn_id="t")
     assert store.last_opened_session() is None
     store.mark_opened(b.id)
     store.mark_opened(c.id)
@@ -170,13 +171,13 @@ def test_writes_to_a_session_stamped_in_the_future_bring_it_back_to_now(tmp_path
     store = open_store(tmp_path / "p.db", clock=lambda: clock[0])
     try:
         ahead = store.create_session("ahead")
-        store.append_message(ahead.id, "user", "x", turn_id="t1")
+        append_message(store, ahead.id, "user", "x", turn_id="t1")
         clock[0] -= YEAR_MS  # the clock is set back a year
         today = store.create_session("today")
         assert store.latest_session().id == today.id
-        for write in (lambda: store.append_message(ahead.id, "user", "y", turn_id="t2"),
+        for write in (lambda: append_message(store, ahead.id, "user", "y", turn_id="t2"),
                       lambda: store.clear_context(ahead.id)):
-            store.append_message(today.id, "user", "z", turn_id="t3")
+            append_message(store, today.id, "user", "z", turn_id="t3")
             assert store.latest_session().id == today.id
             write()
             assert store.latest_session().id == ahead.id  # it is the one written last now
@@ -211,7 +212,7 @@ def test_a_database_from_before_keeps_its_most_recently_active_session(tmp_path:
         conn.close()
         assert [s.name for s in store.list_sessions()] == ["d", "b", "c", "a"]
         assert store.latest_session().name == "d"
-        store.append_message("s_a", "user", "back to a", turn_id="t1")
+        append_message(store, "s_a", "user", "back to a", turn_id="t1")
         assert store.latest_session().name == "a"
     finally:
         store.close()

@@ -14,6 +14,7 @@ from picochat.providers.errors import RateLimited
 from picochat.providers.offline import OfflineProvider
 from picochat.session import SessionWorker, TurnFailed, TurnFinished, TurnStarted
 from tests.waiting import WAIT_S, wait_until_async
+from tests.helpers.storage import append_message
 
 OFFLINE = resolve_model(Config(), "offline")
 
@@ -219,15 +220,21 @@ async def test_another_processes_row_inside_a_tool_chain_keeps_the_chain_and_sta
     s = store.create_session("w")
     provider = Recorder(turns=[{"calls": [("call_1", "history_search", '{"query": "port"}')]},
                                "The port is in the log."])
-    real_append = store.append_message
+    from picochat.messages import NewMessage
+    from picochat.prepare import prepare
 
-    def append(session_id, role, content, **kw):
-        row = real_append(session_id, role, content, **kw)
-        if role == "assistant" and kw.get("tool_calls"):
-            real_append(session_id, "user", "another terminal's question", turn_id="t_other")
-        return row
+    real_append = store.append_messages
 
-    monkeypatch.setattr(store, "append_message", append)
+    def append(session_id, messages, **kw):  # the call, the other question, the result
+        messages = list(messages)
+        if not (messages and messages[0].role == "assistant" and messages[0].tool_calls):
+            return real_append(session_id, messages, **kw)
+        call = real_append(session_id, messages[:1], **kw)
+        real_append(session_id, [prepare(NewMessage("user", "another terminal's question",
+                                                    turn_id="t_other"))])
+        return call + real_append(session_id, messages[1:], **kw)
+
+    monkeypatch.setattr(store, "append_messages", append)
     async with SessionWorker.from_config(store, s.id, OFFLINE, provider, Config()) as worker:
         outcome = await worker.submit_turn("find the port").result()
     assert isinstance(outcome, TurnFinished), outcome
@@ -266,8 +273,8 @@ async def test_a_bug_inside_a_turn_ends_it_with_a_line_naming_the_log_file(store
 # --- the turn an undo takes back (/undo, /retry) ------------------------------------------------
 
 def _turn(store, sid: str, n: int, turn_id: str | None = None) -> None:
-    store.append_message(sid, "user", f"question {n}", turn_id=turn_id or f"t{n}")
-    store.append_message(sid, "assistant", f"answer {n}", turn_id=turn_id or f"t{n}")
+    append_message(store, sid, "user", f"question {n}", turn_id=turn_id or f"t{n}")
+    append_message(store, sid, "assistant", f"answer {n}", turn_id=turn_id or f"t{n}")
 
 
 def _summary_from(first_retained_seq: int):
@@ -287,9 +294,9 @@ async def test_the_turn_named_before_an_undo_is_the_turn_the_undo_takes_back(sto
     _turn(store, s.id, 1)
     _turn(store, s.id, 2)
     store.commit_context_checkpoint(s.id, 0, _summary_from(4))  # its boundary cuts turn 2
-    store.append_message(s.id, "user", "question 3", turn_id="t3")
-    store.append_message(s.id, "user", "elsewhere", turn_id="other")  # another writer
-    store.append_message(s.id, "assistant", "answer 3", turn_id="t3")
+    append_message(store, s.id, "user", "question 3", turn_id="t3")
+    append_message(store, s.id, "user", "elsewhere", turn_id="other")  # another writer
+    append_message(store, s.id, "assistant", "answer 3", turn_id="t3")
     async with SessionWorker(store, s.id, OFFLINE, OfflineProvider(0), "sys") as worker:
         taken = []
         while (named := await worker.last_turn()) is not None:

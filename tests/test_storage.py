@@ -12,6 +12,7 @@ from picochat.errors import SessionNotFound, StaleGeneration, StorageError
 from picochat.messages import NewCheckpoint
 from picochat.storage import open_store
 from picochat.storage.schema import MIGRATIONS, SCHEMA_VERSION
+from tests.helpers.storage import append_message
 
 # DESIGN.md D6.2, column for column, in order
 CHECKPOINT_COLUMNS = [
@@ -48,8 +49,8 @@ def columns(conn: sqlite3.Connection, table: str) -> list[str]:
 
 def turn(store, sid: str, n: int, turn_id: str | None = None) -> list[int]:
     tid = turn_id if turn_id is not None else f"t{n}"
-    a = store.append_message(sid, "user", f"question {n}", turn_id=tid)
-    b = store.append_message(sid, "assistant", f"answer {n}", turn_id=tid)
+    a = append_message(store, sid, "user", f"question {n}", turn_id=tid)
+    b = append_message(store, sid, "assistant", f"answer {n}", turn_id=tid)
     return [a.seq, b.seq]
 
 
@@ -69,9 +70,9 @@ def test_new_file_gets_full_schema(tmp_path: Path) -> None:
         assert "context_generation" in session_cols
         conn.close()
         # the store's own connection enforces foreign keys
-        assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert store.core._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         with pytest.raises(sqlite3.IntegrityError):
-            store._conn.execute(
+            store.core._conn.execute(
                 "INSERT INTO context_checkpoints (id, session_id, generation, summary, "
                 "first_retained_seq, source_max_seq, trigger_reason, provider_kind, model, "
                 "tokens_before, tokens_after, created_at) "
@@ -123,7 +124,7 @@ def test_migration_from_version_1_keeps_messages(tmp_path: Path) -> None:
         assert s.name == "legacy" and s.context_generation == 0
         assert s.active_context_checkpoint_id is None
         assert [m.seq for m in store.history("s_old")] == [1, 2, 3, 5]
-        m = store.append_message("s_old", "user", "new")
+        m = append_message(store, "s_old", "user", "new")
         assert m.seq == 6
     finally:
         store.close()
@@ -145,11 +146,11 @@ def test_seq_never_reused_across_reopen_clear_and_undo(tmp_path: Path) -> None:
     seen += turn(store, sid, 3)
     undo = store.undo_last_turn(sid)
     assert undo.removed == (5, 6)
-    seen.append(store.append_message(sid, "user", "after undo").seq)
+    seen.append(append_message(store, sid, "user", "after undo").seq)
     store.close()
 
     store = open_store(path)
-    seen.append(store.append_message(sid, "user", "after reopen").seq)
+    seen.append(append_message(store, sid, "user", "after reopen").seq)
     store.close()
     assert seen == list(range(1, 9))
     assert len(set(seen)) == len(seen)
@@ -167,7 +168,7 @@ def test_concurrent_appends_from_two_connections(tmp_path: Path) -> None:
         def work(store, tag: str) -> None:
             try:
                 for i in range(200):
-                    m = store.append_message(sid, "user", f"{tag}{i}")
+                    m = append_message(store, sid, "user", f"{tag}{i}")
                     with lock:
                         seqs.append(m.seq)
             except BaseException as exc:  # pragma: no cover - reported below
@@ -195,14 +196,14 @@ def test_concurrent_appends_from_two_connections(tmp_path: Path) -> None:
 
 def test_append_to_missing_session_writes_nothing(store) -> None:
     with pytest.raises(SessionNotFound):
-        store.append_message("s_missing", "user", "hello")
+        append_message(store, "s_missing", "user", "hello")
     assert count(store.path, "SELECT COUNT(*) FROM messages") == 0
 
 
 def test_append_with_bad_role_writes_nothing(store) -> None:
     sid = store.create_session().id
     with pytest.raises(ValueError):
-        store.append_message(sid, "system", "nope")
+        append_message(store, sid, "system", "nope")
     assert store.history(sid) == []
 
 
@@ -249,7 +250,7 @@ def test_commit_checkpoint_is_atomic_with_pointer(store) -> None:
         store.commit_context_checkpoint(sid, 0, new_cp(3))
     assert store.checkpoints(sid) == [cp]
     # appends after a checkpoint continue the seq and do not bump the generation
-    m = store.append_message(sid, "user", "later")
+    m = append_message(store, sid, "user", "later")
     assert m.seq == 5
     assert store.session(sid).context_generation == 1
 
@@ -302,10 +303,10 @@ def test_undo_takes_every_row_of_the_newest_turn_and_only_those(store) -> None:
     """Two writers: turn a asks (#1), turn b asks and is answered (#2, #3), a's answer lands
     last (#4). Undo takes a's question and answer; b stays in the context whole."""
     sid = store.create_session().id
-    store.append_message(sid, "user", "a?", turn_id="a")
-    store.append_message(sid, "user", "b?", turn_id="b")
-    store.append_message(sid, "assistant", "b!", turn_id="b")
-    store.append_message(sid, "assistant", "a!", turn_id="a")
+    append_message(store, sid, "user", "a?", turn_id="a")
+    append_message(store, sid, "user", "b?", turn_id="b")
+    append_message(store, sid, "assistant", "b!", turn_id="b")
+    append_message(store, sid, "assistant", "a!", turn_id="a")
     assert store.undo_last_turn(sid).removed == (1, 4)
     assert [m.content for m in store.context_snapshot(sid).messages] == ["b?", "b!"]
     assert store.undo_last_turn(sid).removed == (2, 3)
@@ -313,13 +314,13 @@ def test_undo_takes_every_row_of_the_newest_turn_and_only_those(store) -> None:
 
 def test_undo_without_turn_ids_goes_back_to_user_message(store) -> None:
     sid = store.create_session().id
-    store.append_message(sid, "user", "q1")
-    store.append_message(sid, "assistant", "a1")
-    store.append_message(sid, "user", "q2")
-    store.append_message(sid, "assistant", "", tool_calls=[
+    append_message(store, sid, "user", "q1")
+    append_message(store, sid, "assistant", "a1")
+    append_message(store, sid, "user", "q2")
+    append_message(store, sid, "assistant", "", tool_calls=[
         {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}])
-    store.append_message(sid, "tool", "r", tool_call_id="c1", name="f")
-    store.append_message(sid, "assistant", "a2")
+    append_message(store, sid, "tool", "r", tool_call_id="c1", name="f")
+    append_message(store, sid, "assistant", "a2")
     assert store.undo_last_turn(sid).removed == (3, 4, 5, 6)
     assert [m.seq for m in store.context_snapshot(sid).messages] == [1, 2]
 
@@ -389,7 +390,7 @@ def test_newer_schema_is_reported_and_untouched(tmp_path: Path) -> None:
     path = tmp_path / "picochat.db"
     s = open_store(path)
     sid = s.create_session("mine").id
-    s.append_message(sid, "user", "keep me")
+    append_message(s, sid, "user", "keep me")
     s.close()
     conn = raw(path)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
@@ -501,7 +502,7 @@ def test_commit_refuses_a_wrong_parent_a_cleared_boundary_and_a_bad_reason(store
 
     sid = store.create_session().id
     for i in range(6):
-        store.append_message(sid, "user" if i % 2 == 0 else "assistant", f"m{i}", turn_id=f"t{i//2}")
+        append_message(store, sid, "user" if i % 2 == 0 else "assistant", f"m{i}", turn_id=f"t{i//2}")
     base = _New(None, "s", 3, 6, "manual", "offline", "offline", 10, 5)
     first = store.commit_context_checkpoint(sid, 0, base)
     with pytest.raises(_Stale):  # built on no checkpoint, but one is active now
@@ -510,7 +511,7 @@ def test_commit_refuses_a_wrong_parent_a_cleared_boundary_and_a_bad_reason(store
         store.commit_context_checkpoint(sid, 1, _replace(base, parent_checkpoint_id=first.id,
                                                          trigger_reason="whim"))
     store.clear_context(sid)  # generation 2, floor 6, no active checkpoint
-    store.append_message(sid, "user", "after clear", turn_id="t9")
+    append_message(store, sid, "user", "after clear", turn_id="t9")
     with pytest.raises(_StorageError, match="not a message in the context"):
         store.commit_context_checkpoint(sid, 2, _replace(base, first_retained_seq=5))
     assert [c.id for c in store.checkpoints(sid)] == [first.id]
@@ -518,28 +519,31 @@ def test_commit_refuses_a_wrong_parent_a_cleared_boundary_and_a_bad_reason(store
 
 
 def test_a_batch_of_messages_is_appended_whole_or_not_at_all(store):
+    from dataclasses import replace
+
     from picochat.messages import NewMessage
+    from picochat.prepare import prepare
+    from tests.helpers.storage import append_messages
 
     s = store.create_session("batch")
-    store.append_message(s.id, "user", "first")
-    rows = store.append_messages(s.id, [NewMessage("assistant", "second"),
-                                        NewMessage("user", "third", turn_id="t2")])
+    append_message(store, s.id, "user", "first")
+    rows = append_messages(store, s.id, [NewMessage("assistant", "second"),
+                                         NewMessage("user", "third", turn_id="t2")])
     assert [r.seq for r in rows] == [2, 3]
     assert [m.content for m in store.history(s.id)] == ["first", "second", "third"]
     assert rows[1].tokens == store.history(s.id)[2].tokens > 0
-    try:
-        store.append_messages(s.id, [NewMessage("user", "fourth"), NewMessage("robot", "no")])
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("a bad role must refuse the batch")
-    assert store.max_seq(s.id) == 3 and store.search_messages(s.id, "fourth") == []
+    with pytest.raises(ValueError):  # refused before anything is written: by `prepare`…
+        append_messages(store, s.id, [NewMessage("user", "fourth"), NewMessage("robot", "no")])
+    robot = replace(prepare(NewMessage("user", "no")), role="robot")
+    with pytest.raises(ValueError):  # … and by the store, given a row prepared wrong
+        store.append_messages(s.id, [prepare(NewMessage("user", "fourth")), robot])
+    assert store.max_seq(s.id) == 3 and store.search.messages(s.id, "fourth") == []
 
 
 def test_a_history_page_is_the_newest_rows_below_a_seq_oldest_first(store):
     s = store.create_session("pages")
     for i in range(1, 11):
-        store.append_message(s.id, "user" if i % 2 else "assistant", f"m{i}")
+        append_message(store, s.id, "user" if i % 2 else "assistant", f"m{i}")
     store.undo_last_turn(s.id)
     assert [m.seq for m in store.history_page(s.id, None, 3)] == [8, 9, 10]
     assert [m.seq for m in store.history_page(s.id, 8, 3)] == [5, 6, 7]
@@ -554,10 +558,10 @@ def test_lone_surrogates_are_saved_as_replacement_characters(store) -> None:
     JSON may carry a \\udXXX escape: the message is saved, one U+FFFD per bad byte."""
     s = store.create_session()
     argv_text = b"caf\xc3\xa9 \xff\xfe end".decode("utf-8", "surrogateescape")
-    m = store.append_message(s.id, "user", argv_text)
+    m = append_message(store, s.id, "user", argv_text)
     call = {"id": "c1", "type": "function",
             "function": {"name": "read_file", "arguments": '{"path": "x\ud800"}'}}
-    t = store.append_message(s.id, "assistant", "", tool_calls=[call])
+    t = append_message(store, s.id, "assistant", "", tool_calls=[call])
     [stored, stored_call] = store.history(s.id)
     assert stored.content == m.content == "café \ufffd\ufffd end"
     assert stored.tokens > 0

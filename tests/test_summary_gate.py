@@ -21,6 +21,7 @@ from picochat.compaction.prompt import summary_request
 from picochat.compaction.transcript import serialize
 from picochat.messages import Message
 from picochat.providers.offline_summary import summarize
+from tests.helpers.storage import append_message
 
 
 def msg(seq: int, role: str, content: str, **kw) -> Message:
@@ -834,10 +835,10 @@ def test_an_empty_summary_changes_nothing_through_compact_context(store):
 
     s = store.create_session("empty")
     for i in range(30):  # over the auto-compact point of a 3,000-token window
-        store.append_message(s.id, "user", f"question {i}: " + "the api runs on port 8443. " * 6,
-                             turn_id=f"t{i}")
-        store.append_message(s.id, "assistant", f"answer {i}: " + "noted, port 8443. " * 6,
-                             turn_id=f"t{i}")
+        append_message(store, s.id, "user", f"question {i}: " + "the api runs on port 8443. " * 6,
+                       turn_id=f"t{i}")
+        append_message(store, s.id, "assistant", f"answer {i}: " + "noted, port 8443. " * 6,
+                       turn_id=f"t{i}")
     before = restore(store, s.id)
     for reason in ("manual", "auto"):
         provider = Recorder(summaries=[NONE])
@@ -847,7 +848,7 @@ def test_an_empty_summary_changes_nothing_through_compact_context(store):
         assert len(provider.summary_requests) == 1 and outcome.summary_called
         assert outcome.status == "failed" and not outcome.compacted
         assert isinstance(outcome.error, SummaryJunk) and outcome.error.check == "empty"
-        assert store.checkpoints(s.id) == [] and store.timeline(s.id) == []
+        assert store.checkpoints(s.id) == [] and store.search.timeline_entries(s.id) == []
         after = restore(store, s.id)
         assert after.summary is None and after.ledger == before.ledger
         assert [m.seq for m in after.raw] == [m.seq for m in before.raw]

@@ -10,6 +10,7 @@ import pytest
 from picochat.tools.base import ToolContext
 from picochat.tools.files import MAX_BYTES
 from picochat.tools.registry import BUILTIN, run_tool, schemas
+from tests.helpers.storage import append_message
 
 
 @pytest.fixture
@@ -33,8 +34,8 @@ def test_schemas_follow_the_enabled_list_and_are_openai_shaped():
 
 
 def test_history_search_lists_seq_role_and_passage(ctx):
-    ctx.store.append_message(ctx.session_id, "user", "the build id is B-20931")
-    ctx.store.append_message(ctx.session_id, "assistant", "noted")
+    append_message(ctx.store, ctx.session_id, "user", "the build id is B-20931")
+    append_message(ctx.store, ctx.session_id, "assistant", "noted")
     result = call(ctx, "history_search", query="build id", limit=3)
     assert result.status == "ok"
     assert "#1 user:" in result.content and "B-20931" in result.content
@@ -112,6 +113,6 @@ def test_a_crashing_tool_is_an_error_result(ctx, monkeypatch):
     def boom(*a):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(ctx.store, "search_messages", boom)
+    monkeypatch.setattr(ctx.store.search, "messages", boom)
     result = call(ctx, "history_search", query="x")
     assert result.status == "error" and "RuntimeError" in result.content

@@ -19,6 +19,7 @@ from picochat.tui.screens import CardScreen
 from picochat.tui.status import StatusBar
 from tests.scripted import Recorder
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 SIZE = (110, 36)
 SMALL_KEEP = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
@@ -80,9 +81,9 @@ async def chat_once(pilot, app, store, text: str) -> None:
 def _long_session(store, turns=16):
     session = store.create_session("t")
     for i in range(turns):
-        store.append_message(session.id, "user", f"q{i} " + "words " * 60, turn_id=f"x{i}")
-        store.append_message(session.id, "assistant", f"a{i} " + "words " * 60,
-                             turn_id=f"x{i}")
+        append_message(store, session.id, "user", f"q{i} " + "words " * 60, turn_id=f"x{i}")
+        append_message(store, session.id, "assistant", f"a{i} " + "words " * 60,
+                       turn_id=f"x{i}")
     return session
 
 
@@ -90,8 +91,8 @@ def short_turns(store, turns: int, user: str = "question {i}", answer: str = "an
     """A session "t" of `turns` short question-and-answer turns, written as they would be."""
     session = store.create_session("t")
     for i in range(turns):
-        store.append_message(session.id, "user", user.format(i=i), turn_id=f"x{i}")
-        store.append_message(session.id, "assistant", answer.format(i=i), turn_id=f"x{i}")
+        append_message(store, session.id, "user", user.format(i=i), turn_id=f"x{i}")
+        append_message(store, session.id, "assistant", answer.format(i=i), turn_id=f"x{i}")
     return session
 
 
@@ -183,11 +184,11 @@ async def test_compact_draws_the_divider_and_fills_the_panel(store):
 
 async def test_compact_during_a_turn_is_queued_and_runs_after_it(store):
     for i in range(6):
-        store.append_message(store.create_session("t").id if i == 0 else
-                             store.find_session("t").id, "user", f"q{i} " + "words " * 40,
-                             turn_id=f"x{i}")
-        store.append_message(store.find_session("t").id, "assistant", f"a{i} " + "words " * 40,
-                             turn_id=f"x{i}")
+        append_message(store, store.create_session("t").id if i == 0 else
+                       store.find_session("t").id, "user", f"q{i} " + "words " * 40,
+                       turn_id=f"x{i}")
+        append_message(store, store.find_session("t").id, "assistant", f"a{i} " + "words " * 40,
+                       turn_id=f"x{i}")
     provider = _SlowThenOffline()
     app = make_app(store, provider=provider)
     async with app.run_test(size=SIZE) as pilot:
@@ -355,11 +356,11 @@ async def test_search_lists_matches_and_jumps_to_one_even_in_an_unloaded_page(st
     from picochat.tui.screens import PickScreen
 
     session = store.create_session("t")
-    store.append_message(session.id, "user", "the canary host is cn-west-12", turn_id="x0")
-    store.append_message(session.id, "assistant", "Noted.", turn_id="x0")
+    append_message(store, session.id, "user", "the canary host is cn-west-12", turn_id="x0")
+    append_message(store, session.id, "assistant", "Noted.", turn_id="x0")
     for i in range(1, 150):  # the fact is far above what the app mounts at open
-        store.append_message(session.id, "user", f"question {i}", turn_id=f"x{i}")
-        store.append_message(session.id, "assistant", f"answer {i}", turn_id=f"x{i}")
+        append_message(store, session.id, "user", f"question {i}", turn_id=f"x{i}")
+        append_message(store, session.id, "assistant", f"answer {i}", turn_id=f"x{i}")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, app.transcript_ready.is_set)
@@ -598,8 +599,8 @@ async def test_a_session_of_long_answers_opens_with_only_what_fills_two_screens(
     session = store.create_session("t")
     answer = "\n\n".join(f"Paragraph {j}: " + "word " * 60 for j in range(12))
     for i in range(30):
-        store.append_message(session.id, "user", f"question {i}", turn_id=f"x{i}")
-        store.append_message(session.id, "assistant", answer, turn_id=f"x{i}")
+        append_message(store, session.id, "user", f"question {i}", turn_id=f"x{i}")
+        append_message(store, session.id, "assistant", answer, turn_id=f"x{i}")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.query_one(ChatView)

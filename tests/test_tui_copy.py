@@ -20,6 +20,7 @@ from picochat.tui.chat import ToolBlock, UserMessage
 from tests.scripted import Recorder
 from tests.test_tui import SIZE, chat_once, make_app, say
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 HIDDEN = "rm -rf ~/important-data"
 LINK = f"\x1b]8;;{HIDDEN}\x1b\\ls -la\x1b]8;;\x1b\\"     # shows `ls -la`; the target is HIDDEN
@@ -70,11 +71,11 @@ async def test_c_on_each_kind_of_item_copies_what_it_shows(store):
     session = store.create_session("t")
     call = {"id": "c1", "type": "function",
             "function": {"name": "read_file", "arguments": '{"path": "notes.md"}'}}
-    store.append_message(session.id, "user", f"what does {LINK} do?{INVISIBLE}", turn_id="x")
-    store.append_message(session.id, "assistant", "", tool_calls=[call], turn_id="x")
-    store.append_message(session.id, "tool", f"notes: {LINK}{INVISIBLE}", name="read_file",
-                         tool_call_id="c1", tool_status="ok", turn_id="x")
-    store.append_message(session.id, "assistant", ANSWER, turn_id="x")
+    append_message(store, session.id, "user", f"what does {LINK} do?{INVISIBLE}", turn_id="x")
+    append_message(store, session.id, "assistant", "", tool_calls=[call], turn_id="x")
+    append_message(store, session.id, "tool", f"notes: {LINK}{INVISIBLE}", name="read_file",
+                   tool_call_id="c1", tool_status="ok", turn_id="x")
+    append_message(store, session.id, "assistant", ANSWER, turn_id="x")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready and bool(app.query(CodeFence)))
@@ -101,10 +102,10 @@ async def test_copy_finds_the_last_answer_a_scroll_away(store):
     """A long paste of the user's fills the screen: the answer before it is not mounted, and
     /copy still takes it (it used to read the database; it now reads the transcript)."""
     session = store.create_session("t")
-    store.append_message(session.id, "user", "hi", turn_id="x0")
-    store.append_message(session.id, "assistant", "the answer", turn_id="x0")
+    append_message(store, session.id, "user", "hi", turn_id="x0")
+    append_message(store, session.id, "assistant", "the answer", turn_id="x0")
     for i in range(40):
-        store.append_message(session.id, "user", f"paste {i}\n" + "a line\n" * 30)
+        append_message(store, session.id, "user", f"paste {i}\n" + "a line\n" * 30)
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)

@@ -14,6 +14,7 @@ from picochat.tui.preview import FOLD_CHARS, FOLD_LINES, HEAD_CHARS, TAIL_CHARS,
 from picochat.tui.prompt import Prompt
 from tests.test_tui import SIZE, make_app
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 PASTE = "".join(f"line {i:06d} of the pasted log, with some words after it\n"
                 for i in range(180_000))                               # about 10 MB
@@ -37,10 +38,10 @@ def test_a_short_text_is_shown_whole_and_a_huge_one_by_head_and_tail():
 async def test_a_session_with_huge_messages_opens_and_copies_them_whole(store):
     app = make_app(store)
     sid = app.session.id
-    store.append_message(sid, "user", PASTE, turn_id="t1")
-    store.append_message(sid, "assistant", "# Log\n\n" + PASTE, turn_id="t1")
-    store.append_message(sid, "user", LINE, turn_id="t2")
-    store.append_message(sid, "assistant", "ok", turn_id="t2")
+    append_message(store, sid, "user", PASTE, turn_id="t1")
+    append_message(store, sid, "assistant", "# Log\n\n" + PASTE, turn_id="t1")
+    append_message(store, sid, "user", LINE, turn_id="t2")
+    append_message(store, sid, "assistant", "ok", turn_id="t2")
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, app.transcript_ready.is_set)
         await pilot.pause()
@@ -135,7 +136,7 @@ async def test_a_240_kb_paste_is_sent_whole_and_shown_folded_until_expanded(stor
 
 async def test_enter_on_a_short_message_still_goes_back_to_the_prompt(store):
     app = make_app(store)
-    store.append_message(app.session.id, "user", "a short question", turn_id="t1")
+    append_message(store, app.session.id, "user", "a short question", turn_id="t1")
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, app.transcript_ready.is_set)
         await pilot.pause()

@@ -32,6 +32,7 @@ from tests.scripted import Recorder
 from tests.test_tui import SMALL_KEEP, _long_session, make_app, say, texts
 from tests.test_tui_races import idle
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 WIDE = (160, 40)  # wide enough that no hostile line wraps on screen
 
@@ -169,7 +170,7 @@ def stored_as_named(store, name: str) -> None:
     """A session with a name picochat now refuses (escapes), as an older picochat or another
     program could have stored it."""
     session = store.create_session("to be renamed")
-    with store._write() as c:
+    with store.core.write() as c:
         c.execute("UPDATE sessions SET name = ? WHERE id = ?", (name, session.id))
 
 
@@ -228,8 +229,8 @@ async def test_rename_shows_the_new_name_literally_in_the_notice_and_the_status_
 
 async def test_search_query_and_snippets_are_literal_in_the_list(store):
     session = store.create_session("t")
-    store.append_message(session.id, "user", f"findme {HOSTILE}", turn_id="x1")
-    store.append_message(session.id, "assistant", "ok", turn_id="x1")
+    append_message(store, session.id, "user", f"findme {HOSTILE}", turn_id="x1")
+    append_message(store, session.id, "assistant", "ok", turn_id="x1")
     app = make_app(store)
     async with app.run_test(size=WIDE, notifications=True) as pilot:
         await settle(pilot, app, lambda: app.ready)
@@ -326,7 +327,7 @@ async def test_tool_names_and_model_answers_in_the_transcript_are_literal(store,
 async def test_an_earlier_prompt_recalled_with_up_carries_no_escape(store):
     """Earlier prompts come from the database (any client wrote them) into the prompt."""
     session = store.create_session("t")
-    store.append_message(session.id, "user", f"old {HOSTILE}", turn_id="x1")
+    append_message(store, session.id, "user", f"old {HOSTILE}", turn_id="x1")
     app = make_app(store)
     async with app.run_test(size=WIDE, notifications=True) as pilot:
         await settle(pilot, app, lambda: app.ready)

@@ -20,6 +20,7 @@ from picochat.tui.screens import ConfirmScreen
 from tests.test_tui import SMALL_KEEP, chat_once, say
 from tests.test_tui_races import idle, type_keys
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 BARS = " ▁▂▃▄▅▆▇█"
 
@@ -27,9 +28,9 @@ BARS = " ▁▂▃▄▅▆▇█"
 def make_app(store, turns: int = 8, name: str = "t") -> PicochatApp:
     session = store.create_session(name)
     for i in range(turns):
-        store.append_message(session.id, "user", f"q{i} " + "words " * 60, turn_id=f"x{i}")
-        store.append_message(session.id, "assistant", f"a{i} " + "words " * 60,
-                             turn_id=f"x{i}")
+        append_message(store, session.id, "user", f"q{i} " + "words " * 60, turn_id=f"x{i}")
+        append_message(store, session.id, "assistant", f"a{i} " + "words " * 60,
+                       turn_id=f"x{i}")
     return PicochatApp(store, session, resolve_model(SMALL_KEEP, "offline"),
                        OfflineProvider(0), SMALL_KEEP)
 

@@ -38,6 +38,7 @@ from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
 from tests.scripted import Hold, Recorder, Streaming, waiter
 from tests.test_tui import SIZE, make_app, say, texts
 from tests.waiting import WAIT_S, settle
+from tests.helpers.storage import append_message
 
 QUEUED_COMPACT = "/compact is queued: it runs when the current answer ends"
 
@@ -93,10 +94,10 @@ def _filled_session(store, turns: int = 6):
     """Earlier turns, each with a fact the offline summary keeps (a port, a host id)."""
     session = store.create_session("t")
     for i in range(turns):
-        store.append_message(session.id, "user", f"q{i}: service {i} listens on port {9100 + i} "
-                             + "words " * 40, turn_id=f"x{i}")
-        store.append_message(session.id, "assistant", f"a{i}: noted, host node-{i}a "
-                             + "words " * 40, turn_id=f"x{i}")
+        append_message(store, session.id, "user", f"q{i}: service {i} listens on port {9100 + i} "
+                       + "words " * 40, turn_id=f"x{i}")
+        append_message(store, session.id, "assistant", f"a{i}: noted, host node-{i}a "
+                       + "words " * 40, turn_id=f"x{i}")
     return session
 
 

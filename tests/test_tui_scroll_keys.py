@@ -10,6 +10,7 @@ from picochat.tui.keys import help_rows
 from picochat.tui.prompt import Prompt
 from tests.test_tui import make_app
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 SIZE = (100, 30)
 
@@ -17,9 +18,9 @@ SIZE = (100, 30)
 def long_session(store, turns: int):
     session = store.create_session("long")
     for n in range(turns):
-        store.append_message(session.id, "user", f"question {n}", turn_id=f"t{n}")
-        store.append_message(session.id, "assistant", f"answer {n}\n\n" + "more words\n" * 3,
-                             turn_id=f"t{n}")
+        append_message(store, session.id, "user", f"question {n}", turn_id=f"t{n}")
+        append_message(store, session.id, "assistant", f"answer {n}\n\n" + "more words\n" * 3,
+                       turn_id=f"t{n}")
     return session
 
 

@@ -12,6 +12,7 @@ from picochat.tui.screens import PickScreen
 from tests.test_tui import SIZE, chat_once, make_app, say
 from tests.test_tui_status import contrast
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 WORD = "zebrafish"  # only answer 5 (message 10) holds it
 
@@ -19,10 +20,10 @@ WORD = "zebrafish"  # only answer 5 (message 10) holds it
 def _session(store, turns: int = 40):
     session = store.create_session("t")
     for i in range(1, turns + 1):
-        store.append_message(session.id, "user", f"question {i}", turn_id=f"x{i}")
-        store.append_message(session.id, "assistant",
-                             f"answer {i} " + (f"{WORD} " if i == 5 else "") + "words " * 30,
-                             turn_id=f"x{i}")
+        append_message(store, session.id, "user", f"question {i}", turn_id=f"x{i}")
+        append_message(store, session.id, "assistant",
+                       f"answer {i} " + (f"{WORD} " if i == 5 else "") + "words " * 30,
+                       turn_id=f"x{i}")
     return session
 
 
@@ -67,15 +68,15 @@ async def test_a_jump_to_an_answer_marks_it_in_view_until_the_next_message(store
 
 async def test_a_jump_to_a_tool_result_opens_and_marks_it(store):
     session = _session(store, turns=3)
-    store.append_message(session.id, "user", "which port?", turn_id="t")
-    store.append_message(session.id, "assistant", "", turn_id="t", tool_calls=[{
+    append_message(store, session.id, "user", "which port?", turn_id="t")
+    append_message(store, session.id, "assistant", "", turn_id="t", tool_calls=[{
         "id": "call_1", "type": "function",
         "function": {"name": "history_search", "arguments": "{}"}}])
-    tool = store.append_message(session.id, "tool", "the gateway listens on port 8443",
-                                tool_call_id="call_1", name="history_search",
-                                tool_status="ok", turn_id="t")
-    store.append_message(session.id, "assistant", "Port 8443.", turn_id="t")
-    store.append_message(session.id, "user", "is the gateway on 8443 still?", turn_id="u")
+    tool = append_message(store, session.id, "tool", "the gateway listens on port 8443",
+                          tool_call_id="call_1", name="history_search",
+                          tool_status="ok", turn_id="t")
+    append_message(store, session.id, "assistant", "Port 8443.", turn_id="t")
+    append_message(store, session.id, "user", "is the gateway on 8443 still?", turn_id="u")
     store.undo_last_turn(session.id)
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:

@@ -24,6 +24,7 @@ from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen, PickScreen
 from picochat.tui.status import StatusBar
 from tests.waiting import WAIT_S, settle
+from tests.helpers.storage import append_message
 
 SIZE = (110, 34)
 CONFIG = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
@@ -51,11 +52,11 @@ def app_with_history(store, turns: int = 3, config: Config = CONFIG,
                      context: int = 12) -> PicochatApp:
     session = store.create_session("demo")
     for i in range(turns):
-        store.append_message(session.id, "user", f"Question {i}: which port does service "
-                             f"{i} use? " + "Some context. " * context, turn_id=f"t{i}")
-        store.append_message(session.id, "assistant", f"Service **{i}** listens on port "
-                             f"`{8000 + i}`.\n\n- started by `svc-{i}.service`\n- owner: "
-                             "team blue", turn_id=f"t{i}")
+        append_message(store, session.id, "user", f"Question {i}: which port does service "
+                       f"{i} use? " + "Some context. " * context, turn_id=f"t{i}")
+        append_message(store, session.id, "assistant", f"Service **{i}** listens on port "
+                       f"`{8000 + i}`.\n\n- started by `svc-{i}.service`\n- owner: "
+                       "team blue", turn_id=f"t{i}")
     return PicochatApp(store, session, resolve_model(config, "offline"), OfflineProvider(0),
                        config)
 

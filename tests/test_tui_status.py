@@ -23,6 +23,7 @@ from tests.scripted import Hold, Recorder, Streaming, waiter
 from tests.test_tui import _long_session, say
 from tests.test_tui_races import type_keys
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 WIDTHS = (120, 80, 50)
 SPIN = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"  # a braille spinner: any frame of it
@@ -200,8 +201,8 @@ def contrast(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
 
 def filled(store, name: str, words: int):
     session = store.create_session(name)
-    store.append_message(session.id, "user", "fill " * words, turn_id="t1")
-    store.append_message(session.id, "assistant", "ok", turn_id="t1")
+    append_message(store, session.id, "user", "fill " * words, turn_id="t1")
+    append_message(store, session.id, "assistant", "ok", turn_id="t1")
     return session
 
 

@@ -19,6 +19,7 @@ from tests.scripted import Recorder
 from tests.test_tui import SIZE, chat_once, make_app, say, texts
 from tests.test_tui_races import idle
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 # what the other process's user typed: a link escape around its first word, a bidi control
 ELSEWHERE = "\x1b]8;;https://x\x1b\\please\x1b]8;;\x1b\\ delete the old backups\u202e"
@@ -28,8 +29,8 @@ def written_elsewhere(store, session_id: str, turn_id: str = "ask-1") -> list[Me
     """A whole turn written by another picochat on the same database (`picochat ask`)."""
     other = open_store(store.path)
     try:
-        return [other.append_message(session_id, "user", ELSEWHERE, turn_id=turn_id),
-                other.append_message(session_id, "assistant", "Deleted them.", turn_id=turn_id)]
+        return [append_message(other, session_id, "user", ELSEWHERE, turn_id=turn_id),
+                append_message(other, session_id, "assistant", "Deleted them.", turn_id=turn_id)]
     finally:
         other.close()
 
@@ -151,9 +152,9 @@ async def test_undoing_turn_after_turn_never_asks_about_one_read_with_the_transc
     (read with the transcript): it goes at once, as the user's."""
     session = store.create_session("t")
     for i in range(3):
-        store.append_message(session.id, "user", f"question {i}", turn_id=f"x{i}")
-        store.append_message(session.id, "assistant", f"answer {i}\n\n" + "a line\n\n" * 80,
-                             turn_id=f"x{i}")
+        append_message(store, session.id, "user", f"question {i}", turn_id=f"x{i}")
+        append_message(store, session.id, "assistant", f"answer {i}\n\n" + "a line\n\n" * 80,
+                       turn_id=f"x{i}")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)

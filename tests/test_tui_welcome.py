@@ -10,6 +10,7 @@ from picochat.tui.app import PicochatApp
 from picochat.tui.welcome import Welcome
 from tests.test_tui import SIZE, chat_once, make_app
 from tests.waiting import settle
+from tests.helpers.storage import append_message
 
 
 def shown(app) -> str:
@@ -33,8 +34,8 @@ async def test_the_first_run_explains_the_offline_model_and_the_way_to_a_real_on
 
 async def test_a_session_with_a_history_opens_without_the_welcome(store):
     session = store.create_session("t")
-    store.append_message(session.id, "user", "earlier question", turn_id="a")
-    store.append_message(session.id, "assistant", "earlier answer", turn_id="a")
+    append_message(store, session.id, "user", "earlier question", turn_id="a")
+    append_message(store, session.id, "assistant", "earlier answer", turn_id="a")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)

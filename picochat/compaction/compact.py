@@ -282,7 +282,7 @@ async def compact_context(store: Store, provider: Provider,
     now = restore(store, sid)
     if not checkpoint.degraded and not checkpoint.pointers:  # a fold's words are in the log
         try:
-            await store.io(store.add_timeline, f"context_checkpoint:{checkpoint.id}", sid,
+            await store.io(store.search.add_timeline, f"context_checkpoint:{checkpoint.id}", sid,
                            checkpoint.summary)
         except PicochatError as exc:
             log.warning("timeline_failed session=%s checkpoint=%s kind=%s", sid, checkpoint.id,

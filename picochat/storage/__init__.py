@@ -1,4 +1,5 @@
-"""Durable state: one SQLite file, one API for every write (`Store`)."""
+"""Durable state: one SQLite file, written only through `Store` and its parts (`store.drafts`,
+`store.search`, `store.traits`), all built on one transactional core (`store.core`)."""
 
 from picochat.storage.store import Store, open_store
 

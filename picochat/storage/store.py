@@ -1,62 +1,49 @@
-"""The one storage API: every write to the database goes through a method here.
+"""Sessions, the append-only message log, and the context's pointers into it (checkpoints,
+`/clear`, undo, `/uncompact`, the compaction wait, pins): what `Store` writes, on the
+transactional core (`core.py`). Its parts keep the rest: `store.drafts` (`drafts.py`),
+`store.search` (`search.py`), `store.traits` (`traits.py`).
 
 Messages are append-only and get their `seq` inside the insert's transaction from the durable
-maximum, so two processes appending to one session never collide and a seq is never reused.
-Operations that change what earlier history means (`/clear`, undo) bump `context_generation`
-in the same transaction, so a checkpoint candidate built before them fails its commit. A plain
-append does not: the messages it adds land after the candidate's cut, in the raw tail.
+maximum, so two processes appending to one session never collide and a seq is never reused. A
+message arrives prepared by its writer (`picochat/prepare.py`: valid text, token count,
+statements): storage inserts it and computes none of it. Operations that change what earlier
+history means (`/clear`, undo) bump `context_generation` in the same transaction, so a
+checkpoint candidate built before them fails its commit. A plain append does not: the messages
+it adds land after the candidate's cut, in the raw tail.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import functools
 import json
-import math
-import os
-import re
 import sqlite3
-import threading
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Literal, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence
 
-from picochat import crashpoints, tokens
+from picochat import crashpoints
 from picochat.errors import SessionNotFound, StaleGeneration, StorageError
 from picochat.messages import (
-    COMPLETE,
-    INTERRUPTED,
     ROLES,
     Checkpoint,
     CompactionWait,
     LedgerRow,
     Message,
-    ModelTraits,
     NewCheckpoint,
-    NewMessage,
+    PreparedMessage,
     Pin,
     Session,
     StoredLedger,
     TriggerReason,
-    valid_text,
 )
-from picochat.statements import statements_of, to_json
 from picochat.storage.names import check_session_name
-from picochat.storage.owner import my_token, owner_alive
-from picochat.storage.db import (LOCK_SLICE_MS, busy_timeout_ms, connect, connect_reader,
-                                 describe_error, transaction)
+from picochat.storage.drafts import Drafts, forget_drafts, has_draft
+from picochat.storage.core import Clock, Core, T, open_core, wall_clock_ms
+from picochat.storage.search import Search
+from picochat.storage.sql import NO_UPPER_BOUND, NOT_RETRACTED
+from picochat.storage.traits import Traits
 
-Clock = Callable[[], int]
-T = TypeVar("T")
 TRIGGER_REASONS = tuple(TriggerReason)
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -69,41 +56,6 @@ class ContextSnapshot:
     messages: tuple[Message, ...]
     max_seq: int
     pins: tuple[Pin, ...] = ()
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    seq: int
-    role: str
-    snippet: str       # the matching passage, matches between « and »
-    turn_id: str | None
-    retracted: bool
-
-
-# bm25 costs a few microseconds a match, so a word found in most of a long log would make
-# every search scan all of it: words in more than RARE_MATCHES messages are left out of the
-# ranked query, and when every word is that common, only the newest COMMON_CANDIDATES matches
-# are ranked.
-RARE_MATCHES = 2_000
-COMMON_CANDIDATES = 2_000
-
-
-def fts_words(text: str) -> list[str]:
-    return re.findall(r"\w+", text)[:16]
-
-
-def fts_query(text: str) -> str | None:
-    """A safe FTS5 query for free text: each word quoted (no operators, no syntax errors),
-    any word may match, better matches rank first."""
-    return _any_of(fts_words(text))
-
-
-def _any_of(words: Sequence[str]) -> str | None:
-    return " OR ".join(f'"{w}"' for w in words) if words else None
-
-
-def _all_of(words: Sequence[str]) -> str | None:
-    return " AND ".join(f'"{w}"' for w in words) if words else None
 
 
 @dataclass(frozen=True)
@@ -144,116 +96,43 @@ _SESSION_FIELDS = _fields(_SESSION_COLS)
 _MESSAGE_FIELDS = _fields(_MESSAGE_COLS)
 _CHECKPOINT_FIELDS = _fields(_CHECKPOINT_COLS)
 
-# "No upper bound" for a seq or rowid in a `seq < ?` or `BETWEEN ? AND ?` filter: above any
-# seq or rowid a session will reach, yet inside SQLite's signed 64-bit INTEGER (binding 2**63
-# or more raises OverflowError), so one query serves a bounded and an unbounded read.
-_NO_UPPER_BOUND = 2**62
 # "Most recently active" is a counter, not the clock (schema 15): each write that makes a
 # session the latest gives it this, one above every session's, and stamps `updated_at` with
 # the clock as it is (a session stamped in the future comes back to now). A clock stepped
 # back can then never keep a session "latest" that another was written after.
 _NEXT_ACTIVITY = "(SELECT COALESCE(MAX(activity_seq), 0) + 1 FROM sessions)"
 _BY_ACTIVITY = "ORDER BY activity_seq DESC, rowid DESC"
-_NOT_RETRACTED = (
-    "NOT EXISTS (SELECT 1 FROM retractions r WHERE r.session_id = m.session_id "
-    "AND m.seq BETWEEN r.from_seq AND r.to_seq)"
-)
 
 
 def open_store(path: Path, clock: Clock = wall_clock_ms) -> "Store":
-    writer = connect(path)
-    try:
-        reader = connect_reader(path)
-    except BaseException:
-        writer.close()
-        raise
-    return Store(writer, path, clock, reader)
+    return Store(open_core(path, clock))
 
 
 class Store:
-    """Thread-safe wrapper around two connections; short transactions, no cached state.
+    """Sessions, the message log and the context's pointers, on the transactional core
+    (`store.core`); drafts, search and model traits are its parts (`store.drafts`, …).
 
-    Writes and reads have a connection each, so a write waiting up to the busy timeout for
-    another process's lock never holds up a read: in WAL mode readers do not wait for writers.
-    `io` runs a call on the store's own thread, for callers on an event loop."""
+    No cached state: every call is one short transaction, so two processes on one file see
+    each other's writes at their next call."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, clock: Clock = wall_clock_ms,
-                 reader: sqlite3.Connection | None = None) -> None:
-        self._conn = conn
-        self._reader = reader or conn
-        self.path = path
-        self._clock = clock
-        self._lock = threading.RLock()
-        self._rlock = self._lock if reader is None else threading.RLock()
-        self._executor: ThreadPoolExecutor | None = None
-        # a write waits for another process's lock in short slices, up to the busy timeout
-        # or `stop_waiting`'s instant, whichever is first
-        self._conn.execute(f"PRAGMA busy_timeout = {LOCK_SLICE_MS}")
-        self._stop_waiting_at = math.inf
-        self._file = _identity(path)
-        self._seen_version: int | None = self._conn.execute("PRAGMA data_version").fetchone()[0]
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.path = core.path
+        self.drafts = Drafts(core, self)
+        self.search = Search(core)
+        self.traits = Traits(core)
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-        with self._lock, self._rlock:
-            self._conn.close()
-            if self._reader is not self._conn:
-                self._reader.close()
-
-    # --- plumbing ------------------------------------------------------------------------------
-
-    def outside_changes(self) -> tuple[bool, bool]:
-        """(replaced, others_wrote): whether the database file is gone or another file now
-        (what this store writes, no one will read again), and whether another process
-        committed since the last call. `PRAGMA data_version` on the writer connection changes
-        only for other connections' commits, never for its own."""
-        replaced = self._file is not None and _identity(self.path) != self._file
-        with self._lock:
-            version = self._conn.execute("PRAGMA data_version").fetchone()[0]
-        wrote = self._seen_version is not None and version != self._seen_version
-        self._seen_version = version
-        return replaced, wrote
-
-    def stop_waiting(self, within_s: float) -> None:
-        """From now on a write waits at most `within_s` more for another process's lock: a
-        quitting app bounds its shutdown, and says what it could not save."""
-        self._stop_waiting_at = min(self._stop_waiting_at, time.monotonic() + within_s)
-
-    def _write(self) -> Any:
-        return _Guard(self, "IMMEDIATE", self._conn, self._lock)
-
-    def _lock_deadline(self) -> Callable[[], float]:
-        """When a write begun now stops waiting for the lock: the busy timeout, or sooner."""
-        full = time.monotonic() + busy_timeout_ms() / 1000
-        return lambda: min(full, self._stop_waiting_at)
-
-    def _read(self) -> Any:
-        return _Guard(self, "DEFERRED", self._reader, self._rlock)
+        self.core.close()
 
     async def io(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """`fn(*args, **kwargs)` on the store's one thread, in submission order, while the
-        event loop goes on. A caller cancelled meanwhile still waits for the outcome before
-        the cancellation goes on: the write may have committed, and the caller must know."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="picochat-db")
-        future = asyncio.get_running_loop().run_in_executor(
-            self._executor, functools.partial(fn, *args, **kwargs))
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            if not future.done():
-                try:
-                    await asyncio.wait([future])
-                except asyncio.CancelledError:
-                    pass
-            raise
+        """`fn(*args, **kwargs)` on the store's one thread (`Core.io`)."""
+        return await self.core.io(fn, *args, **kwargs)
 
     # --- sessions ------------------------------------------------------------------------------
 
     def create_session(self, name: str | None = None, model: str | None = None) -> Session:
-        with self._write() as c:
+        with self.core.write() as c:
             if name is None:
                 name = _free_name(c)
             elif c.execute("SELECT 1 FROM sessions WHERE name = ? AND deleted_at IS NULL",
@@ -267,7 +146,7 @@ class Store:
         """The live session `ref` names (an id or a name), or a new one so named, looked up and
         created in one write transaction: two first `ask`s on a new name share one session.
         `None` picks a free name."""
-        with self._write() as c:
+        with self.core.write() as c:
             row = None
             if ref is not None:
                 row = c.execute("SELECT id FROM sessions WHERE deleted_at IS NULL AND "
@@ -278,19 +157,19 @@ class Store:
 
     def _insert_session(self, c: sqlite3.Connection, name: str, model: str | None) -> str:
         check_session_name(name)
-        now = self._clock()
+        now = self.core.clock()
         sid = "s_" + uuid.uuid4().hex[:12]
         c.execute("INSERT INTO sessions (id, name, created_at, updated_at, model, activity_seq) "
                   f"VALUES (?, ?, ?, ?, ?, {_NEXT_ACTIVITY})", (sid, name, now, now, model))
         return sid
 
     def session(self, session_id: str) -> Session:
-        with self._read() as c:
+        with self.core.read() as c:
             return _session_row(c, session_id)
 
     def find_session(self, ref: str) -> Session | None:
         """A live session by id, else by name."""
-        with self._read() as c:
+        with self.core.read() as c:
             row = c.execute(
                 f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL AND "
                 "(id = ? OR name = ?) ORDER BY (id = ?) DESC LIMIT 1", (ref, ref, ref)).fetchone()
@@ -306,7 +185,7 @@ class Store:
     def latest_session(self) -> Session | None:
         """The live session written to last (created, appended to, cleared, uncompacted),
         by the order of those writes, not by the clock's stamps (`_NEXT_ACTIVITY`)."""
-        with self._read() as c:
+        with self.core.read() as c:
             row = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL "
                             f"{_BY_ACTIVITY} LIMIT 1").fetchone()
             return _session(c, row) if row else None
@@ -315,38 +194,38 @@ class Store:
         """The app now shows this session: the next start reopens it. The stamp is the clock,
         or one above the newest stamp if that is not earlier (two opens in one millisecond,
         a clock set back): the last session opened is always the one reopened."""
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("UPDATE sessions SET last_opened_at = MAX(?, 1 + COALESCE("
                       "(SELECT MAX(last_opened_at) FROM sessions), 0)) WHERE id = ?",
-                      (self._clock(), session_id))
+                      (self.core.clock(), session_id))
 
     def last_opened_session(self) -> Session | None:
         """The live session the app opened last; None when it never opened one that is still
         there (the caller then takes `latest_session`)."""
-        with self._read() as c:
+        with self.core.read() as c:
             row = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL "
                             "AND last_opened_at IS NOT NULL "
                             "ORDER BY last_opened_at DESC LIMIT 1").fetchone()
             return _session(c, row) if row else None
 
     def list_sessions(self) -> list[Session]:
-        with self._read() as c:
+        with self.core.read() as c:
             rows = c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE deleted_at IS NULL "
                              f"{_BY_ACTIVITY}").fetchall()  # the first is `latest_session`
             return [_session(c, r) for r in rows]
 
     def set_session_model(self, session_id: str, model: str) -> None:
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("UPDATE sessions SET model = ? WHERE id = ?", (model, session_id))
 
     def set_session_system_prompt(self, session_id: str, prompt: str | None) -> None:
         """The session's own system prompt; None goes back to the agent's."""
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("UPDATE sessions SET system_prompt = ? WHERE id = ?", (prompt, session_id))
 
     def rename_session(self, session_id: str, name: str) -> Session:
         check_session_name(name)
-        with self._write() as c:
+        with self.core.write() as c:
             clash = c.execute("SELECT id FROM sessions WHERE name = ? AND deleted_at IS NULL "
                               "AND id != ?", (name, session_id)).fetchone()
             if clash:
@@ -356,13 +235,13 @@ class Store:
 
     def delete_session(self, session_id: str) -> None:
         """Soft delete: hidden from every list, rows kept."""
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("UPDATE sessions SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL",
-                      (self._clock(), session_id))
+                      (self.core.clock(), session_id))
 
     def purge_session(self, session_id: str) -> None:
         """Delete for good: messages, checkpoints and timeline rows go with it (cascade)."""
-        with self._write() as c:
+        with self.core.write() as c:
             c.execute("INSERT INTO messages_fts(messages_fts, rowid, content) "
                       "SELECT 'delete', id, content FROM messages WHERE session_id = ?",
                       (session_id,))
@@ -370,81 +249,40 @@ class Store:
 
     # --- messages ------------------------------------------------------------------------------
 
-    def append_message(
-        self,
-        session_id: str,
-        role: str,
-        content: str,
-        *,
-        tool_calls: Sequence[dict[str, Any]] | None = None,
-        tool_call_id: str | None = None,
-        name: str | None = None,
-        turn_id: str | None = None,
-        tool_status: str | None = None,
-        status: str = COMPLETE,
-        token_count: int | None = None,
-        reasoning: str | None = None,
-    ) -> Message:
-        """Append one message; its seq comes from the durable maximum inside the transaction."""
-        calls = tuple(dict(c) for c in tool_calls) if tool_calls else None
-        return self.append_messages(session_id, [NewMessage(
-            role, content, calls, tool_call_id, name, turn_id, tool_status, status,
-            token_count, reasoning)])[0]
-
-    def append_messages(self, session_id: str, drafts: Iterable[NewMessage],
+    def append_messages(self, session_id: str, messages: Iterable[PreparedMessage],
                         *, if_draft: str | None = None) -> list[Message]:
         """Append messages in one transaction (all or none), seqs following the durable
-        maximum; for imports and for building large sessions. The draft of every turn written
-        goes in the same transaction: its text is in the log now. `if_draft`: append only if
-        that turn's draft is still there (two processes recovering it append it once); the
-        rows then stay out of the context when their turn was overtaken (`_overtaken`)."""
-        prepared = []
-        for d in drafts:
-            if d.role not in ROLES:
-                raise ValueError(f"role must be one of {ROLES}, got {d.role!r}")
-            calls, calls_json = None, None
-            if d.tool_calls:  # serialized once; a lone surrogate in arguments is replaced too
-                raw = json.dumps(d.tool_calls, ensure_ascii=False)
-                calls_json = valid_text(raw)
-                calls = json.loads(calls_json) if calls_json != raw else \
-                    [dict(c) for c in d.tool_calls]
-            d = dataclasses.replace(d, content=valid_text(d.content),
-                                    reasoning=valid_text(d.reasoning) if d.reasoning else None)
-            count = d.token_count
-            if count is None:
-                count = tokens.count_message(d.role, d.content, calls, d.tool_call_id, d.name,
-                                             d.reasoning)
-            probe = Message(session_id, 0, d.role, d.content, tuple(calls) if calls else None,
-                            d.tool_call_id, d.name, d.turn_id, d.tool_status, d.status, count, 0)
-            found = to_json(statements_of(probe))  # taken once, like the count
-            prepared.append((d, calls, calls_json, count, found))
-        now = self._clock()
+        maximum. Each comes prepared by its writer (`prepare.prepare`: valid text, token
+        count, statements); the store gives it its seq and time and nothing else. The draft
+        of every turn written goes in the same transaction: its text is in the log now.
+        `if_draft`: append only if that turn's draft is still there (two processes recovering
+        it append it once); the rows then stay out of the context when their turn was
+        overtaken (`_overtaken`)."""
+        rows = list(messages)
+        for m in rows:  # the one invariant cheap to hold here; the rest is the writer's
+            if m.role not in ROLES:
+                raise ValueError(f"role must be one of {ROLES}, got {m.role!r}")
+        now = self.core.clock()
         out: list[Message] = []
-        with self._write() as c:
+        with self.core.write() as c:
             session = _session_row(c, session_id)
-            if if_draft is not None and not c.execute(
-                    "SELECT 1 FROM drafts WHERE turn_id = ?", (if_draft,)).fetchone():
+            if if_draft is not None and not has_draft(c, if_draft):
                 return []
             late = if_draft is not None and _overtaken(c, session, if_draft)
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                             (session_id,)).fetchone()[0]
-            turns = {d.turn_id for d, *_ in prepared if d.turn_id}
-            if turns:
-                c.executemany("DELETE FROM drafts WHERE turn_id = ?", [(t,) for t in turns])
-            for d, calls, calls_json, count, found in prepared:
+            forget_drafts(c, {m.turn_id for m in rows if m.turn_id})
+            for m in rows:
                 seq += 1
                 rowid = c.execute(
                     f"INSERT INTO messages ({_MESSAGE_COLS}) "
                     f"VALUES ({', '.join('?' * len(_MESSAGE_FIELDS))})",
-                    (session_id, seq, d.role, d.content, calls_json, d.tool_call_id, d.name,
-                     d.turn_id, d.tool_status, d.status, count, now,
-                     found, d.reasoning)).lastrowid
+                    (session_id, seq, m.role, m.content, m.tool_calls_json, m.tool_call_id,
+                     m.name, m.turn_id, m.tool_status, m.status, m.tokens, now,
+                     m.statements, m.reasoning)).lastrowid
                 c.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)",
-                          (rowid, d.content))
-                out.append(Message(session_id, seq, d.role, d.content,
-                                   tuple(calls) if calls else None, d.tool_call_id, d.name,
-                                   d.turn_id, d.tool_status, d.status, count, now,
-                                   retracted=late, statements=found, reasoning=d.reasoning))
+                          (rowid, m.content))
+                out.append(m.stored(session_id, seq, now, retracted=late))
             if late and out:  # kept in the log, out of the context: the context is unchanged
                 c.execute("INSERT INTO retractions (session_id, from_seq, to_seq, "
                           "context_generation, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -452,75 +290,11 @@ class Store:
             _touch(c, session_id, now)
         return out
 
-    # --- drafts: the answer being streamed ------------------------------------------------------
-
-    def save_draft(self, session_id: str, turn_id: str, content: str) -> None:
-        """The text of a turn's answer so far, replacing the previous draft of that turn.
-        Outside the append-only log: the answer itself is appended once, when it ends."""
-        with self._write() as c:
-            self._put_draft(c, session_id, turn_id, content)
-
-    def _put_draft(self, c: sqlite3.Connection, session_id: str, turn_id: str,
-                   content: str) -> None:
-        c.execute("INSERT INTO drafts (turn_id, session_id, content, owner_pid, owner_start, "
-                  "owner_lock, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(turn_id) "
-                  "DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at",
-                  (turn_id, session_id, valid_text(content), os.getpid(),
-                   process_start(os.getpid()), my_token(self.path), self._clock()))
-
-    def drop_draft(self, turn_id: str) -> None:
-        with self._write() as c:
-            c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
-
-    def recover_drafts(self, alive: Callable[[int, int | None], bool] | None = None
-                       ) -> list[Message]:
-        """Turn each draft whose process is gone (killed mid-answer) into an interrupted
-        answer of its turn; a whitespace-only draft is just dropped. Returns the answers.
-        A draft whose process still runs is left alone however old: it may be thinking. The
-        owner is told alive by the lock it holds (`storage/owner.py`), else by its pid;
-        `alive(pid, start)`, given, decides alone (tests)."""
-        with self._read() as c:
-            rows = c.execute("SELECT turn_id, session_id, content, owner_pid, owner_start, "
-                             "owner_lock FROM drafts").fetchall()
-        recovered: list[Message] = []
-        for turn_id, session_id, content, pid, start, lock in rows:
-            told = None if alive is not None or not lock else owner_alive(self.path, lock)
-            if (alive or process_alive)(pid, start) if told is None else told:
-                continue
-            if not content.strip():
-                with self._write() as c:
-                    c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
-                continue
-            recovered += self.append_messages(session_id, [NewMessage(
-                "assistant", content, turn_id=turn_id, status=INTERRUPTED)], if_draft=turn_id)
-        return recovered
-
-    def recover_answer(self, session_id: str, turn_id: str, text: str) -> list[Message]:
-        """An answer a quitting picochat streamed but could not write (the database was locked;
-        it was kept in the unsent file): saved as its turn's interrupted answer, in its place as
-        `recover_drafts` places a draft. Its draft, if one was saved, has older text and gives
-        way. Nothing is written when the turn already has an answer (another process recovered
-        the draft first), or no question of that turn is in that session (a session gone, a file
-not of picochat's making). Returns the answer written, if any."""
-        with self._write() as c:
-            asked = c.execute("SELECT 1 FROM messages WHERE session_id = ? AND turn_id = ? "
-                              "AND role = 'user'", (session_id, turn_id)).fetchone()
-            if not asked or c.execute("SELECT 1 FROM messages WHERE session_id = ? AND "
-                                      "turn_id = ? AND role = 'assistant' AND tool_calls IS "
-                                      "NULL", (session_id, turn_id)).fetchone():
-                c.execute("DELETE FROM drafts WHERE turn_id = ?", (turn_id,))
-                return []
-            # in the same transaction as the check: a second process recovering the same
-            # answer either sees it written or finds the draft gone when it appends
-            self._put_draft(c, session_id, turn_id, text)  # killed after this: still a draft
-        return self.append_messages(session_id, [NewMessage(
-            "assistant", text, turn_id=turn_id, status=INTERRUPTED)], if_draft=turn_id)
-
     def history(self, session_id: str) -> list[Message]:
         """The raw log, all of it, with undone rows marked (for `history` and `export`)."""
-        with self._read() as c:
+        with self.core.read() as c:
             rows = c.execute(
-                f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
+                f"SELECT {_MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
                 "WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
         return [_message(r) for r in rows]
 
@@ -528,111 +302,32 @@ not of picochat's making). Returns the answer written, if any."""
                      ) -> list[Message]:
         """The newest `limit` messages below `before_seq` (all: None), oldest first: a screen
         of a long log without reading the rest of it."""
-        with self._read() as c:
+        with self.core.read() as c:
             rows = c.execute(
-                f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
+                f"SELECT {_MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
                 "WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
-                (session_id, before_seq if before_seq is not None else _NO_UPPER_BOUND,
+                (session_id, before_seq if before_seq is not None else NO_UPPER_BOUND,
                  max(0, limit))).fetchall()
         return [_message(r) for r in reversed(rows)]
 
     def message(self, session_id: str, seq: int) -> Message | None:
         """One row of the raw log (a tool result the app is about to show), or None."""
-        with self._read() as c:
+        with self.core.read() as c:
             row = c.execute(
-                f"SELECT {_MESSAGE_COLS}, NOT {_NOT_RETRACTED} FROM messages m "
+                f"SELECT {_MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
                 "WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
         return _message(row) if row else None
 
     def max_seq(self, session_id: str) -> int:
-        with self._read() as c:
+        with self.core.read() as c:
             return c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                              (session_id,)).fetchone()[0]
-
-    def search_messages(self, session_id: str, query: str, limit: int = 10,
-                        before_seq: int | None = None) -> list[SearchHit]:
-        """Full-text search over the session's whole raw log, including rows a checkpoint
-        summarized, cleared or undone (they are marked): best matches first. `before_seq`
-        leaves out the turn doing the searching."""
-        words = fts_words(query)
-        if not words:
-            return []
-        limit = max(1, limit)
-        before = before_seq if before_seq is not None else _NO_UPPER_BOUND
-        with self._read() as c:
-            # a message holding every word comes first, however long it is (bm25 alone ranks
-            # a short one holding the common words over a long one that also has the rare)
-            picked = (_ranked(c, _all_of(words), session_id, before, limit, 0, _NO_UPPER_BOUND)
-                      if len(words) > 1 else [])
-            rare = [w for w in words if _matches_up_to(c, w, RARE_MATCHES + 1) <= RARE_MATCHES]
-            if rare and len(picked) < limit:
-                more = _ranked(c, _any_of(rare), session_id, before, limit + len(picked), 0,
-                               _NO_UPPER_BOUND)
-                picked += [i for i in more if i not in picked][: limit - len(picked)]
-            if len(picked) < limit:  # fill up from the newest matches of every word
-                everything = _any_of(words)
-                # the newest candidates end at the session's last row before `before`; the
-                # index alone finds where they begin (a join here makes SQLite scan it all)
-                last = c.execute("SELECT id FROM messages WHERE session_id = ? AND seq < ? "
-                                 "ORDER BY seq DESC LIMIT 1", (session_id, before)).fetchone()
-                top = last[0] if last else 0
-                floor = c.execute(
-                    "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? AND rowid <= ? "
-                    "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                    (everything, top, COMMON_CANDIDATES - 1)).fetchone()
-                more = _ranked(c, everything, session_id, before, limit + len(picked),
-                               floor[0] if floor else 0, top)
-                picked += [i for i in more if i not in picked][: limit - len(picked)]
-            if not picked:
-                return []
-            marks = ",".join("?" * len(picked))
-            rows = c.execute(  # snippets for the chosen rows only: they cost more than bm25
-                "SELECT m.id, m.seq, m.role, snippet(messages_fts, 0, '«', '»', '…', 16), "
-                f"m.turn_id, NOT {_NOT_RETRACTED} FROM messages_fts "
-                "JOIN messages m ON m.id = messages_fts.rowid "
-                f"WHERE messages_fts MATCH ? AND messages_fts.rowid IN ({marks})",
-                (_any_of(words), *picked)).fetchall()
-        by_id = {r[0]: SearchHit(r[1], r[2], r[3], r[4], bool(r[5])) for r in rows}
-        return [by_id[i] for i in picked if i in by_id]
-
-    def search_timeline(self, session_id: str, query: str, limit: int = 5
-                        ) -> list[tuple[str, str]]:
-        """Earlier checkpoint summaries (the timeline) that mention the query's words, the
-        best-matching first: (key, summary). A word found in every summary ("the", "is")
-        counts for little, a rare one ("deploy") for much: each word matched (whole, or as the
-        start of a longer one) scores by its rarity across the timeline."""
-        terms = {t.lower() for t in re.findall(r"\w+", query)[:16]}
-        if not terms:
-            return []
-        docs = [(key, content, set(re.findall(r"\w+", content.lower())))
-                for key, content in self.timeline(session_id)]
-        def has(words: set[str], term: str) -> bool:  # "deploy" finds "deployment"
-            return term in words or len(term) >= 3 and any(w.startswith(term) for w in words)
-
-        found = {t: sum(has(words, t) for _, _, words in docs) for t in terms}
-        scored = []
-        for order, (key, content, words) in enumerate(docs):
-            score = sum(math.log((len(docs) + 1) / found[t]) for t in terms if has(words, t))
-            if score:
-                scored.append((-score, order, key, content))
-        scored.sort()
-        return [(key, content) for _, _, key, content in scored[:limit]]
-
-    def user_prompts(self, limit: int = 500) -> list[str]:
-        """The newest `limit` user messages of every session, oldest first: the order the
-        prompt's recall walks back from its end (no other file holds text). Ordered by row
-        id, the order they were written in: seqs are per session, and two sessions' clocks
-        may tie within a millisecond."""
-        with self._read() as c:
-            rows = c.execute("SELECT content FROM messages WHERE role = 'user' "
-                             "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        return [r[0] for r in reversed(rows)]
 
     # --- the context ---------------------------------------------------------------------------
 
     def context_snapshot(self, session_id: str) -> ContextSnapshot:
         """Session, active checkpoint and the raw rows the projection starts from, in one read."""
-        with self._read() as c:
+        with self.core.read() as c:
             session = _session_row(c, session_id)
             checkpoint, problem = _active_checkpoint(c, session)
             start = session.context_floor_seq + 1
@@ -640,7 +335,7 @@ not of picochat's making). Returns the answer written, if any."""
                 start = max(start, checkpoint.first_retained_seq)
             rows = c.execute(
                 f"SELECT {_MESSAGE_COLS}, 0 FROM messages m WHERE session_id = ? AND seq >= ? "
-                f"AND {_NOT_RETRACTED} ORDER BY seq", (session_id, start)).fetchall()
+                f"AND {NOT_RETRACTED} ORDER BY seq", (session_id, start)).fetchall()
             max_seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                                 (session_id,)).fetchone()[0]
             pins = _pins(c, session_id)
@@ -650,19 +345,19 @@ not of picochat's making). Returns the answer written, if any."""
     def active_checkpoint(self, session_id: str) -> Checkpoint | None:
         """The checkpoint the projection starts from (None when there is none or it is unusable),
         without reading the raw tail."""
-        with self._read() as c:
+        with self.core.read() as c:
             return _active_checkpoint(c, _session_row(c, session_id))[0]
 
     def clear_context(self, session_id: str) -> Session:
         """`/clear`: the context restarts after the newest message; raw rows stay, and the
         generation moves on, so a compaction built before the clear cannot commit."""
-        with self._write() as c:
+        with self.core.write() as c:
             _session_row(c, session_id)
             c.execute(
                 "UPDATE sessions SET context_floor_seq = (SELECT COALESCE(MAX(seq), 0) FROM "
                 "messages WHERE session_id = :id), active_context_checkpoint_id = NULL, "
                 "context_generation = context_generation + 1 WHERE id = :id", {"id": session_id})
-            _touch(c, session_id, self._clock())
+            _touch(c, session_id, self.core.clock())
         return self.session(session_id)
 
     def undo_last_turn(self, session_id: str) -> UndoResult:
@@ -671,11 +366,11 @@ not of picochat's making). Returns the answer written, if any."""
         The active checkpoint survives only if every removed row lies in its raw tail, since
         only then does the summary still mean the same thing.
         """
-        with self._write() as c:
+        with self.core.write() as c:
             session = _session_row(c, session_id)
             rows = c.execute(
                 f"SELECT seq, role, turn_id FROM messages m WHERE session_id = ? AND seq > ? "
-                f"AND {_NOT_RETRACTED} ORDER BY seq DESC", (session_id,
+                f"AND {NOT_RETRACTED} ORDER BY seq DESC", (session_id,
                                                             session.context_floor_seq)).fetchall()
             removed = last_turn_seqs(rows)
             if not removed:
@@ -685,7 +380,7 @@ not of picochat's making). Returns the answer written, if any."""
             if session.active_context_checkpoint_id:
                 cp = _checkpoint_by_id(c, session.active_context_checkpoint_id)
                 keep = cp is not None and low >= cp.first_retained_seq
-            now = self._clock()
+            now = self.core.clock()
             c.executemany(  # one range per run of the turn's rows: another turn's rows between
                 "INSERT INTO retractions (session_id, from_seq, to_seq, context_generation, "
                 "created_at) VALUES (?, ?, ?, ?, ?)",  # them (two writers) stay in the context
@@ -709,8 +404,8 @@ not of picochat's making). Returns the answer written, if any."""
         if new.trigger_reason not in TRIGGER_REASONS:
             raise ValueError(f"trigger_reason must be one of {TRIGGER_REASONS}")
         cp_id = "cp_" + uuid.uuid4().hex[:16]
-        now = self._clock()
-        with self._write() as c:
+        now = self.core.clock()
+        with self.core.write() as c:
             before = _session_row(c, session_id)
             updated = c.execute(
                 "UPDATE sessions SET active_context_checkpoint_id = ?, "
@@ -733,7 +428,7 @@ not of picochat's making). Returns the answer written, if any."""
                                       "committed", "run the compaction again")
             boundary = c.execute(
                 f"SELECT 1 FROM messages m WHERE session_id = ? AND seq = ? AND seq > ? "
-                f"AND {_NOT_RETRACTED}",
+                f"AND {NOT_RETRACTED}",
                 (session_id, new.first_retained_seq, before.context_floor_seq)).fetchone()
             if not boundary:
                 raise StorageError(f"first_retained_seq {new.first_retained_seq} is not a message "
@@ -753,7 +448,7 @@ not of picochat's making). Returns the answer written, if any."""
     def uncompact(self, session_id: str) -> UncompactResult:
         """`/uncompact`: make the active checkpoint's parent active again (or none), bumping
         the generation in the same transaction. Rows are never deleted, so this always works."""
-        with self._write() as c:
+        with self.core.write() as c:
             session = _session_row(c, session_id)
             active_id = session.active_context_checkpoint_id
             if not active_id:
@@ -767,16 +462,16 @@ not of picochat's making). Returns the answer written, if any."""
             c.execute("UPDATE sessions SET active_context_checkpoint_id = ?, "
                       "context_generation = context_generation + 1 WHERE id = ?",
                       (parent, session_id))
-            _touch(c, session_id, self._clock())
+            _touch(c, session_id, self.core.clock())
             return UncompactResult(active_id, parent, session.context_generation + 1)
 
     def checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
-        with self._read() as c:
+        with self.core.read() as c:
             return _checkpoint_by_id(c, checkpoint_id)
 
     def checkpoints(self, session_id: str) -> list[Checkpoint]:
         """Every checkpoint of the session, newest first."""
-        with self._read() as c:
+        with self.core.read() as c:
             rows = c.execute(f"SELECT {_CHECKPOINT_COLS} FROM context_checkpoints "
                              "WHERE session_id = ? ORDER BY generation DESC",
                              (session_id,)).fetchall()
@@ -785,14 +480,14 @@ not of picochat's making). Returns the answer written, if any."""
     # --- automatic compaction's back-off ----------------------------------------------------------
 
     def compaction_wait(self, session_id: str) -> CompactionWait | None:
-        with self._read() as c:
+        with self.core.read() as c:
             row = c.execute("SELECT context_generation, tokens_before, kind FROM "
                             "compaction_waits WHERE session_id = ?", (session_id,)).fetchone()
         return CompactionWait(*row) if row else None
 
     def set_compaction_wait(self, session_id: str, wait: CompactionWait | None) -> None:
         """Start (or move) the session's wait; None ends it."""
-        with self._write() as c:
+        with self.core.write() as c:
             if wait is None:
                 c.execute("DELETE FROM compaction_waits WHERE session_id = ?", (session_id,))
                 return
@@ -806,7 +501,7 @@ not of picochat's making). Returns the answer written, if any."""
 
     def pins(self, session_id: str) -> tuple[Pin, ...]:
         """The session's pins in force, oldest first."""
-        with self._read() as c:
+        with self.core.read() as c:
             _session_row(c, session_id)
             return _pins(c, session_id)
 
@@ -814,13 +509,13 @@ not of picochat's making). Returns the answer written, if any."""
                 check: Callable[[tuple[Pin, ...]], None] | None = None) -> Pin:
         """Pin `text` with the next unused number. `check` sees the pins in force inside the
         same write (two processes pinning at once cannot both pass a cap) and may raise."""
-        with self._write() as c:
+        with self.core.write() as c:
             _session_row(c, session_id)
             if check is not None:
                 check(_pins(c, session_id))
             number = c.execute("SELECT COALESCE(MAX(number), 0) + 1 FROM pins WHERE "
                                "session_id = ?", (session_id,)).fetchone()[0]
-            now = self._clock()
+            now = self.core.clock()
             c.execute("INSERT INTO pins (session_id, number, text, tokens, source_seq, "
                       "created_at) VALUES (?, ?, ?, ?, ?, ?)",
                       (session_id, number, text, tokens, source_seq, now))
@@ -828,54 +523,14 @@ not of picochat's making). Returns the answer written, if any."""
 
     def remove_pin(self, session_id: str, number: int) -> Pin | None:
         """Unpin #number; None when no pin in force has that number."""
-        with self._write() as c:
+        with self.core.write() as c:
             _session_row(c, session_id)
             pin = next((p for p in _pins(c, session_id) if p.number == number), None)
             if pin is not None:
                 c.execute("UPDATE pins SET unpinned_at = ? WHERE session_id = ? AND number = ?",
-                          (self._clock(), session_id, number))
+                          (self.core.clock(), session_id, number))
         return pin
 
-    # --- what servers taught us ----------------------------------------------------------------
-
-    def model_traits(self, model: str) -> ModelTraits:
-        with self._read() as c:
-            row = c.execute("SELECT learned_window, configured_window, tools_refused FROM "
-                            "model_traits WHERE model = ?", (model,)).fetchone()
-        if row is None:
-            return ModelTraits(model)
-        learned, configured, refused = row
-        return ModelTraits(model, learned, configured, bool(refused))
-
-    def learn_window(self, model: str, window: int | None, configured: int | None) -> None:
-        """Remember the window a server stated (None forgets it)."""
-        with self._write() as c:
-            c.execute("INSERT INTO model_traits (model, learned_window, configured_window, "
-                      "updated_at) VALUES (?, ?, ?, ?) ON CONFLICT(model) DO UPDATE SET "
-                      "learned_window = excluded.learned_window, configured_window = "
-                      "excluded.configured_window, updated_at = excluded.updated_at",
-                      (model, window, configured, self._clock()))
-
-    def refuse_tools(self, model: str, refused: bool = True) -> None:
-        with self._write() as c:
-            c.execute("INSERT INTO model_traits (model, tools_refused, updated_at) VALUES "
-                      "(?, ?, ?) ON CONFLICT(model) DO UPDATE SET tools_refused = "
-                      "excluded.tools_refused, updated_at = excluded.updated_at",
-                      (model, int(refused), self._clock()))
-
-    # --- timeline ------------------------------------------------------------------------------
-
-    def add_timeline(self, key: str, session_id: str, content: str,
-                     category: str = "Timeline") -> None:
-        with self._write() as c:
-            c.execute("INSERT OR IGNORE INTO timeline (key, category, session_id, content, "
-                      "created_at) VALUES (?, ?, ?, ?, ?)",
-                      (key, category, session_id, content, self._clock()))
-
-    def timeline(self, session_id: str) -> list[tuple[str, str]]:
-        with self._read() as c:
-            return c.execute("SELECT key, content FROM timeline WHERE session_id = ? "
-                             "ORDER BY created_at, id", (session_id,)).fetchall()
 
 
 def _touch(c: sqlite3.Connection, session_id: str, now: int) -> None:
@@ -890,92 +545,17 @@ def _pins(c: sqlite3.Connection, session_id: str) -> tuple[Pin, ...]:
     return tuple(Pin(*r) for r in rows)
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (state first), or None."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rfind(")") + 2:].split()
-
-
-def process_start(pid: int) -> int | None:
-    """When process `pid` started (clock ticks after boot, Linux), to tell it from a later
-    process given the same pid; None where /proc does not say."""
-    fields = _proc_stat(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
-
-
-def process_alive(pid: int, start: int | None) -> bool:
-    """Whether the process that wrote a draft still runs: the pid exists, is not a zombie,
-    and (where /proc tells) started when the draft's writer did, so a reused pid (every run
-    is pid 1 in a container) is not mistaken for it."""
-    if Path("/proc/self/stat").exists():
-        fields = _proc_stat(pid)
-        if fields is None or fields[0] in ("Z", "X"):
-            return False
-        return start is None or process_start(pid) == start
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # PermissionError: it runs, as another user
-        return True
-    return True
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    """The file a path names now (device, inode); None when there is none."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_dev, info.st_ino
-
-
 def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str) -> bool:
     """Whether a turn's recovered answer would land out of place: its question was cleared
     (`/clear` after it), undone, or is gone, or a newer turn began after its rows. Appended at
     the end of the log, it would read as the answer to that newer question."""
     last = c.execute(f"SELECT MAX(seq) FROM messages m WHERE session_id = ? AND turn_id = ? "
-                     f"AND {_NOT_RETRACTED}", (session.id, turn_id)).fetchone()[0]
+                     f"AND {NOT_RETRACTED}", (session.id, turn_id)).fetchone()[0]
     if last is None or last <= session.context_floor_seq:
         return True
     return c.execute("SELECT 1 FROM messages WHERE session_id = ? AND seq > ? AND "
                      "(turn_id IS NULL OR turn_id != ?) LIMIT 1",
                      (session.id, last, turn_id)).fetchone() is not None
-
-
-class _Guard:
-    """Lock + transaction + translation of sqlite errors into one readable `StorageError`."""
-
-    def __init__(self, store: Store, mode: str, conn: sqlite3.Connection,
-                 lock: threading.RLock) -> None:
-        self.store, self.mode, self.conn, self.lock = store, mode, conn, lock
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.lock.acquire()
-        try:
-            self._tx = transaction(self.conn, self.mode, self.store._lock_deadline()
-                                   if self.mode == "IMMEDIATE" else None)
-            return self._tx.__enter__()
-        except sqlite3.Error as exc:
-            self.lock.release()
-            raise describe_error(self.store.path, exc) from None
-        except BaseException:
-            self.lock.release()
-            raise
-
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> Literal[False]:
-        try:
-            self._tx.__exit__(kind, exc, tb)
-        except sqlite3.Error as err:
-            raise describe_error(self.store.path, err) from None
-        finally:
-            self.lock.release()
-        if isinstance(exc, sqlite3.Error):
-            raise describe_error(self.store.path, exc) from None
-        return False
 
 
 # --- row helpers ---------------------------------------------------------------------------------
@@ -1115,21 +695,3 @@ def _runs(seqs: Sequence[int], chosen: set[int]) -> list[tuple[int, int]]:
     if start is not None:
         runs.append((start, prev))
     return runs
-
-
-def _matches_up_to(c: sqlite3.Connection, word: str, cap: int) -> int:
-    """Messages (of any session) holding `word`, counted no further than `cap`."""
-    return c.execute("SELECT COUNT(*) FROM (SELECT rowid FROM messages_fts WHERE "
-                     "messages_fts MATCH ? LIMIT ?)", (_any_of([word]), cap)).fetchone()[0]
-
-
-def _ranked(c: sqlite3.Connection, match: str | None, session_id: str, before: int,
-            limit: int, floor: int, top: int) -> list[int]:
-    """Row ids of the session's best matches (bm25, then newest) among rows floor..top."""
-    rows = c.execute(
-        "SELECT m.id FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
-        "WHERE messages_fts MATCH ? AND messages_fts.rowid BETWEEN ? AND ? "
-        "AND m.session_id = ? AND m.seq < ? ORDER BY bm25(messages_fts), m.seq DESC LIMIT ?",
-        (match, floor, top, session_id, before, limit)).fetchall()
-    return [r[0] for r in rows]
-

@@ -19,7 +19,7 @@ def _history_search(args: Mapping[str, Any], ctx: ToolContext) -> str:
         return _read_back(args, ctx)
     query = str_arg(args, "query")
     limit = int_arg(args, "limit", 8, 1, 25)
-    hits = ctx.store.search_messages(ctx.session_id, query, limit, ctx.before_seq)
+    hits = ctx.store.search.messages(ctx.session_id, query, limit, ctx.before_seq)
     if not hits:
         shown = query if len(query) <= 200 else query[:200] + "…"  # never echo a flood back
         return f"No message of this conversation matches {shown!r}."
@@ -55,7 +55,7 @@ def _read_back(args: Mapping[str, Any], ctx: ToolContext) -> str:
 
 def _timeline_recall(args: Mapping[str, Any], ctx: ToolContext) -> str:
     query = str_arg(args, "query")
-    found = ctx.store.search_timeline(ctx.session_id, query, limit=3)
+    found = ctx.store.search.timeline(ctx.session_id, query, limit=3)
     if not found:
         return f"No earlier summary of this conversation mentions {query!r}."
     parts = [f"{len(found)} earlier checkpoint summaries mention it, best first:"]

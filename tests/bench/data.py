@@ -10,6 +10,7 @@ from picochat import tokens
 from picochat.messages import NewCheckpoint, NewMessage
 from picochat.storage.store import Store, open_store
 from picochat.summary_contract import HEADINGS
+from tests.helpers.storage import append_messages
 
 WORDS = ("port service deploy canary host config build cache token window budget summary "
          "checkpoint retry queue worker session stream answer question error timeout cluster "
@@ -46,7 +47,7 @@ def fill(store: Store, session_id: str, messages: int, words: int = 30,
     serial = have
 
     def flush() -> None:
-        starts.extend(m.seq for m in store.append_messages(session_id, batch)
+        starts.extend(m.seq for m in append_messages(store, session_id, batch)
                       if m.role == "user")
         batch.clear()
 

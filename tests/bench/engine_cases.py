@@ -22,6 +22,7 @@ from picochat.providers.offline import OfflineProvider
 from picochat.tools.registry import schemas
 from tests.bench.data import fill, session_with
 from tests.bench.timing import Figure, times_ms
+from tests.helpers.storage import append_message
 
 TOOLS = tuple(schemas(["history_search", "timeline_recall", "read_file"]))
 SYSTEM = "You are a helpful assistant."
@@ -151,8 +152,8 @@ def append_rate(ctx: Any) -> list[Figure]:
     for _ in range(ctx.repeat):
         start = time.perf_counter()
         for i in range(n):
-            store.append_message(sid, "user" if i % 2 == 0 else "assistant",
-                                 f"message {i} about the canary host and its port")
+            append_message(store, sid, "user" if i % 2 == 0 else "assistant",
+                           f"message {i} about the canary host and its port")
         rates.append(n / (time.perf_counter() - start))
     store.close()
     return [Figure("append a message (one transaction each, WAL)", f"{n:,} appends",
@@ -171,9 +172,9 @@ def history_search(ctx: Any) -> list[Figure]:
 
     figures = []
     for label, query in (("a rare term", "note 1234:"), ("a common word", "canary")):
-        samples = times_ms(lambda: store.search_messages(sid, query, limit=10), ctx.repeat)
+        samples = times_ms(lambda: store.search.messages(sid, query, limit=10), ctx.repeat)
         baseline = times_ms(lambda: like(query), max(3, ctx.repeat // 2))
-        hits = len(store.search_messages(sid, query, limit=10))
+        hits = len(store.search.messages(sid, query, limit=10))
         figures.append(Figure(f"history_search, {label}", f"{size:,} msgs, {hits} hits shown",
                               samples, "ms", "≤ 50 ms", median(samples) <= 50, "LIKE scan",
                               baseline))

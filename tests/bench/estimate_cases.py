@@ -24,6 +24,7 @@ from picochat.storage.store import open_store
 from tests.bench.data import checkpoint, fill
 from tests.bench.engine_cases import SYSTEM, TOOLS
 from tests.bench.timing import Figure
+from tests.helpers.storage import append_message
 
 CODE_FILES = ("picochat/budget.py", "picochat/projection.py", "picochat/storage/store.py")
 
@@ -40,19 +41,19 @@ def _drafts(folder: Path) -> dict[str, RequestDraft]:
     paragraphs = [p for p in (root / "README.md").read_text(encoding="utf-8").split("\n\n")
                   if p.strip()]
     for i, para in enumerate(paragraphs):
-        store.append_message(prose, "user" if i % 2 == 0 else "assistant", para,
-                             turn_id=f"t{i // 2}")
+        append_message(store, prose, "user" if i % 2 == 0 else "assistant", para,
+                       turn_id=f"t{i // 2}")
     code = store.create_session("code").id
     for i, name in enumerate(CODE_FILES):
         call = {"id": f"c{i}", "type": "function",
                 "function": {"name": "read_file", "arguments": json.dumps({"path": name})}}
-        store.append_message(code, "user", f"What does {name} do?", turn_id=f"t{i}")
-        store.append_message(code, "assistant", "", tool_calls=[call], turn_id=f"t{i}")
-        store.append_message(code, "tool", (root / name).read_text(encoding="utf-8"),
-                             tool_call_id=f"c{i}", name="read_file", turn_id=f"t{i}",
-                             tool_status="ok")
-        store.append_message(code, "assistant", f"{name} holds the storage layer's rules; "
-                             "see `Store.append_message` and `restore`.", turn_id=f"t{i}")
+        append_message(store, code, "user", f"What does {name} do?", turn_id=f"t{i}")
+        append_message(store, code, "assistant", "", tool_calls=[call], turn_id=f"t{i}")
+        append_message(store, code, "tool", (root / name).read_text(encoding="utf-8"),
+                       tool_call_id=f"c{i}", name="read_file", turn_id=f"t{i}",
+                       tool_status="ok")
+        append_message(store, code, "assistant", f"{name} holds the storage layer's rules; "
+                       "see `Store.append_message` and `restore`.", turn_id=f"t{i}")
     drafts = {k: RequestDraft(SYSTEM, restore(store, sid), TOOLS, "And what changed since?")
               for k, sid in (("synthetic chat + tools", chat), ("README prose", prose),
                              ("code", code))}

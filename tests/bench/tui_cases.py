@@ -28,6 +28,7 @@ from tests.bench.data import session_with, text
 from tests.bench.process_cases import (Terminal, at_this_speed, bare_app, fake_model_env,
                                        litellm_ready_at, picochat_command, python_env, rss_mb)
 from tests.bench.timing import Figure
+from tests.helpers.storage import append_message
 
 MARKER = "zulu-marker-final-answer"
 RATE = 1_000  # tokens per second, a fast model's pace
@@ -55,8 +56,8 @@ def tui_open(ctx: Any) -> list[Figure]:
     data.mkdir(parents=True, exist_ok=True)
     store, sid = session_with(data, "picochat", size, tail=tail)  # data/picochat.db
     store.rename_session(sid, "big")
-    store.append_message(sid, "user", "and the last question?", turn_id="last")
-    store.append_message(sid, "assistant", f"The last answer: {MARKER}.", turn_id="last")
+    append_message(store, sid, "user", "and the last question?", turn_id="last")
+    append_message(store, sid, "assistant", f"The last answer: {MARKER}.", turn_id="last")
     total = store.max_seq(sid)
     store.close()
     log = data / "picochat.log"

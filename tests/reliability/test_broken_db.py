@@ -53,19 +53,19 @@ COMMANDS = [(("ask", "hello again"), "ask"), (("history",), "history"),
             ((), "app")]
 
 # The real CLI, with SQLite's "database or disk is full" arriving at a chosen write: just before
-# Store.append_message stores a message of role $PICOCHAT_TEST_FULL_AT, the connection may grow
+# Store.append_messages stores a message of role $PICOCHAT_TEST_FULL_AT, the connection may grow
 # no further (`max_page_count` = its current size). Everything else is the CLI as shipped.
 FULL_DISK_CLI = """
 import os, sys
 from picochat.storage.store import Store
 _append = Store.append_messages
-def append_messages(self, session_id, drafts, **kwargs):
-    drafts = list(drafts)
-    if any(d.role == os.environ["PICOCHAT_TEST_FULL_AT"] for d in drafts):
-        with self._lock:
-            pages = self._conn.execute("PRAGMA page_count").fetchone()[0]
-            self._conn.execute(f"PRAGMA max_page_count = {pages}")
-    return _append(self, session_id, drafts, **kwargs)
+def append_messages(self, session_id, messages, **kwargs):
+    messages = list(messages)
+    if any(m.role == os.environ["PICOCHAT_TEST_FULL_AT"] for m in messages):
+        with self.core._lock:
+            pages = self.core._conn.execute("PRAGMA page_count").fetchone()[0]
+            self.core._conn.execute(f"PRAGMA max_page_count = {pages}")
+    return _append(self, session_id, messages, **kwargs)
 Store.append_messages = append_messages
 from picochat.cli.main import main
 raise SystemExit(main(sys.argv[1:]))

@@ -35,6 +35,7 @@ from tests.fake_openai import (  # noqa: F401  (fixture)
 )
 from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, write_config
 from tests.waiting import WAIT_S, wait_until
+from tests.helpers.storage import append_message
 
 pytestmark = pytest.mark.reliability
 
@@ -119,9 +120,9 @@ def seed(db: Path, turns: int, words: int = 12, start: int = 0) -> str:
         sid = found.id if found else store.create_session("s").id
         for i in range(start, start + turns):
             filler = " ".join(f"w{i}x{j}" for j in range(words))
-            store.append_message(sid, "user", f"seed question {i}: {filler}", turn_id=f"t_s{i}")
-            store.append_message(sid, "assistant", f"seed answer {i}: {filler}",
-                                 turn_id=f"t_s{i}")
+            append_message(store, sid, "user", f"seed question {i}: {filler}", turn_id=f"t_s{i}")
+            append_message(store, sid, "assistant", f"seed answer {i}: {filler}",
+                           turn_id=f"t_s{i}")
         return sid
     finally:
         store.close()

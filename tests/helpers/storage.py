@@ -1,0 +1,42 @@
+"""Writing rows the way picochat's writers do, in one call: tests build histories with these.
+
+`Store` inserts what it is given; a message's derived data (clean text, token count,
+statements) is its writer's to compute. Tests append many messages by hand, so the keyword
+form lives here, not on `Store`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from picochat.messages import COMPLETE, Message, NewMessage
+from picochat.prepare import prepare
+from picochat.storage.store import Store
+
+
+def append_message(
+    store: Store,
+    session_id: str,
+    role: str,
+    content: str,
+    *,
+    tool_calls: Sequence[dict[str, Any]] | None = None,
+    tool_call_id: str | None = None,
+    name: str | None = None,
+    turn_id: str | None = None,
+    tool_status: str | None = None,
+    status: str = COMPLETE,
+    token_count: int | None = None,
+    reasoning: str | None = None,
+) -> Message:
+    """Append one message; its seq comes from the durable maximum inside the transaction."""
+    calls = tuple(dict(c) for c in tool_calls) if tool_calls else None
+    return append_messages(store, session_id, [NewMessage(
+        role, content, calls, tool_call_id, name, turn_id, tool_status, status,
+        token_count, reasoning)])[0]
+
+
+def append_messages(store: Store, session_id: str, news: Iterable[NewMessage], *,
+                    if_draft: str | None = None) -> list[Message]:
+    """Append `news` in one transaction, each prepared as picochat's writers prepare it."""
+    return store.append_messages(session_id, [prepare(n) for n in news], if_draft=if_draft)
