@@ -67,6 +67,7 @@ from picochat.storage.store import Store
 from picochat.tools.access import FileAccess
 from picochat.tools.base import ERROR, ToolContext, ToolResult
 from picochat.tools.registry import call_detail, run_tool
+from picochat.traits import TraitsLearner
 from picochat.turn_events import (
     Compacted,
     CompactionStarted,
@@ -85,8 +86,8 @@ from picochat.turn_events import (
 class TurnContext(Protocol):
     """What a turn needs of its session, and all it may touch (`SessionWorker` is one). The
     turn reads the session's state and settings, asks it for the next request's draft and
-    budget, hands it what the model's server taught (`learn_*`, `refit`, `refuse_tools`:
-    kept by the session for later turns and processes), and asks it to compact."""
+    budget, hands its `traits` what the model's server taught (kept for later turns and
+    processes), and asks it to compact."""
 
     store: Store
     session_id: str
@@ -95,6 +96,7 @@ class TurnContext(Protocol):
     total_timeout: float
     tool_root: Path
     tools: tuple[dict[str, Any], ...]
+    traits: TraitsLearner  # what the model's server taught: window, tools, calibration
 
     @property
     def file_access(self) -> FileAccess: ...
@@ -111,13 +113,6 @@ class TurnContext(Protocol):
     async def compact_now(self, reason: TriggerReason, *, focus: str | None = None,
                           mode: CompactMode = CompactMode.SUMMARY,
                           everything: bool = False) -> CompactOutcome: ...
-
-    # what the server taught
-    async def learn_from_reply(self, usage: Usage | None,
-                               draft: RequestDraft | None) -> None: ...
-    async def learn_window(self, exc: ContextOverflow) -> bool: ...
-    async def refit(self, exc: ContextOverflow) -> bool: ...
-    async def refuse_tools(self, handle: TurnHandle) -> None: ...
 
     # what a quit could not save
     def not_saved(self, handle: TurnHandle) -> None: ...
@@ -279,7 +274,8 @@ class TurnRun:
         except Exception as exc:  # a bug, not a provider problem: still keep the user's data
             await self._fail(internal_error(exc, self.session_id, self.turn_id))
             return
-        await self.worker.learn_from_reply(self.usage, draft if self.steps == 0 else None)
+        await self.worker.traits.learn_from_reply(self.usage,
+                                                  draft if self.steps == 0 else None)
         usage = self.usage
         assert self.user is not None  # the turn began with it
         log.info("turn_ok session=%s turn=%s user_seq=%d assistant_seq=%d tool_steps=%d "
@@ -306,7 +302,8 @@ class TurnRun:
             except ToolsUnsupported:
                 if not draft.tools or self.parts:
                     raise
-                await self.worker.refuse_tools(self.handle)  # this request again, without tools
+                # this request again, without tools
+                await self.worker.traits.refuse_tools(self.handle._emit)
                 continue
             except RateLimited as exc:
                 if self.retries.waited or self.parts:
@@ -341,17 +338,30 @@ class TurnRun:
                 raise ContextOverflow("the request is still too long for the model after "
                                       "leaving out the earlier turns", exc.window,
                                       STILL_TOO_LONG_HINT) from None
-            await self.worker.learn_window(exc)
+            await self.worker.traits.learn_window(exc.window)
             self.retries.local = True
             return None
         if self.retries.compacted:
             raise ContextOverflow("the request is still too long for the model after "
                                   "compacting once", exc.window, STILL_TOO_LONG_HINT) from None
-        if not self.retries.refitted and await self.worker.refit(exc):
+        if not self.retries.refitted and await self._refit(exc):
             self.retries.refitted = True  # the same messages, with an answer cap that fits
             return None
         self.retries.compacted = True
         return await self._recover_overflow(exc)
+
+    async def _refit(self, exc: ContextOverflow) -> bool:
+        """Whether the refused request is worth sending again unchanged but for its answer cap:
+        with its cap it asked for more than the window the server stated (now learned), and
+        the same messages sit under the threshold of that window, so the cap the new window
+        gives leaves room. No summary, no trim: nothing needed folding."""
+        if not exc.window or not exc.asked or exc.asked <= exc.window:
+            return False
+        await self.worker.traits.learn_window(exc.window)
+        if self.worker.limits.window > exc.window or self.worker.budget().should_compact(True):
+            return False
+        log.info("overflow_refit session=%s window=%d", self.session_id, exc.window)
+        return True
 
     def _ignore_calls(self, step: Step) -> None:
         """Tool calls from a request that offered no tools are never run: the turn ends with
@@ -535,7 +545,7 @@ class TurnRun:
     async def _recover_overflow(self, exc: ContextOverflow) -> ContextProjection:
         """Recompute with the stated window, one summary unless this turn tried one, else a
         degraded whole-turn trim; the caller retries exactly once."""
-        await self.worker.learn_window(exc)
+        await self.worker.traits.learn_window(exc.window)
         tried = any(o.summary_called for o in self.compactions)
         outcome = await self._compact(TriggerReason.OVERFLOW,
                                       CompactMode.TRIM if tried else CompactMode.SUMMARY_OR_TRIM)
