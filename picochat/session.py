@@ -6,9 +6,9 @@ submit work and await results; a turn (`TurnRun`, in picochat.turn) streams type
 (picochat.turn_events) that the CLI prints and the TUI renders. `/compact`, `/uncompact`,
 `/clear` and undo are queued like turns, so none of them races a running turn.
 
-The worker also keeps what the session's model taught it by failing: a smaller window its
-server stated (remembered per model and server, so the next process starts with it), that the
-server refuses tools, and how the provider counts the prompt (the calibration of the estimate).
+What the session's model taught it by failing (a smaller window its server stated, that the
+server refuses tools, how the provider counts the prompt) is kept by its `TraitsLearner`
+(picochat.traits), which a running turn teaches.
 
 Every write goes through `Store.io`, on the store's own thread: a write waiting for another
 process's lock never freezes the event loop (the app's keys and screen) meanwhile.
@@ -45,8 +45,7 @@ from picochat.config import CompactionConfig, Config
 from picochat.context_usage import ContextPanel, ContextUsage, context_series
 from picochat.errors import PicochatError, PinRefused
 from picochat.job_queue import JobQueue
-from picochat.messages import (Checkpoint, Message, ModelTraits, NewMessage, Pin, Session,
-                               TriggerReason)
+from picochat.messages import (Checkpoint, Message, NewMessage, Pin, Session, TriggerReason)
 from picochat.prepare import prepare
 from picochat.models import (
     SUMMARY_MODEL_KEY,
@@ -57,13 +56,12 @@ from picochat.models import (
 )
 from picochat.pins import pin_problem
 from picochat.projection import ContextProjection, project, restore
-from picochat.providers.base import Provider, TextDelta, ThinkingDelta, Usage
-from picochat.providers.errors import ContextOverflow
+from picochat.providers.base import Provider, TextDelta, ThinkingDelta
 from picochat.storage.search import SearchHit
-from picochat.storage.store import (Store, UncompactResult, UndoResult,
-                                     last_turn_seqs)
+from picochat.storage.store import Store, UncompactResult, UndoResult, last_turn_seqs
 from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
+from picochat.traits import MIN_LEARNED_WINDOW, TraitsLearner, remembered
 from picochat.turn import TurnRun, append_new, internal_error, settle
 from picochat.unsent import Unsent, forget, kept_answers
 from picochat.turn_events import (
@@ -95,19 +93,6 @@ log = logging.getLogger("picochat.session")
 T = TypeVar("T")
 
 TOTAL_TIMEOUT_S = 600.0
-# A stated window below this is not believed (nor remembered): it would hold no system prompt
-# and tools, and a hostile server must not shrink every later session to nothing.
-MIN_LEARNED_WINDOW = 512
-
-
-def remembered(store: Store, model: ResolvedModel) -> ResolvedModel:
-    """`model` with what its server taught earlier runs (a smaller window, no tools)."""
-    try:
-        traits = store.traits.get(model.key)
-    except PicochatError as exc:  # an unreadable table only means learning it again
-        log.warning("model_traits_unread kind=%s", exc.kind)
-        traits = ModelTraits(model.key)
-    return model.with_traits(traits)
 
 
 def note_opened(store: Store, session_id: str) -> None:
@@ -180,8 +165,8 @@ class SessionWorker:
                  summary_provider: Provider | None = None) -> None:
         self.store = store
         self.session_id = session_id
-        self.provider = provider
-        self.model = remembered(store, model)  # with what its server taught earlier runs
+        # the model with what its server taught, this run and earlier ones
+        self.traits = TraitsLearner(store, model, provider, session_id)
         # None: the chat model writes the summaries
         self.summary_model = summary_model and remembered(store, summary_model)
         self._summary_provider = summary_provider  # opened on the first summary, closed with us
@@ -195,8 +180,6 @@ class SessionWorker:
         self.reads_files = any(t["function"]["name"] == "read_file" for t in tools)
         self.tools = tools if self.file_access.on else tuple(  # OpenAI-format schemas
             t for t in tools if t["function"]["name"] != "read_file")
-        self.last_usage: Usage | None = None
-        self.calibration: Calibration | None = None  # the last request's reported prompt size
         self._jobs = JobQueue(f"session-{session_id}")
         self._current: TurnHandle | None = None
         self.unsaved: list[Unsent] = []  # sent while closing, and not saved
@@ -205,14 +188,25 @@ class SessionWorker:
     @property
     def model(self) -> ResolvedModel:
         """The chat model with what its server taught (a learned window, tools refused)."""
-        return self._model
+        return self.traits.model
 
-    @model.setter
-    def model(self, model: ResolvedModel) -> None:
-        """The provider's per-request options follow it: an Ollama server's `num_ctx` is
-        the window the budget works with, learned or configured, never an older one."""
-        self._model = model
-        self.provider.set_options(model.provider_options)
+    @property
+    def provider(self) -> Provider:
+        """The chat model's provider (its options follow the model: `TraitsLearner`)."""
+        return self.traits.provider
+
+    @provider.setter
+    def provider(self, provider: Provider) -> None:
+        self.traits.provider = provider
+
+    @property
+    def calibration(self) -> Calibration | None:
+        """The last request's reported prompt size, while it still describes the next."""
+        return self.traits.calibration
+
+    @calibration.setter
+    def calibration(self, calibration: Calibration | None) -> None:
+        self.traits.calibration = calibration
 
     @property
     def file_access(self) -> FileAccess:
@@ -543,7 +537,7 @@ class SessionWorker:
                     "shorten it, or unpin one (/pins or picochat pins lists them)"
                     if current else "pin a shorter statement")
         pin = self.store.add_pin(self.session_id, text, pin_tokens, source_seq, check=fits)
-        self.calibration = None
+        self.traits.forget_calibration()
         log.info("pin session=%s number=%d tokens=%d from_seq=%s", self.session_id,
                  pin.number, pin.tokens, source_seq)
         return pin
@@ -553,7 +547,7 @@ class SessionWorker:
         if pin is None:
             numbers = ", ".join(f"#{p.number}" for p in self.pins()) or "none"
             raise PinRefused(f"no pin #{number} in this session (pins in force: {numbers})")
-        self.calibration = None
+        self.traits.forget_calibration()
         log.info("unpin session=%s number=%d", self.session_id, number)
         return pin
 
@@ -663,77 +657,3 @@ class SessionWorker:
             # the advice says which other model: the gate's generic "use another model" goes
             hint = (rejected.hint or "").replace(RETRY, "").strip("; ")
             rejected.hint = f"{hint}; {advice}" if hint else advice
-
-    # --- what the model's server teaches, kept for later turns and processes -------------------
-
-    async def learn_window(self, exc: ContextOverflow) -> bool:
-        """A window the provider stated is the truth from now on (only smaller),
-        and remembered for this model on this server, so the next process starts with it."""
-        self.calibration = None
-        if not exc.window or exc.window >= self.model.usable_window:
-            return False
-        if exc.window < MIN_LEARNED_WINDOW:  # no real model; a hostile or broken server
-            log.warning("window_not_learned session=%s window=%d", self.session_id, exc.window)
-            return False
-        model = self.model
-        self.model = dataclasses.replace(model, learned_window=exc.window)
-        log.info("window_learned session=%s window=%d configured=%d", self.session_id,
-                 exc.window, model.model_window)
-        try:
-            await self.store.io(self.store.traits.learn_window, model.key, exc.window,
-                                model.model_window)
-        except PicochatError as e:  # remembered for this process at least
-            log.warning("window_not_saved session=%s kind=%s", self.session_id, e.kind)
-        return True
-
-    async def refit(self, exc: ContextOverflow) -> bool:
-        """Whether the refused request is worth sending again unchanged but for its answer cap:
-        with its cap it asked for more than the window the server stated (now learned), and
-        the same messages sit under the threshold of that window, so the cap the new window
-        gives leaves room. No summary, no trim: nothing needed folding."""
-        if not exc.window or not exc.asked or exc.asked <= exc.window:
-            return False
-        await self.learn_window(exc)
-        if self.limits.window > exc.window or self.budget().should_compact(True):
-            return False
-        log.info("overflow_refit session=%s window=%d", self.session_id, exc.window)
-        return True
-
-    async def check_learned_window(self, usage: Usage | None) -> None:
-        """A server that took a prompt larger than the window it once stated has grown (its
-        context was raised): the learned window is forgotten."""
-        learned = self.model.learned_window
-        if learned is None or usage is None or usage.prompt_tokens <= learned:
-            return
-        self.model = dataclasses.replace(self.model, learned_window=None)
-        log.info("window_forgotten session=%s prompt_tokens=%d learned=%d", self.session_id,
-                 usage.prompt_tokens, learned)
-        try:
-            await self.store.io(self.store.traits.learn_window, self.model.key, None, None)
-        except PicochatError as e:
-            log.warning("window_not_saved session=%s kind=%s", self.session_id, e.kind)
-
-    async def refuse_tools(self, handle: TurnHandle) -> None:
-        """The server refuses requests that offer tools: off for this model from now on
-        (remembered), said once, and this request sent again without them."""
-        self.model = dataclasses.replace(self.model, tools_refused=True)
-        self.calibration = None
-        log.info("tools_refused session=%s", self.session_id)
-        handle._emit(Notice("tools_off", (
-            f"{self.model.name}'s server refuses requests that offer tools: picochat sends "
-            "it none from now on (history_search and the other tools are off for it; to "
-            "turn them off for every model, set [tools] enabled = [])")))
-        try:
-            await self.store.io(self.store.traits.refuse_tools, self.model.key)
-        except PicochatError as e:
-            log.warning("tools_refusal_not_saved session=%s kind=%s", self.session_id, e.kind)
-
-    async def learn_from_reply(self, usage: Usage | None, draft: RequestDraft | None) -> None:
-        """After an answer: the usage it reported, the learned window checked against it, and
-        the calibration of the estimate (`draft`: the request, when it held no tool rounds)."""
-        self.last_usage = usage
-        await self.check_learned_window(usage)
-        if usage is not None and usage.prompt_tokens > 0 and draft is not None:
-            info = self.provider.info
-            self.calibration = Calibration(draft.key(info.provider_kind, info.model),
-                                           usage.prompt_tokens)

@@ -6,17 +6,11 @@ the provider is called; a failed or cancelled turn keeps it, keeps any partial a
 interrupted) and says what happened. While an answer streams, its text so far is saved as a
 draft about once a second, so a process killed mid-answer loses at most that much.
 
-How a turn recovers, each at most once:
-- before sending, a draft over the threshold is compacted (auto compaction); one over the hard
-  window is compacted even with auto compaction off, with a degraded trim if no summary comes;
-- a provider that says the request is too long: first the window it stated is learned; if
-  only the answer cap was too large, the same messages go again with a cap that fits; else the
-  context is compacted (a summary unless this turn already tried one, else a degraded trim) and
-  the request is sent once more;
-- after tools ran, the turn is never restarted from the durable history: an overflow gets one
-  request-local retry that leaves out the earlier turns (and shortens old tool results first);
-- a 429/503/529 gets one wait (its Retry-After, up to a limit) and one more request;
-- a server that refuses tools gets the request again without them (and never again with them).
+How a turn recovers, each way at most once (a compaction before sending; a request refused as
+too long, rate limited, or for the tools it offers), and what fails it at once, is decided by
+picochat.recovery, whose docstring has the rules, and done here. After tools ran, the turn is
+never restarted from the durable history: an overflow gets one request-local retry that leaves
+out the earlier turns.
 Tool calls run at most MAX_TOOL_STEPS rounds, MAX_CALLS_PER_ROUND calls a reply and
 MAX_CALLS_PER_TURN a turn (a flood of calls is not run, and the model is told); the request after
 that offers no tools, and calls that still come back are never run. Tool results are cut for a
@@ -64,10 +58,13 @@ from picochat.providers.errors import (
     RateLimited,
     ToolsUnsupported,
 )
+from picochat.recovery import (Action, Do, Failure, Happened, Situation, Spent, before_send,
+                               next_action)
 from picochat.storage.store import Store
 from picochat.tools.access import FileAccess
 from picochat.tools.base import ERROR, ToolContext, ToolResult
 from picochat.tools.registry import call_detail, run_tool
+from picochat.traits import TraitsLearner
 from picochat.turn_events import (
     Compacted,
     CompactionStarted,
@@ -86,8 +83,8 @@ from picochat.turn_events import (
 class TurnContext(Protocol):
     """What a turn needs of its session, and all it may touch (`SessionWorker` is one). The
     turn reads the session's state and settings, asks it for the next request's draft and
-    budget, hands it what the model's server taught (`learn_*`, `refit`, `refuse_tools`:
-    kept by the session for later turns and processes), and asks it to compact."""
+    budget, hands its `traits` what the model's server taught (kept for later turns and
+    processes), and asks it to compact."""
 
     store: Store
     session_id: str
@@ -96,6 +93,7 @@ class TurnContext(Protocol):
     total_timeout: float
     tool_root: Path
     tools: tuple[dict[str, Any], ...]
+    traits: TraitsLearner  # what the model's server taught: window, tools, calibration
 
     @property
     def file_access(self) -> FileAccess: ...
@@ -113,13 +111,6 @@ class TurnContext(Protocol):
                           mode: CompactMode = CompactMode.SUMMARY,
                           everything: bool = False) -> CompactOutcome: ...
 
-    # what the server taught
-    async def learn_from_reply(self, usage: Usage | None,
-                               draft: RequestDraft | None) -> None: ...
-    async def learn_window(self, exc: ContextOverflow) -> bool: ...
-    async def refit(self, exc: ContextOverflow) -> bool: ...
-    async def refuse_tools(self, handle: TurnHandle) -> None: ...
-
     # what a quit could not save
     def not_saved(self, handle: TurnHandle) -> None: ...
     def answer_not_saved(self, turn_id: str, text: str) -> None: ...
@@ -128,19 +119,16 @@ log = logging.getLogger("picochat.session")
 T = TypeVar("T")
 
 DRAFT_EVERY_S = 1.0          # how often the answer being streamed is saved as a draft
-RETRY_WAIT_DEFAULT_S = 5.0   # a 429/503/529 that names no Retry-After
-RETRY_WAIT_LIMIT_S = 30.0    # a longer Retry-After fails the turn: waiting is the user's call
 STILL_TOO_LONG_HINT = "shorten the message, /clear, or switch to a model with a larger window"
+# what made the turn fail, as the user reads it (the provider's own error says it otherwise)
+STILL_TOO_LONG = {Failure.STILL_TOO_LONG: "compacting once",
+                  Failure.STILL_TOO_LONG_ALONE: "leaving out the earlier turns"}
+HAPPENED = ((ContextOverflow, Happened.OVERFLOW), (RateLimited, Happened.RATE_LIMITED),
+            (ToolsUnsupported, Happened.TOOLS_REFUSED))
 
 
-@dataclass
-class Retries:
-    """The one-shot recoveries a turn may spend (module docstring): each is used at most once."""
-
-    compacted: bool = False   # the overflow recovery by compaction, before any tool ran
-    local: bool = False       # the request-local retry after a tool round ran
-    waited: bool = False      # the wait for a rate-limited or overloaded provider
-    refitted: bool = False    # the resend with an answer cap that fits a learned window
+class EmptyReply(ProviderError):
+    """The model answered nothing: no text, no tool call."""
 
 
 @dataclass(frozen=True)
@@ -227,7 +215,7 @@ class TurnRun:
         self.turn_id = handle.turn_id
         self.parts: list[str] = []          # the answer's text so far (unsaved)
         self.compactions: list[CompactOutcome] = []
-        self.retries = Retries()
+        self.spent = Spent()                # the one-shot recoveries used (picochat.recovery)
         self.steps = 0                      # tool rounds run
         self.calls_run = 0                  # tool calls run (MAX_CALLS_PER_TURN)
         self.call_ids: set[str] = set()     # ids given this turn's calls: kept unique
@@ -273,8 +261,6 @@ class TurnRun:
         try:
             draft, step = await self._answer()
             reply = "".join(self.parts)
-            if not reply.strip():
-                raise ProviderError("the model returned an empty reply", "try again")
             # a stop pressed while the whole answer is being saved comes too late: it is saved
             [assistant], _ = await self._settle(
                 append_new, self.store, self.session_id,
@@ -289,7 +275,8 @@ class TurnRun:
         except Exception as exc:  # a bug, not a provider problem: still keep the user's data
             await self._fail(internal_error(exc, self.session_id, self.turn_id))
             return
-        await self.worker.learn_from_reply(self.usage, draft if self.steps == 0 else None)
+        await self.worker.traits.learn_from_reply(self.usage,
+                                                  draft if self.steps == 0 else None)
         usage = self.usage
         assert self.user is not None  # the turn began with it
         log.info("turn_ok session=%s turn=%s user_seq=%d assistant_seq=%d tool_steps=%d "
@@ -313,19 +300,10 @@ class TurnRun:
                 draft = dataclasses.replace(draft, tools=())
             try:
                 step = await self._stream(draft)
-            except ToolsUnsupported:
-                if not draft.tools or self.parts:
-                    raise
-                await self.worker.refuse_tools(self.handle)  # this request again, without tools
-                continue
-            except RateLimited as exc:
-                if self.retries.waited or self.parts:
-                    raise
-                self.retries.waited = True
-                await self._wait_to_retry(exc)
-                continue
-            except ContextOverflow as exc:
-                recovered = await self._recover(exc)
+                if not step.calls and not "".join(self.parts).strip():
+                    raise EmptyReply("the model returned an empty reply", "try again")
+            except (ContextOverflow, RateLimited, ToolsUnsupported, EmptyReply) as exc:
+                recovered = await self._recover(exc, draft)
                 if recovered is not None:
                     projection = recovered
                 continue
@@ -339,29 +317,69 @@ class TurnRun:
             await self._run_tools(step)
             projection = self.worker.projection()
 
-    async def _recover(self, exc: ContextOverflow) -> ContextProjection | None:
-        """The provider said the request is too long: spend the recovery this turn still has
-        (module docstring), or raise. Returns the compacted context, or None to resend."""
-        if self.parts:
-            raise exc
-        if exc.misfit and (self.retries.compacted or self.retries.local):  # the window is
-            raise exc  # wrong: its own line says so; "still too long" would mislead
-        if self.steps > 0:  # tools ran: never restart the turn from durable history
-            if self.retries.local:
-                raise ContextOverflow("the request is still too long for the model after "
-                                      "leaving out the earlier turns", exc.window,
-                                      STILL_TOO_LONG_HINT) from None
-            await self.worker.learn_window(exc)
-            self.retries.local = True
-            return None
-        if self.retries.compacted:
-            raise ContextOverflow("the request is still too long for the model after "
-                                  "compacting once", exc.window, STILL_TOO_LONG_HINT) from None
-        if not self.retries.refitted and await self.worker.refit(exc):
-            self.retries.refitted = True  # the same messages, with an answer cap that fits
-            return None
-        self.retries.compacted = True
-        return await self._recover_overflow(exc)
+    async def _recover(self, exc: ProviderError, draft: RequestDraft
+                       ) -> ContextProjection | None:
+        """`draft` failed with `exc`: do what picochat.recovery says this turn still has for
+        it, or raise. Returns the compacted context, or None to build the request again."""
+        situation = self._situation(exc, draft)
+        window = exc.window if isinstance(exc, ContextOverflow) else None
+        while True:
+            action = next_action(situation)
+            self.spent = self.spent.after(action)
+            if action.learn:
+                await self.worker.traits.learn_window(window)
+            if action.do is Do.FAIL:
+                if action.failure is Failure.AS_IS:
+                    raise exc
+                raise self._too_long(action.failure, exc, window) from None
+            if action.do is Do.MEASURE:  # the window is learned: do the same messages fit it?
+                assert window is not None
+                fits = not (self.worker.limits.window > window
+                            or self.worker.budget().should_compact(True))
+                situation = dataclasses.replace(situation, fits_learned=fits)
+                continue
+            if action.do is Do.COMPACT:
+                outcome = await self._compact(action)
+                if outcome.compacted:
+                    return outcome.projection
+                situation = dataclasses.replace(situation, happened=Happened.NOT_COMPACTED)
+                continue
+            if action.do is Do.WAIT:  # said to the user; a stop meanwhile ends the turn as usual
+                log.info("retry_wait session=%s kind=%s seconds=%g", self.session_id, exc.kind,
+                         action.wait_s)
+                self.handle._emit(RetryWaiting(action.wait_s, exc))
+                await asyncio.sleep(action.wait_s)
+            elif action.do is Do.WITHOUT_TOOLS:
+                await self.worker.traits.refuse_tools(self.handle._emit)
+            elif action.do is Do.REFIT:
+                log.info("overflow_refit session=%s window=%s", self.session_id, window)
+            return None  # and the request is built again (THIS_TURN_ONLY: `_request_view`)
+
+    def _situation(self, exc: ProviderError, draft: RequestDraft) -> Situation:
+        """What `exc` says happened to `draft`, and where this turn stands."""
+        happened = next((h for kind, h in HAPPENED if isinstance(exc, kind)), Happened.EMPTY)
+        over = isinstance(exc, ContextOverflow) and bool(
+            exc.window and exc.asked and exc.asked > exc.window)
+        return Situation(happened, self.spent, streamed=bool(self.parts),
+                         tools_offered=bool(draft.tools), tools_ran=self.steps > 0,
+                         summary_tried=any(o.summary_called for o in self.compactions),
+                         misfit=isinstance(exc, ContextOverflow) and exc.misfit,
+                         asked_over_stated=over,
+                         retry_after=exc.retry_after if isinstance(exc, RateLimited) else None)
+
+    def _too_long(self, failure: Failure | None, exc: ProviderError, window: int | None
+                  ) -> ContextOverflow:
+        """The line of an overflow the turn could not recover from."""
+        if failure in STILL_TOO_LONG:
+            return ContextOverflow("the request is still too long for the model after "
+                                   f"{STILL_TOO_LONG[failure]}", window, STILL_TOO_LONG_HINT)
+        outcome = self.compactions[-1]  # Failure.NOT_FIT: the overflow's compaction failed
+        reason = outcome.error.message if outcome.error else "no summary"
+        # a trim's own line names the real cause and its remedy (a misfit's is in its message)
+        hint = (outcome.error.hint if isinstance(outcome.error, TrimImpossible)
+                else "shorten the message, or switch to a model with a larger window")
+        return ContextOverflow(f"{exc.message}, and compacting could not make it fit "
+                               f"({reason})", window, hint)
 
     def _ignore_calls(self, step: Step) -> None:
         """Tool calls from a request that offered no tools are never run: the turn ends with
@@ -383,7 +401,7 @@ class TurnRun:
         assert self.user is not None
         if self.steps == 0:
             return projection
-        if self.retries.local:
+        if self.spent.local:
             projection = this_turn_only(projection, self.user.seq)
 
         def fits(view: ContextProjection) -> bool:
@@ -425,18 +443,6 @@ class TurnRun:
                                 "ask again, or ask for less at once")
         steps = assemble_tool_calls(calls, self.turn_id, self.steps) if calls else ()
         return Step(reply.usage, steps, reply.finish, reply.thinking)
-
-    async def _wait_to_retry(self, exc: RateLimited) -> None:
-        """One bounded wait before the one retry a 429, 503 or 529 earns: the provider's
-        Retry-After when it gives one, up to RETRY_WAIT_LIMIT_S; longer than that, the turn
-        fails and its line says when to retry."""
-        seconds = exc.retry_after if exc.retry_after is not None else RETRY_WAIT_DEFAULT_S
-        if seconds > RETRY_WAIT_LIMIT_S:
-            raise exc
-        seconds = max(0.0, seconds)
-        log.info("retry_wait session=%s kind=%s seconds=%g", self.session_id, exc.kind, seconds)
-        self.handle._emit(RetryWaiting(seconds, exc))
-        await asyncio.sleep(seconds)
 
     # --- tools ---------------------------------------------------------------------------------
 
@@ -530,36 +536,20 @@ class TurnRun:
             log.warning("projection_repaired session=%s repairs=%d diagnostics=%d",
                         self.session_id, len(projection.repairs), len(projection.diagnostics))
         budget = worker.budget(projection)
-        auto = budget.should_compact(worker.compaction.enabled)
-        if not auto and not budget.over_window:
+        action = before_send(auto=budget.should_compact(worker.compaction.enabled),
+                             over_window=budget.over_window,
+                             fixed_over_threshold=budget.fixed_exceeds_threshold)
+        if action.do is Do.FAIL:
+            raise FixedContextExceedsBudget(budget.parts, budget.limits.threshold)
+        if action.do is Do.SEND:
             return projection
-        if budget.fixed_exceeds_threshold:  # compacting cannot help; send if it still fits
-            if budget.over_window:
-                raise FixedContextExceedsBudget(budget.parts, budget.limits.threshold)
-            return projection
-        reason = TriggerReason.AUTO if auto else TriggerReason.OVERFLOW
-        mode = CompactMode.SUMMARY_OR_TRIM if budget.over_window else CompactMode.SUMMARY
-        outcome = await self._compact(reason, mode)
+        outcome = await self._compact(action)
         return outcome.projection  # the durable context now, committed or not
 
-    async def _recover_overflow(self, exc: ContextOverflow) -> ContextProjection:
-        """Recompute with the stated window, one summary unless this turn tried one, else a
-        degraded whole-turn trim; the caller retries exactly once."""
-        await self.worker.learn_window(exc)
-        tried = any(o.summary_called for o in self.compactions)
-        outcome = await self._compact(TriggerReason.OVERFLOW,
-                                      CompactMode.TRIM if tried else CompactMode.SUMMARY_OR_TRIM)
-        if not outcome.compacted:
-            reason = outcome.error.message if outcome.error else "no summary"
-            hint = (outcome.error.hint if isinstance(outcome.error, TrimImpossible)  # the
-                    else "shorten the message, or switch to a model with a larger window")
-            # trim's own line names the real cause and its remedy (a misfit's is in its message)
-            raise ContextOverflow(f"{exc.message}, and compacting could not make it fit "
-                                  f"({reason})", exc.window, hint)
-        return outcome.projection
-
-    async def _compact(self, reason: TriggerReason, mode: CompactMode) -> CompactOutcome:
-        """A compaction this turn runs first, announced before and after."""
+    async def _compact(self, action: Action) -> CompactOutcome:
+        """A COMPACT action: the compaction it names, announced before and after."""
+        reason, mode = action.reason, action.mode
+        assert reason is not None and mode is not None
         self.handle._emit(CompactionStarted(reason))
         outcome = await self.worker.compact_now(reason, mode=mode)
         self.compactions.append(outcome)
