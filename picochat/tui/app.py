@@ -373,8 +373,8 @@ class PicochatApp(App[None]):
                     and len(self.screen_stack) == 1):  # not under a question (ConfirmScreen)
                 self._outside_pending = False
                 log.info("outside_write session=%s", self.session.id)
+                self.refresh_status()  # the figures first: they read the store, not the screen
                 await self.reload(from_elsewhere=True)
-                self.refresh_status()
         except PicochatError as exc:
             log.warning("outside_check_failed kind=%s", exc.kind)
         finally:
