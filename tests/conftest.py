@@ -1,4 +1,6 @@
-"""Shared fixtures: a temporary data and config dir per test, and a way to run the real CLI.
+"""Shared fixtures: a temporary data and config dir per test, a way to run the real CLI, and
+the fake provider servers (tests/helpers/fakes). What test files share besides fixtures is in
+tests/helpers.
 
 No test may reach a network or a real provider: provider keys are removed from the environment
 and the offline model answers without delay.
@@ -16,7 +18,13 @@ from pathlib import Path
 import pytest
 from hypothesis.configuration import set_hypothesis_home_dir
 
+# before any helper is imported: their asserts say what failed, as a test's own do
+pytest.register_assert_rewrite("tests.helpers")
+
 from picochat.storage import open_store
+from tests.helpers.fakes.anthropic import FakeAnthropic
+from tests.helpers.fakes.ollama import FakeOllama
+from tests.helpers.fakes.openai import FakeOpenAI
 
 # Keep hypothesis's files (example database, caches) beside the tests, not at the repo's top.
 set_hypothesis_home_dir(str(Path(__file__).parent / ".hypothesis"))
@@ -81,3 +89,22 @@ def store(tmp_path: Path):
     s = open_store(tmp_path / "store" / "picochat.db")
     yield s
     s.close()
+
+
+@pytest.fixture
+def fake_openai():
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_ollama():
+    with FakeOllama() as fake:
+        fake.add_model("llama3.2", context_length=131072)
+        yield fake
+
+
+@pytest.fixture
+def fake_anthropic():
+    with FakeAnthropic() as fake:
+        yield fake

@@ -17,12 +17,11 @@ import pytest
 from picochat.providers import errors as pe
 from picochat.providers.base import ProviderRequest
 from picochat.providers.litellm_provider import LiteLLMProvider
-from tests.fake_anthropic import (
+from tests.helpers.fakes.anthropic import (
     CONTEXT_LIMIT,
     OVERLOADED,
     PROMPT_TOO_LONG,
     FakeAnthropic,
-    fake_anthropic,  # noqa: F401  (fixture)
     is_summary_request,
 )
 from tests.test_cli_litellm import NOISE, assert_clean_failure, history

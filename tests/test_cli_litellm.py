@@ -11,13 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fake_openai import (
-    AUTH_BODY,
-    CONTEXT_OVERFLOW_BODY,
-    RATE_LIMIT_BODY,
-    FakeOpenAI,
-    fake_openai,  # noqa: F401  (fixture)
-)
+from tests.helpers.fakes.openai import AUTH_BODY, CONTEXT_OVERFLOW_BODY, RATE_LIMIT_BODY, FakeOpenAI
 
 DEFAULT_PROMPT = "You are a helpful assistant."
 ENV = {"FAKE_API_KEY": "test-key"}

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from picochat.messages import NewCheckpoint
 from picochat.storage import open_store
 from picochat.textsafe import StreamCleaner, clean, json_for_terminal
-from tests.fake_openai import FakeOpenAI, _words, fake_openai  # noqa: F401  (fixture)
+from tests.helpers.fakes.openai import FakeOpenAI, _words
 from tests.test_cli_litellm import write_config
-from tests.waiting import WAIT_S
+from tests.helpers.waiting import WAIT_S
 
 ENV = {"FAKE_API_KEY": "test-key"}
 

@@ -26,19 +26,18 @@ from picochat.models import create_provider, resolve_model
 from picochat.projection import restore
 from picochat.session import CompactionStarted, SessionWorker, TurnFinished
 from picochat.storage.store import open_store
-from tests.fake_openai import (
+from tests.helpers.fakes.openai import (
     CONTEXT_OVERFLOW_BODY,
     HOLD_LIMIT_S,
     SUMMARY_HEADINGS,
     FakeOpenAI,
-    fake_openai,  # noqa: F401  (fixture)
     is_summary_request,
     previous_summary_of,
     record_seqs,
     summary_text,
     transcript_of,
 )
-from tests.waiting import WAIT_S
+from tests.helpers.waiting import WAIT_S
 
 ENV = {"FAKE_API_KEY": "test-key"}
 NOISE = ("Traceback", "Give Feedback", "Provider List", "LiteLLM")

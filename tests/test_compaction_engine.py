@@ -21,7 +21,7 @@ from picochat.compaction.transcript import UNKNOWN_TOOL_STATUS, serialize, summa
 from picochat.messages import Message
 from picochat.projection import restore
 from picochat.providers.errors import ProviderUnavailable
-from tests.scripted import Recorder, waiter, well_formed
+from tests.helpers.scripted import Recorder, waiter, well_formed
 
 FILLER = "The quick brown fox jumps over the lazy dog near port 8080. "
 

@@ -38,7 +38,7 @@ from picochat.tools.registry import BUILTIN, schemas
 from picochat.compaction.compact import CompactRequest, compact_context
 from picochat.projection import project, restore
 from picochat.storage import open_store
-from tests.scripted import Recorder, well_formed
+from tests.helpers.scripted import Recorder, well_formed
 
 SYSTEM = "You are a helpful assistant."
 WORD = "lorem "  # one o200k token a word

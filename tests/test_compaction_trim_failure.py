@@ -19,7 +19,7 @@ from picochat.messages import NewCheckpoint
 from picochat.projection import restore, summary_block
 from picochat.providers.errors import ProviderUnavailable
 from picochat.tools.registry import schemas
-from tests.scripted import Recorder, well_formed
+from tests.helpers.scripted import Recorder, well_formed
 from tests.test_compaction_engine import FILLER, talk
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from picochat.storage import open_store
 from tests.test_tui import SIZE, make_app, say, texts
-from tests.waiting import WAIT_S, settle
+from tests.helpers.waiting import WAIT_S, settle
 from picochat.tui.chat import Notice
 
 

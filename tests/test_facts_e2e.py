@@ -16,11 +16,7 @@ import pytest
 from picochat.ledger import counts
 from picochat.projection import restore
 from picochat.storage.store import open_store
-from tests.fake_openai import (
-    FakeOpenAI,
-    fake_openai,  # noqa: F401  (fixture)
-    summary_text,
-)
+from tests.helpers.fakes.openai import FakeOpenAI, summary_text
 
 TURNS = 40
 LIMITS = """

@@ -34,7 +34,7 @@ from picochat.providers.offline import OfflineProvider
 from picochat.storage import open_store
 from picochat.tools.base import ToolContext
 from picochat.tools.history import HISTORY_SEARCH
-from tests.scripted import Recorder
+from tests.helpers.scripted import Recorder
 
 SYSTEM = "You are a test assistant."
 FILLER = ("Please keep this in mind for the rest of our work together, it matters a lot to "

@@ -13,8 +13,7 @@ from picochat.session import SessionWorker
 from picochat.tools.access import file_access, secret_reason
 from picochat.tools.base import ToolContext
 from picochat.tools.registry import call_detail, run_tool, schemas, tool_label
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401
-from tests.scripted import Recorder
+from tests.helpers.scripted import Recorder
 from tests.test_cli_litellm import ENV, fake  # noqa: F401
 from tests.test_session_compaction import model
 

@@ -13,7 +13,7 @@ from picochat.projection import restore
 from picochat.storage import open_store
 from picochat.storage.schema import MIGRATIONS
 from picochat.storage.store import fts_query
-from tests.scripted import Recorder, well_formed
+from tests.helpers.scripted import Recorder, well_formed
 from tests.test_compaction_engine import talk
 
 

@@ -15,7 +15,7 @@ from picochat.storage.store import open_store
 from picochat.tui.app import PicochatApp
 from picochat.tui.screens import CardScreen
 from tests.test_tui import SIZE, say
-from tests.waiting import settle
+from tests.helpers.waiting import settle
 
 CONFIG = """\
 default_model = "small"

@@ -33,7 +33,7 @@ from picochat.storage import open_store
 from picochat.tui.chat import ChatView, Notice, UserMessage
 from picochat.tui.prompt import Prompt
 from tests.test_tui import SIZE, Slow, make_app, say
-from tests.waiting import WAIT_S, read_until, settle, wait_until, wait_until_async
+from tests.helpers.waiting import WAIT_S, read_until, settle, wait_until, wait_until_async
 
 
 # the offline model reflects the question: a long one streams for several seconds

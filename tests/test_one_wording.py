@@ -10,16 +10,10 @@ import sys
 from picochat.models import create_provider, resolve_model
 from picochat.tui.app import PicochatApp
 from picochat.tui.chat import Notice
-from tests.test_compaction_e2e import (  # noqa: F401  (fixtures)
-    clean,
-    cli_store,
-    db,
-    fake_openai,
-    seed,
-)
+from tests.test_compaction_e2e import clean, cli_store, db, seed  # noqa: F401  (fixtures)
 from tests.test_summary_model import configure, fake  # noqa: F401  (fixture)
 from tests.test_tui import SIZE, make_app, say, texts
-from tests.waiting import WAIT_S, settle
+from tests.helpers.waiting import WAIT_S, settle
 
 
 # `picochat ARGS` with a disk that is full by the time the export is written

@@ -15,17 +15,8 @@ from pathlib import Path
 
 from picochat.session import Compacted, ToolRan, TurnFailed, TurnFinished
 from picochat.tools.registry import schemas
-from tests.fake_openai import is_summary_request, prompt_tokens
-from tests.test_compaction_e2e import (  # noqa: F401  (fixtures)
-    cli_store,
-    config_text,
-    db,
-    fake,
-    fake_openai,
-    kinds,
-    make_worker,
-    seed,
-)
+from tests.helpers.fakes.openai import is_summary_request, prompt_tokens
+from tests.test_compaction_e2e import cli_store, config_text, db, fake, kinds, make_worker, seed  # noqa: F401  (fixtures)
 from tests.test_tool_loop_e2e import chains_whole
 
 TOOLS = schemas(["history_search", "timeline_recall", "read_file"])

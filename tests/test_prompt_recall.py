@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from picochat.tui.prompt import Prompt
 from tests.test_tui import SIZE, chat_once, make_app
-from tests.waiting import settle
+from tests.helpers.waiting import settle
 
 
 async def test_up_after_a_restart_recalls_the_newest_prompt_first(store):

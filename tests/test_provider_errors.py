@@ -12,9 +12,9 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.fake_openai import FakeOpenAI, fake_openai, overflow_body  # noqa: F401  (fixture)
+from tests.helpers.fakes.openai import FakeOpenAI, overflow_body
 from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, history, write_config
-from tests.waiting import WAIT_S
+from tests.helpers.waiting import WAIT_S
 
 LITELLM_WORDS = ("litellm", "OpenAIException", "APIConnectionError", "MidStreamFallback",
                  "Expecting value", "Original exception", "Connection error")

@@ -20,7 +20,7 @@ import pytest
 from picochat.config import Config
 from picochat.errors import ConfigError
 from picochat.models import create_provider, resolve_model
-from tests.fake_openai import AUTH_BODY, FakeOpenAI, fake_openai  # noqa: F401  (fixture)
+from tests.helpers.fakes.openai import AUTH_BODY, FakeOpenAI
 from tests.test_cli_litellm import assert_clean_failure
 
 ENV_KEY = "sk-user-env-key-0123456789"

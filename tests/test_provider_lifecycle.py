@@ -17,15 +17,9 @@ from picochat.messages import INTERRUPTED
 from picochat.providers.base import TextDelta
 from picochat.session import TurnFailed
 from tests.test_cli_litellm import _SITECUSTOMIZE, ENV, NOISE, history
-from tests.test_compaction_e2e import (  # noqa: F401  (fixtures)
-    cli_store,
-    db,
-    fake,
-    fake_openai,
-    make_worker,
-)
-from tests import fake_openai as fake_openai_module
-from tests.waiting import WAIT_S, read_until
+from tests.test_compaction_e2e import cli_store, db, fake, make_worker  # noqa: F401  (fixtures)
+from tests.helpers.fakes import openai as fake_openai_module
+from tests.helpers.waiting import WAIT_S, read_until
 
 BEFORE = "The first half of an answer"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from picochat.providers.errors import parse_context_window, refuses_tools
-from tests.fake_openai import FakeOpenAI, fake_openai, is_summary_request  # noqa: F401
+from tests.helpers.fakes.openai import FakeOpenAI, is_summary_request
 from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, history, write_config
 
 

@@ -21,11 +21,7 @@ from picochat.providers.base import TextDelta, ThinkingDelta
 from picochat.session import SessionWorker, TurnFailed, TurnFinished
 from picochat.storage.store import open_store
 from picochat.tools.registry import schemas
-from tests.fake_openai import (
-    FakeOpenAI,
-    fake_openai,  # noqa: F401  (fixture)
-    summary_text,
-)
+from tests.helpers.fakes.openai import FakeOpenAI, summary_text
 
 ENV = {"FAKE_API_KEY": "test-key"}
 THOUGHT = "The user asks for 2+2. Simple arithmetic: the sum is four."

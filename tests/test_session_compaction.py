@@ -15,9 +15,9 @@ from picochat.models import resolve_model
 from picochat.projection import restore
 from picochat.providers.errors import ContextOverflow, ProviderUnavailable
 from picochat.session import Compacted, CompactionStarted, SessionWorker, TurnFailed, TurnFinished
-from tests.scripted import Recorder, waiter
+from tests.helpers.scripted import Recorder, waiter
 from tests.test_compaction_engine import talk
-from tests.waiting import wait_until_async
+from tests.helpers.waiting import wait_until_async
 
 
 def model(window):

@@ -38,11 +38,11 @@ from picochat.providers.base import (
     collect,
 )
 from tests.conftest import CliResult
-from tests.fake_ollama import FakeOllama
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
+from tests.helpers.fakes.ollama import FakeOllama
+from tests.helpers.fakes.openai import FakeOpenAI
 from tests.test_cli_litellm import ENV, assert_clean_failure, history, write_config
 from tests.test_provider_errors import ask, assert_no_internals, roles
-from tests.waiting import WAIT_S
+from tests.helpers.waiting import WAIT_S
 
 MiB = 1 << 20
 HI = ProviderRequest(({"role": "user", "content": "hi"},))

@@ -23,16 +23,8 @@ from picochat.models import SUMMARY_MODEL_KEY, create_provider, resolve_model, \
     resolve_summary_model
 from picochat.providers.offline import OfflineProvider
 from picochat.session import SessionWorker, TurnFinished
-from tests.fake_openai import SUMMARY_HEADINGS, FakeOpenAI, is_summary_request
-from tests.test_compaction_e2e import (  # noqa: F401  (fixtures)
-    ENV,
-    clean,
-    cli_store,
-    db,
-    fake_openai,
-    kinds,
-    seed,
-)
+from tests.helpers.fakes.openai import SUMMARY_HEADINGS, FakeOpenAI, is_summary_request
+from tests.test_compaction_e2e import ENV, clean, cli_store, db, kinds, seed  # noqa: F401  (fixtures)
 from tests.test_config import _assert_config_error, _write
 
 

@@ -7,7 +7,7 @@ import pytest
 
 import json
 
-from tests.fake_openai import CONTEXT_OVERFLOW_BODY, FakeOpenAI, fake_openai  # noqa: F401
+from tests.helpers.fakes.openai import CONTEXT_OVERFLOW_BODY
 from tests.test_cli_litellm import ENV, NOISE, fake, history  # noqa: F401
 
 

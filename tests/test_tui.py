@@ -17,8 +17,8 @@ from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen
 from picochat.tui.status import StatusBar
-from tests.scripted import Recorder
-from tests.waiting import settle
+from tests.helpers.scripted import Recorder
+from tests.helpers.waiting import settle
 
 SIZE = (110, 36)
 SMALL_KEEP = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
@@ -740,7 +740,7 @@ async def test_an_overflow_compaction_announces_itself_and_the_answer_follows(st
 async def test_compacting_shows_its_elapsed_time_until_it_ends(store):
     import re
 
-    from tests.scripted import waiter
+    from tests.helpers.scripted import waiter
 
     release = asyncio.Event()
     app = PicochatApp(store, _long_session(store), resolve_model(SMALL_KEEP, "offline"),

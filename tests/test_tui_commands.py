@@ -16,7 +16,7 @@ async def test_undo_speaks_of_messages_and_names_a_summary_only_when_one_was_in_
     was never there); it speaks of messages, not seqs."""
     from picochat.tui.chat import Notice
     from tests.test_tui import SIZE, make_app, say, short_turns, texts
-    from tests.waiting import settle
+    from tests.helpers.waiting import settle
 
     short_turns(store, 2, "q{i}", "a{i}")
     app = make_app(store)
@@ -37,7 +37,7 @@ async def test_model_without_a_name_lists_the_configured_models(store):
     from picochat.tui.app import PicochatApp
     from picochat.tui.chat import Notice
     from tests.test_tui import SIZE, say, texts
-    from tests.waiting import settle
+    from tests.helpers.waiting import settle
 
     config = Config(default_model="small", models={
         "small": ModelConfig("small", "offline", token_limit=2000),
@@ -58,7 +58,7 @@ async def test_a_theme_picked_in_the_palette_is_remembered_in_the_config_file(st
     from picochat.config import load_config
     from picochat.paths import Paths
     from tests.test_tui import SIZE, make_app
-    from tests.waiting import settle
+    from tests.helpers.waiting import settle
 
     paths = Paths(data_dir=tmp_path / "data", config_file=tmp_path / "config.toml",
                   log_file=tmp_path / "log")
@@ -77,7 +77,7 @@ async def test_a_line_that_lands_below_a_reader_who_scrolled_up_is_announced(sto
     """Feedback out of view gets a "new below" marker; going down to it removes it."""
     from picochat.tui.chat import ChatView, NewBelow
     from tests.test_tui import SIZE, _long_session, make_app, say
-    from tests.waiting import settle
+    from tests.helpers.waiting import settle
 
     _long_session(store)
     app = make_app(store)
@@ -102,7 +102,7 @@ async def test_a_line_that_lands_below_a_reader_who_scrolled_up_is_announced(sto
 async def test_the_apps_compact_card_speaks_of_messages_not_seqs(store):
     from picochat.tui.chat import Notice
     from tests.test_tui import SIZE, _long_session, make_app, say, texts
-    from tests.waiting import settle
+    from tests.helpers.waiting import settle
 
     _long_session(store)
     app = make_app(store)

@@ -17,9 +17,9 @@ from textual.widgets import Static
 from picochat.textsafe import clean, json_for_terminal
 from picochat.tui.answer import AssistantMessage, CodeFence
 from picochat.tui.chat import ToolBlock, UserMessage
-from tests.scripted import Recorder
+from tests.helpers.scripted import Recorder
 from tests.test_tui import SIZE, chat_once, make_app, say
-from tests.waiting import settle
+from tests.helpers.waiting import settle
 
 HIDDEN = "rm -rf ~/important-data"
 LINK = f"\x1b]8;;{HIDDEN}\x1b\\ls -la\x1b]8;;\x1b\\"     # shows `ls -la`; the target is HIDDEN

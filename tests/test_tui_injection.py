@@ -27,11 +27,11 @@ from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen, ConfirmScreen, PickScreen
 from picochat.tui.status import StatusBar
-from tests.fake_openai import FakeOpenAI, fake_openai, summary_text  # noqa: F401  (fixture)
-from tests.scripted import Recorder
+from tests.helpers.fakes.openai import FakeOpenAI, summary_text
+from tests.helpers.scripted import Recorder
 from tests.test_tui import SMALL_KEEP, _long_session, make_app, say, texts
 from tests.test_tui_races import idle
-from tests.waiting import settle
+from tests.helpers.waiting import settle
 
 WIDE = (160, 40)  # wide enough that no hostile line wraps on screen
 

@@ -22,9 +22,9 @@ from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen
 from picochat.tui.status import StatusBar
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
+from tests.helpers.fakes.openai import FakeOpenAI
 from tests.test_tui import SIZE, chat_once, make_app, say, texts
-from tests.waiting import settle
+from tests.helpers.waiting import settle
 
 MANY = ["one ", "two ", "three "] + ["more "] * 1000  # far more than a test waits for
 

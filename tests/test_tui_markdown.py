@@ -137,7 +137,7 @@ def test_full_collections_wait_for_an_idle_moment(monkeypatch):
 async def test_a_streamed_answer_ends_as_the_same_text_in_any_chunking(store):
     from picochat.tui.answer import AssistantMessage, CodeFence, ProseBlock
     from tests.test_tui import SIZE, make_app
-    from tests.waiting import settle
+    from tests.helpers.waiting import settle
 
     rng = random.Random(7)
     text = ANSWER * 4
@@ -169,7 +169,7 @@ async def test_a_streamed_answer_ends_as_the_same_text_in_any_chunking(store):
 async def test_a_live_block_that_turns_into_a_fence_is_replaced_not_kept(store):
     from picochat.tui.answer import AssistantMessage, CodeFence, ProseBlock
     from tests.test_tui import SIZE, make_app
-    from tests.waiting import settle
+    from tests.helpers.waiting import settle
 
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:

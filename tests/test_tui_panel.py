@@ -18,7 +18,7 @@ from picochat.tui.prompt import Prompt
 from picochat.tui.screens import ConfirmScreen
 from tests.test_tui import SMALL_KEEP, chat_once, say
 from tests.test_tui_races import idle, type_keys
-from tests.waiting import settle
+from tests.helpers.waiting import settle
 
 BARS = " ▁▂▃▄▅▆▇█"
 

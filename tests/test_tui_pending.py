@@ -11,7 +11,7 @@ from picochat.providers.offline import OfflineProvider
 from picochat.tui.chat import AssistantMessage, ChatView, Notice
 from picochat.tui.pending import Pending
 from tests.test_tui import SIZE, answered, make_app, say
-from tests.waiting import settle
+from tests.helpers.waiting import settle
 
 
 class Held(Provider):

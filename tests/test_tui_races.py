@@ -9,8 +9,9 @@ happened, with nothing lost from the raw log.
   * quitting mid-stream exits promptly and keeps the partial answer, marked interrupted;
   * Esc and, at once, a new message: the partial is saved, the new turn runs.
 
-The providers hold an answer mid-stream on an event (tests/scripted.py `Hold`, or the fake
-OpenAI server's ("hold", ...)), so nothing here depends on timing: every wait is for a state.
+The providers hold an answer mid-stream on an event (tests/helpers/scripted.py `Hold`, or the
+fake OpenAI server's ("hold", ...)), so nothing here depends on timing: every wait is for a
+state.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from picochat.tui.chat import (
     UserMessage,
 )
 from picochat.tui.status import StatusBar
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
-from tests.scripted import Hold, Recorder, Streaming, waiter
+from tests.helpers.fakes.openai import FakeOpenAI
+from tests.helpers.scripted import Hold, Recorder, Streaming, waiter
 from tests.test_tui import SIZE, make_app, say, texts
-from tests.waiting import WAIT_S, settle
+from tests.helpers.waiting import WAIT_S, settle
 
 QUEUED_COMPACT = "/compact is queued: it runs when the current answer ends"
 

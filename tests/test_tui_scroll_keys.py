@@ -9,7 +9,7 @@ from picochat.tui.chat import PAGE, ChatView, UserMessage
 from picochat.tui.keys import help_rows
 from picochat.tui.prompt import Prompt
 from tests.test_tui import make_app
-from tests.waiting import settle
+from tests.helpers.waiting import settle
 
 SIZE = (100, 30)
 

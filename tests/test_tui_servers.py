@@ -10,10 +10,10 @@ from picochat.models import create_provider, resolve_model
 from picochat.tui.app import PicochatApp
 from picochat.tui.chat import AssistantMessage, Notice
 from picochat.tui.status import StatusBar
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
+from tests.helpers.fakes.openai import FakeOpenAI
 from tests.test_tui import say, texts
 from tests.test_tui_races import idle
-from tests.waiting import settle
+from tests.helpers.waiting import settle
 
 SIZE = (120, 40)
 

@@ -19,10 +19,10 @@ from picochat.providers.offline import OfflineProvider
 from picochat.tui.app import PicochatApp
 from picochat.tui.status import StatusBar
 from picochat.tui.themes import bundled_dir, load_themes
-from tests.scripted import Hold, Recorder, Streaming, waiter
+from tests.helpers.scripted import Hold, Recorder, Streaming, waiter
 from tests.test_tui import _long_session, say
 from tests.test_tui_races import type_keys
-from tests.waiting import settle
+from tests.helpers.waiting import settle
 
 WIDTHS = (120, 80, 50)
 SPIN = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"  # a braille spinner: any frame of it

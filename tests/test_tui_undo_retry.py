@@ -15,10 +15,10 @@ from picochat.messages import Message
 from picochat.storage.store import open_store
 from picochat.tui.chat import Notice
 from picochat.tui.screens import ConfirmScreen
-from tests.scripted import Recorder
+from tests.helpers.scripted import Recorder
 from tests.test_tui import SIZE, chat_once, make_app, say, texts
 from tests.test_tui_races import idle
-from tests.waiting import settle
+from tests.helpers.waiting import settle
 
 # what the other process's user typed: a link escape around its first word, a bidi control
 ELSEWHERE = "\x1b]8;;https://x\x1b\\please\x1b]8;;\x1b\\ delete the old backups\u202e"

@@ -9,7 +9,7 @@ from picochat.providers.offline import OfflineProvider
 from picochat.tui.app import PicochatApp
 from picochat.tui.welcome import Welcome
 from tests.test_tui import SIZE, chat_once, make_app
-from tests.waiting import settle
+from tests.helpers.waiting import settle
 
 
 def shown(app) -> str:

@@ -37,7 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from tests.fake_openai import is_summary_request
+from tests.helpers.fakes.openai import is_summary_request
 
 VLLM_NO_AUTO_TOOLS = (400, {
     "object": "error",

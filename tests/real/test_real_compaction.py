@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from tests.fake_openai import is_summary_request
+from tests.helpers.fakes.openai import is_summary_request
 from tests.real.conftest import ANSWER_CAP, Picochat
 from tests.real.llama_server import LlamaServer
 from tests.real.proxy import Proxy

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fake_openai import is_summary_request
+from tests.helpers.fakes.openai import is_summary_request
 from tests.fixtures import realistic_chat
 from tests.real.conftest import ANSWER_CAP, Picochat
 from tests.real.llama_server import LlamaServer

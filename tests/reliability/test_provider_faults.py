@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
+from tests.helpers.fakes.openai import FakeOpenAI
 from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, history, write_config
 
 pytestmark = pytest.mark.reliability

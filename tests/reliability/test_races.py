@@ -27,14 +27,9 @@ from picochat.messages import NewCheckpoint
 from picochat.projection import restore
 from picochat.storage import open_store
 from tests.conftest import CliResult
-from tests.fake_openai import (  # noqa: F401  (fixture)
-    FakeOpenAI,
-    fake_openai,
-    record_seqs,
-    summary_text,
-)
+from tests.helpers.fakes.openai import FakeOpenAI, record_seqs, summary_text
 from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, write_config
-from tests.waiting import WAIT_S, wait_until
+from tests.helpers.waiting import WAIT_S, wait_until
 
 pytestmark = pytest.mark.reliability
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.waiting import WAIT_S, wait_until
+from tests.helpers.waiting import WAIT_S, wait_until
 
 pytestmark = pytest.mark.reliability
 

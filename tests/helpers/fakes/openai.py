@@ -97,9 +97,7 @@ import time
 from collections import deque
 from typing import Any
 
-import pytest
-
-from tests.fake_http import Flooded, QuietHandler, Served, flood
+from tests.helpers.fakes.http import Flooded, QuietHandler, Served, flood
 
 CONTEXT_OVERFLOW_BODY = {"error": {
     "message": "This model's maximum context length is 8192 tokens. However, your messages "
@@ -591,9 +589,3 @@ class FakeOpenAI(Served):
             if item[0] == "delay" and len(item) == 2:
                 item = (*item, default)
             return item
-
-
-@pytest.fixture
-def fake_openai():
-    with FakeOpenAI() as fake:
-        yield fake
