@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 pytest.register_assert_rewrite("tests.helpers")
 
 from picochat.storage import open_store
+from tests.helpers.cli import CliResult
 from tests.helpers.fakes.anthropic import FakeAnthropic
 from tests.helpers.fakes.ollama import FakeOllama
 from tests.helpers.fakes.openai import FakeOpenAI
@@ -41,13 +41,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 _PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "PICOCHAT_MODEL", "OPENAI_BASE_URL",
                   "OPENAI_API_BASE", "OLLAMA_HOST", "OLLAMA_API_BASE")
-
-
-@dataclass(frozen=True)
-class CliResult:
-    status: int
-    stdout: str
-    stderr: str
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from picochat.providers.base import (
     ToolCallDelta,
     collect,
 )
-from tests.conftest import CliResult
+from tests.helpers.cli import CliResult
 from tests.helpers.fakes.ollama import FakeOllama
 from tests.helpers.fakes.openai import FakeOpenAI
 from tests.test_cli_litellm import ENV, assert_clean_failure, history, write_config

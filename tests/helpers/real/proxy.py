@@ -241,3 +241,9 @@ def _pieces(text: str) -> list[str]:
     if start < len(text):
         out.append(text[start:])
     return out
+
+
+def overflowed(proxy: Proxy) -> int:
+    """Requests the server refused as too long: a 400, or a 200 stream with no event at all."""
+    return sum(1 for status, body in zip(proxy.statuses, proxy.answers)
+               if status == 400 or (status == 200 and not body.strip()))
