@@ -22,6 +22,7 @@ pytest.register_assert_rewrite("tests.helpers")
 
 from picochat.storage import open_store
 from tests.helpers.cli import CliResult
+from tests.helpers.config import ENV, compaction_config_text, write_config
 from tests.helpers.fakes.anthropic import FakeAnthropic
 from tests.helpers.fakes.ollama import FakeOllama
 from tests.helpers.fakes.openai import FakeOpenAI
@@ -101,3 +102,42 @@ def fake_ollama():
 def fake_anthropic():
     with FakeAnthropic() as fake:
         yield fake
+
+
+@pytest.fixture
+def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
+    """The fake OpenAI server, and a config whose default model `fake` points at it (a test
+    passes `ENV` for its key)."""
+    write_config(config_file, fake_openai.base_url)
+    return fake_openai
+
+
+@pytest.fixture
+def keyed_fake(fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
+    """The fake OpenAI server, with its key (`ENV`) in this test's environment; the config is
+    the test's to write."""
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    return fake_openai
+
+
+@pytest.fixture
+def compacting_fake(keyed_fake: FakeOpenAI, config_file: Path) -> FakeOpenAI:
+    """The keyed fake, and a config whose default model (8,192-token window, threshold 7,168,
+    keep-recent 800) points at it."""
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(compaction_config_text(keyed_fake.base_url), encoding="utf-8")
+    return keyed_fake
+
+
+@pytest.fixture
+def db(home: Path) -> Path:
+    return home / "data" / "picochat.db"  # where the CLI keeps it (PICOCHAT_DATA_DIR)
+
+
+@pytest.fixture
+def cli_store(db: Path):
+    """This process's connection to the CLI's database."""
+    s = open_store(db)
+    yield s
+    s.close()

@@ -17,6 +17,7 @@ import pytest
 from picochat.providers import errors as pe
 from picochat.providers.base import ProviderRequest
 from picochat.providers.litellm_provider import LiteLLMProvider
+from tests.helpers.cli import NOISE, assert_clean_failure, history
 from tests.helpers.fakes.anthropic import (
     CONTEXT_LIMIT,
     OVERLOADED,
@@ -24,7 +25,6 @@ from tests.helpers.fakes.anthropic import (
     FakeAnthropic,
     is_summary_request,
 )
-from tests.test_cli_litellm import NOISE, assert_clean_failure, history
 
 ENV = {"ANTHROPIC_API_KEY": "sk-ant-fake-key"}
 LITELLM_WORDS = NOISE + ("litellm", "AnthropicError", "AnthropicException", "Handle with",

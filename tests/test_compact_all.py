@@ -13,8 +13,8 @@ from picochat.config import Config
 from picochat.models import resolve_model
 from picochat.projection import restore
 from picochat.session import SessionWorker
+from tests.helpers.conversations import talk
 from tests.helpers.scripted import Recorder, waiter, well_formed
-from tests.test_compaction_engine import talk
 
 OFFLINE = resolve_model(Config(), "offline")  # keep_recent_tokens: the default 20,000
 
@@ -142,8 +142,8 @@ async def test_compact_all_in_the_app_folds_what_plain_compact_keeps(store):
     newest turn."""
     from picochat.config import Config
     from picochat.tui.chat import Notice
-    from tests.test_compaction_engine import talk
-    from tests.test_tui import SIZE, make_app, say, texts
+    from tests.helpers.conversations import talk
+    from tests.helpers.tui import SIZE, make_app, say, texts
     from tests.helpers.waiting import settle
 
     s = store.create_session("t")

@@ -19,8 +19,8 @@ from picochat.messages import NewCheckpoint
 from picochat.projection import restore, summary_block
 from picochat.providers.errors import ProviderUnavailable
 from picochat.tools.registry import schemas
+from tests.helpers.conversations import FILLER, talk
 from tests.helpers.scripted import Recorder, well_formed
-from tests.test_compaction_engine import FILLER, talk
 
 
 def fixed(system, tools=()):

@@ -26,7 +26,7 @@ from picochat.messages import COMPLETE, Message, NewCheckpoint, Session
 from picochat.storage import open_store
 from picochat.textsafe import clean
 from picochat.tui.chat import Notice
-from tests.test_tui import SIZE, make_app, say, texts
+from tests.helpers.tui import SIZE, make_app, say, texts
 from tests.helpers.waiting import settle
 
 READER = MarkdownIt("commonmark")  # raw HTML on, as GitHub and most viewers read it

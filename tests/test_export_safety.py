@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from picochat.storage import open_store
-from tests.test_tui import SIZE, make_app, say, texts
+from tests.helpers.tui import SIZE, make_app, say, texts
 from tests.helpers.waiting import WAIT_S, settle
 from picochat.tui.chat import Notice
 

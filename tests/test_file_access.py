@@ -13,9 +13,8 @@ from picochat.session import SessionWorker
 from picochat.tools.access import file_access, secret_reason
 from picochat.tools.base import ToolContext
 from picochat.tools.registry import call_detail, run_tool, schemas, tool_label
-from tests.helpers.scripted import Recorder
-from tests.test_cli_litellm import ENV, fake  # noqa: F401
-from tests.test_session_compaction import model
+from tests.helpers.config import ENV
+from tests.helpers.scripted import Recorder, model
 
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
 SECRETS = [".ssh/id_rsa", "id_ed25519", "deploy/id_ecdsa.pub", ".env", "config/.env.local",

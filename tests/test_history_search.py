@@ -13,8 +13,8 @@ from picochat.projection import restore
 from picochat.storage import open_store
 from picochat.storage.schema import MIGRATIONS
 from picochat.storage.store import fts_query
+from tests.helpers.conversations import talk
 from tests.helpers.scripted import Recorder, well_formed
-from tests.test_compaction_engine import talk
 
 
 def compact(store, sid, summary=well_formed("- the user asked about many things")):

@@ -20,8 +20,8 @@ import pytest
 from picochat.config import Config
 from picochat.errors import ConfigError
 from picochat.models import create_provider, resolve_model
+from tests.helpers.cli import assert_clean_failure
 from tests.helpers.fakes.openai import AUTH_BODY, FakeOpenAI
-from tests.test_cli_litellm import assert_clean_failure
 
 ENV_KEY = "sk-user-env-key-0123456789"
 

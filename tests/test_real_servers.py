@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from picochat.providers.errors import parse_context_window, refuses_tools
+from tests.helpers.cli import NOISE, assert_clean_failure, history
+from tests.helpers.config import ENV, write_config
 from tests.helpers.fakes.openai import FakeOpenAI, is_summary_request
-from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, history, write_config
 
 
 @pytest.fixture

@@ -37,11 +37,17 @@ from picochat.providers.base import (
     ToolCallDelta,
     collect,
 )
-from tests.helpers.cli import CliResult
+from tests.helpers.cli import (
+    CliResult,
+    ask,
+    assert_clean_failure,
+    assert_no_internals,
+    history,
+    roles,
+)
+from tests.helpers.config import ENV, write_config
 from tests.helpers.fakes.ollama import FakeOllama
 from tests.helpers.fakes.openai import FakeOpenAI
-from tests.test_cli_litellm import ENV, assert_clean_failure, history, write_config
-from tests.test_provider_errors import ask, assert_no_internals, roles
 from tests.helpers.waiting import WAIT_S
 
 MiB = 1 << 20

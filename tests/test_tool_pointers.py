@@ -19,8 +19,8 @@ from picochat.projection import restore
 from picochat.tools.base import ToolContext
 from picochat.tools.history import READ_CHARS
 from picochat.tools.registry import run_tool, schemas
+from tests.helpers.config import ENV
 from tests.helpers.scripted import Recorder
-from tests.test_cli_litellm import ENV, fake  # noqa: F401
 
 TOOLS = schemas(["history_search", "timeline_recall", "read_file"])
 SYSTEM = "You are a helpful assistant."

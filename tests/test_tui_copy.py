@@ -18,7 +18,7 @@ from picochat.textsafe import clean, json_for_terminal
 from picochat.tui.answer import AssistantMessage, CodeFence
 from picochat.tui.chat import ToolBlock, UserMessage
 from tests.helpers.scripted import Recorder
-from tests.test_tui import SIZE, chat_once, make_app, say
+from tests.helpers.tui import SIZE, chat_once, make_app, say
 from tests.helpers.waiting import settle
 
 HIDDEN = "rm -rf ~/important-data"

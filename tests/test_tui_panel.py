@@ -16,8 +16,7 @@ from picochat.tui.chat import CheckpointDivider, ChatView
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import ConfirmScreen
-from tests.test_tui import SMALL_KEEP, chat_once, say
-from tests.test_tui_races import idle, type_keys
+from tests.helpers.tui import SMALL_KEEP, chat_once, idle, say, type_keys
 from tests.helpers.waiting import settle
 
 BARS = " ▁▂▃▄▅▆▇█"

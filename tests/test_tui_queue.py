@@ -10,9 +10,9 @@ from __future__ import annotations
 from picochat.messages import COMPLETE
 from picochat.tui.chat import QUEUED, Notice, UserMessage
 from picochat.tui.prompt import Prompt
+from tests.helpers.conversations import rows_of
 from tests.helpers.scripted import Hold, Streaming
-from tests.test_tui import SIZE, make_app, say, texts
-from tests.test_tui_races import conversation, idle, rows_of, status
+from tests.helpers.tui import SIZE, conversation, idle, make_app, say, status, texts
 from tests.helpers.waiting import settle
 
 

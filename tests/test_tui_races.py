@@ -34,60 +34,23 @@ from picochat.tui.chat import (
     Notice,
     UserMessage,
 )
-from picochat.tui.status import StatusBar
+from tests.helpers.conversations import rows_of
 from tests.helpers.fakes.openai import FakeOpenAI
 from tests.helpers.scripted import Hold, Recorder, Streaming, waiter
-from tests.test_tui import SIZE, make_app, say, texts
+from tests.helpers.tui import (
+    SIZE,
+    conversation,
+    idle,
+    make_app,
+    say,
+    screen,
+    status,
+    texts,
+    type_keys,
+)
 from tests.helpers.waiting import WAIT_S, settle
 
 QUEUED_COMPACT = "/compact is queued: it runs when the current answer ends"
-
-
-def screen(app) -> list[tuple[str, str]]:
-    """The transcript top to bottom, as (kind, text): what the user reads, in order."""
-    rows: list[tuple[str, str]] = []
-    for w in app.query_one(ChatView).children:
-        if isinstance(w, UserMessage):
-            rows.append(("user", w.text))
-        elif isinstance(w, AssistantMessage):
-            rows.append(("assistant", ("".join(w.parts) or w.source).strip()))
-        elif isinstance(w, Notice):
-            rows.append(("notice", str(w.render())))
-        elif isinstance(w, CheckpointDivider):
-            rows.append(("divider", w.checkpoint_id))
-    return rows
-
-
-def conversation(app) -> list[tuple[str, str]]:
-    """The user messages and answers on screen, in order (notices and dividers left out)."""
-    return [row for row in screen(app) if row[0] in ("user", "assistant")]
-
-
-def rows_of(store, session_id) -> list[tuple[str, str, str]]:
-    return [(m.role, m.content.strip(), m.status) for m in store.history(session_id)]
-
-
-def type_keys(app, text: str) -> None:
-    """Keys as a terminal delivers a fast typist: posted at once, no pause between them
-    (pilot.press waits for the screen to go idle after each key)."""
-    for char in text:
-        if char == "\n":
-            app.post_message(events.Key("enter", "\r"))
-        elif char == " ":
-            app.post_message(events.Key("space", " "))
-        else:
-            app.post_message(events.Key(char, char))
-
-
-def status(app) -> str:
-    return app.query_one(StatusBar).state
-
-
-def idle(app) -> bool:
-    """The worker has nothing running or queued, and the app has shown all of it."""
-    return (not app.worker.busy and app.worker.queued == 0
-            and not any(w.group in ("turns", "commands") and not w.is_finished
-                        for w in app.workers))
 
 
 def _filled_session(store, turns: int = 6):

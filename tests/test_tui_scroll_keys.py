@@ -8,7 +8,7 @@ from __future__ import annotations
 from picochat.tui.chat import PAGE, ChatView, UserMessage
 from picochat.tui.keys import help_rows
 from picochat.tui.prompt import Prompt
-from tests.test_tui import make_app
+from tests.helpers.tui import make_app
 from tests.helpers.waiting import settle
 
 SIZE = (100, 30)

@@ -9,8 +9,7 @@ from textual.widgets import OptionList
 from picochat.tui.answer import AssistantMessage
 from picochat.tui.chat import ChatView, ToolBlock
 from picochat.tui.screens import PickScreen
-from tests.test_tui import SIZE, chat_once, make_app, say
-from tests.test_tui_status import contrast
+from tests.helpers.tui import SIZE, chat_once, contrast, make_app, say
 from tests.helpers.waiting import settle
 
 WORD = "zebrafish"  # only answer 5 (message 10) holds it

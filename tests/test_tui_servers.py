@@ -11,8 +11,7 @@ from picochat.tui.app import PicochatApp
 from picochat.tui.chat import AssistantMessage, Notice
 from picochat.tui.status import StatusBar
 from tests.helpers.fakes.openai import FakeOpenAI
-from tests.test_tui import say, texts
-from tests.test_tui_races import idle
+from tests.helpers.tui import idle, say, texts
 from tests.helpers.waiting import settle
 
 SIZE = (120, 40)

@@ -13,7 +13,7 @@ from picochat.tui.app import PicochatApp
 from picochat.tui.chat import AssistantMessage, ChatView, Notice, UserMessage
 from picochat.tui.thinking import ThinkingBlock, newest_lines
 from tests.helpers.fakes.openai import FakeOpenAI
-from tests.test_tui import SIZE, answered, chat_once, make_app, say
+from tests.helpers.tui import SIZE, answered, chat_once, make_app, say
 from tests.helpers.waiting import settle
 
 STEPS = [f"Step {i}: check the {i}th port and note what it serves.\n" for i in range(1, 13)]

@@ -16,8 +16,7 @@ from picochat.storage.store import open_store
 from picochat.tui.chat import Notice
 from picochat.tui.screens import ConfirmScreen
 from tests.helpers.scripted import Recorder
-from tests.test_tui import SIZE, chat_once, make_app, say, texts
-from tests.test_tui_races import idle
+from tests.helpers.tui import SIZE, chat_once, idle, make_app, say, texts
 from tests.helpers.waiting import settle
 
 # what the other process's user typed: a link escape around its first word, a bidi control

@@ -10,8 +10,9 @@ import json
 
 import pytest
 
+from tests.helpers.cli import NOISE, assert_clean_failure, history
+from tests.helpers.config import ENV, write_config
 from tests.helpers.fakes.openai import FakeOpenAI
-from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, history, write_config
 
 pytestmark = pytest.mark.reliability
 

@@ -26,9 +26,9 @@ import pytest
 from picochat.messages import NewCheckpoint
 from picochat.projection import restore
 from picochat.storage import open_store
-from tests.helpers.cli import CliResult
+from tests.helpers.cli import NOISE, CliResult, assert_clean_failure
+from tests.helpers.config import ENV, write_config
 from tests.helpers.fakes.openai import FakeOpenAI, record_seqs, summary_text
-from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, write_config
 from tests.helpers.waiting import WAIT_S, wait_until
 
 pytestmark = pytest.mark.reliability

@@ -589,3 +589,19 @@ class FakeOpenAI(Served):
             if item[0] == "delay" and len(item) == 2:
                 item = (*item, default)
             return item
+
+
+def kinds(fake: FakeOpenAI) -> list[str]:
+    return ["summary" if is_summary_request(b) else "turn" for b in fake.requests]
+
+
+def chains_whole(messages):
+    open_ids: set = set()
+    for m in messages:
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in open_ids, m
+            open_ids.discard(m["tool_call_id"])
+        else:
+            assert not open_ids, ("a tool call without its result", m)
+            open_ids = {c["id"] for c in m.get("tool_calls") or ()}
+    assert not open_ids
