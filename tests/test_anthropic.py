@@ -44,7 +44,7 @@ def write_config(config_file: Path, api_base: str, extra: str = "") -> None:
 
 
 @pytest.fixture
-def fake(fake_anthropic: FakeAnthropic, config_file: Path) -> FakeAnthropic:  # noqa: F811
+def fake(fake_anthropic: FakeAnthropic, config_file: Path) -> FakeAnthropic:
     write_config(config_file, fake_anthropic.base_url)
     return fake_anthropic
 

@@ -103,7 +103,7 @@ def use_fake_server(config_file, fake, window: int, extra: str = "") -> None:
 
 
 def test_forty_planted_turns_keep_the_newest_folded_facts_when_summaries_drop_them(
-        capsys, config_file, home, fake_openai: FakeOpenAI, monkeypatch):  # noqa: F811
+        capsys, config_file, home, fake_openai: FakeOpenAI, monkeypatch):
     monkeypatch.setenv("FAKE_API_KEY", "test-key")
     # an answer as long as the question, as a model's would be
     fake_openai.default_text = "Noted. I will keep that in mind for the rest of our work. " * 3
@@ -139,7 +139,7 @@ def test_the_planted_sentence_is_one_statement_of_exactly_three_facts(n):
 
 
 def test_plain_statements_reach_the_model_with_their_subject_at_8k(
-        capsys, config_file, home, fake_openai: FakeOpenAI, monkeypatch):  # noqa: F811
+        capsys, config_file, home, fake_openai: FakeOpenAI, monkeypatch):
     """Issue 30's run through `picochat ask`: an 8,192-token window with the default settings,
     a summarizer that keeps no fact, 40 turns of ordinary chat with 16 facts stated in plain
     sentences, two pasted 70-line access logs and one correction. On the last turn every

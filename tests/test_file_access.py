@@ -169,7 +169,7 @@ def test_bad_roots_are_one_line_and_exit_two(run_cli, config_file, roots, said):
 
 @pytest.mark.slow
 def test_ask_started_in_home_never_sends_a_key_and_says_what_each_tool_read(
-        run_cli, fake, tmp_path, monkeypatch):  # noqa: F811
+        run_cli, fake, tmp_path, monkeypatch):
     home = tmp_path / "home"
     plant(home, [".ssh/id_rsa"], KEY)
     plant(home, ["project/notes.md"], "the canary host is cn-west-12\n")

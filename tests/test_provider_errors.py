@@ -19,7 +19,7 @@ from tests.helpers.waiting import WAIT_S
 
 
 @pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
+def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
     # a bound on a hang, generous under load: no test here waits for it to pass
     write_config(config_file, fake_openai.base_url, f"timeout = {WAIT_S:g}\n")
     return fake_openai

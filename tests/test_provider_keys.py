@@ -39,7 +39,7 @@ def proxy_config(config_file: Path, base_url: str, api_key_env: str | None = Non
 
 
 @pytest.fixture
-def proxy(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
+def proxy(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
     proxy_config(config_file, fake_openai.base_url)
     return fake_openai
 

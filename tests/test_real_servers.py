@@ -17,7 +17,7 @@ from tests.helpers.fakes.openai import FakeOpenAI, is_summary_request
 
 
 @pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
+def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
     write_config(config_file, fake_openai.base_url, "timeout = 20\n")
     return fake_openai
 

@@ -44,7 +44,7 @@ def config_text(api_base: str, model: str = "openai/fake-model", window: int = 8
 
 
 @pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path,  # noqa: F811
+def fake(fake_openai: FakeOpenAI, config_file: Path,
          monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)

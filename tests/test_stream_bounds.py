@@ -55,7 +55,7 @@ HI = ProviderRequest(({"role": "user", "content": "hi"},))
 
 
 @pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
+def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
     write_config(config_file, fake_openai.base_url, f"timeout = {WAIT_S:g}\n")
     return fake_openai
 

@@ -220,7 +220,7 @@ def test_a_tool_call_without_its_result_is_named_and_arguments_are_one_cut_line(
 
 @pytest.mark.slow
 def test_ask_folds_read_files_without_a_summary_request_and_reads_one_back(
-        run_cli, fake, tmp_path, monkeypatch):  # noqa: F811
+        run_cli, fake, tmp_path, monkeypatch):
     project = tmp_path / "project"
     project.mkdir()
     for i in range(3):

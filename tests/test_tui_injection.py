@@ -108,7 +108,7 @@ def assert_on_screen(app, shown: str = SHOWN, quoted: bool = False) -> None:
 # --- notices (notify) -----------------------------------------------------------------------
 
 async def test_a_provider_error_in_an_auto_compaction_notice_is_shown_not_obeyed(
-        store, monkeypatch, fake_openai: FakeOpenAI):  # noqa: F811
+        store, monkeypatch, fake_openai: FakeOpenAI):
     """A hostile server answers the summary request with 500 and markup in its message: the
     notice shows that markup as text; clicking it runs nothing."""
     monkeypatch.setenv("FAKE_API_KEY", "test-key")

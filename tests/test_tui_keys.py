@@ -200,7 +200,7 @@ async def test_typing_while_an_answer_streams_edits_the_prompt_at_once(store):
 
 
 async def test_a_turn_through_litellm_to_the_fake_server(store, monkeypatch,
-                                                         fake_openai: FakeOpenAI):  # noqa: F811
+                                                         fake_openai: FakeOpenAI):
     monkeypatch.setenv("FAKE_API_KEY", "test-key")
     config = Config(models={"fake": ModelConfig(
         name="fake", model="openai/fake-model", api_base=fake_openai.base_url,

@@ -250,7 +250,7 @@ async def test_quitting_mid_stream_keeps_the_partial_answer_marked_interrupted(s
 
 
 async def test_quitting_while_the_fake_server_holds_the_stream(
-        store, monkeypatch, fake_openai: FakeOpenAI):  # noqa: F811
+        store, monkeypatch, fake_openai: FakeOpenAI):
     """The same through litellm and a real HTTP stream: the held connection is dropped, not
     waited for."""
     monkeypatch.setenv("FAKE_API_KEY", "test-key")

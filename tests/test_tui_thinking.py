@@ -79,7 +79,7 @@ def test_the_open_block_shows_the_newest_lines_at_its_width():
 
 
 async def test_an_answer_cut_at_the_output_limit_gets_a_line_under_it(
-        store, monkeypatch, fake_openai: FakeOpenAI):  # noqa: F811
+        store, monkeypatch, fake_openai: FakeOpenAI):
     monkeypatch.setenv("FAKE_API_KEY", "test-key")
     config = Config(models={"fake": ModelConfig(
         name="fake", model="openai/fake-model", api_base=fake_openai.base_url,

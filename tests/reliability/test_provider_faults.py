@@ -18,7 +18,7 @@ pytestmark = pytest.mark.reliability
 
 
 @pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file):  # noqa: F811
+def fake(fake_openai: FakeOpenAI, config_file):
     write_config(config_file, fake_openai.base_url, "timeout = 3\n")
     return fake_openai
 

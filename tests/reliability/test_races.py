@@ -203,7 +203,7 @@ def db(home: Path) -> Path:
 
 
 @pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
+def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
     write_config(config_file, fake_openai.base_url, CONFIG)
     return fake_openai
 
