@@ -1,4 +1,6 @@
-"""Shared fixtures: a temporary data and config dir per test, and a way to run the real CLI.
+"""Shared fixtures: a temporary data and config dir per test, a way to run the real CLI, and
+the fake provider servers (tests/helpers/fakes). What test files share besides fixtures is in
+tests/helpers.
 
 No test may reach a network or a real provider: provider keys are removed from the environment
 and the offline model answers without delay.
@@ -10,13 +12,20 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from hypothesis.configuration import set_hypothesis_home_dir
 
+# before any helper is imported: their asserts say what failed, as a test's own do
+pytest.register_assert_rewrite("tests.helpers")
+
 from picochat.storage import open_store
+from tests.helpers.cli import CliResult
+from tests.helpers.config import ENV, compaction_config_text, write_config
+from tests.helpers.fakes.anthropic import FakeAnthropic
+from tests.helpers.fakes.ollama import FakeOllama
+from tests.helpers.fakes.openai import FakeOpenAI
 
 # Keep hypothesis's files (example database, caches) beside the tests, not at the repo's top.
 set_hypothesis_home_dir(str(Path(__file__).parent / ".hypothesis"))
@@ -33,13 +42,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 _PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "PICOCHAT_MODEL", "OPENAI_BASE_URL",
                   "OPENAI_API_BASE", "OLLAMA_HOST", "OLLAMA_API_BASE")
-
-
-@dataclass(frozen=True)
-class CliResult:
-    status: int
-    stdout: str
-    stderr: str
 
 
 @pytest.fixture
@@ -79,5 +81,63 @@ def run_cli(home: Path):
 @pytest.fixture
 def store(tmp_path: Path):
     s = open_store(tmp_path / "store" / "picochat.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def fake_openai():
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_ollama():
+    with FakeOllama() as fake:
+        fake.add_model("llama3.2", context_length=131072)
+        yield fake
+
+
+@pytest.fixture
+def fake_anthropic():
+    with FakeAnthropic() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
+    """The fake OpenAI server, and a config whose default model `fake` points at it (a test
+    passes `ENV` for its key)."""
+    write_config(config_file, fake_openai.base_url)
+    return fake_openai
+
+
+@pytest.fixture
+def keyed_fake(fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
+    """The fake OpenAI server, with its key (`ENV`) in this test's environment; the config is
+    the test's to write."""
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    return fake_openai
+
+
+@pytest.fixture
+def compacting_fake(keyed_fake: FakeOpenAI, config_file: Path) -> FakeOpenAI:
+    """The keyed fake, and a config whose default model (8,192-token window, threshold 7,168,
+    keep-recent 800) points at it."""
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(compaction_config_text(keyed_fake.base_url), encoding="utf-8")
+    return keyed_fake
+
+
+@pytest.fixture
+def db(home: Path) -> Path:
+    return home / "data" / "picochat.db"  # where the CLI keeps it (PICOCHAT_DATA_DIR)
+
+
+@pytest.fixture
+def cli_store(db: Path):
+    """This process's connection to the CLI's database."""
+    s = open_store(db)
     yield s
     s.close()

@@ -13,8 +13,8 @@ from picochat.models import resolve_model
 from picochat.providers.errors import ContextOverflow
 from picochat.session import Notice, SessionWorker, ToolRan, TurnFailed, TurnFinished
 from picochat.tools.registry import schemas
-from tests.scripted import Recorder, well_formed
-from tests.test_compaction_engine import talk
+from tests.helpers.conversations import talk
+from tests.helpers.scripted import Recorder, well_formed
 from tests.helpers.storage import append_message
 
 TOOLS = schemas(["history_search", "timeline_recall", "read_file"])

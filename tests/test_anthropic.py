@@ -17,15 +17,14 @@ import pytest
 from picochat.providers import errors as pe
 from picochat.providers.base import ProviderRequest
 from picochat.providers.litellm_provider import LiteLLMProvider
-from tests.fake_anthropic import (
+from tests.helpers.cli import NOISE, assert_clean_failure, history
+from tests.helpers.fakes.anthropic import (
     CONTEXT_LIMIT,
     OVERLOADED,
     PROMPT_TOO_LONG,
     FakeAnthropic,
-    fake_anthropic,  # noqa: F401  (fixture)
     is_summary_request,
 )
-from tests.test_cli_litellm import NOISE, assert_clean_failure, history
 
 ENV = {"ANTHROPIC_API_KEY": "sk-ant-fake-key"}
 LITELLM_WORDS = NOISE + ("litellm", "AnthropicError", "AnthropicException", "Handle with",
@@ -45,7 +44,7 @@ def write_config(config_file: Path, api_base: str, extra: str = "") -> None:
 
 
 @pytest.fixture
-def fake(fake_anthropic: FakeAnthropic, config_file: Path) -> FakeAnthropic:  # noqa: F811
+def fake(fake_anthropic: FakeAnthropic, config_file: Path) -> FakeAnthropic:
     write_config(config_file, fake_anthropic.base_url)
     return fake_anthropic
 

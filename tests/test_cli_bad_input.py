@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CliResult
-from tests.waiting import read_until
+from tests.helpers.cli import CliResult
+from tests.helpers.waiting import read_until
 
 TIMEOUT = 60.0  # seconds: each run takes about a second; this only catches a hang
 FULL = Path("/dev/full")

@@ -245,7 +245,7 @@ def test_compact_all_of_turns_shorter_than_their_summary_is_nothing_to_compact(r
 
 def test_compact_says_on_stderr_how_many_facts_it_had_to_drop(run_cli, config_file, home):
     from picochat.storage import open_store
-    from tests.test_compaction_engine import plant_services
+    from tests.helpers.conversations import plant_services
 
     config_file.parent.mkdir(parents=True, exist_ok=True)
     config_file.write_text(SMALL.replace("token_limit = 4096", "token_limit = 2048"))

@@ -15,7 +15,7 @@ import pytest
 
 from picochat.cli import commands
 from picochat.cli.main import build_parser, main
-from tests.conftest import CliResult
+from tests.helpers.cli import CliResult
 
 REPO = Path(__file__).resolve().parent.parent
 COMMANDS = ("ask", "compact", "info", "clear", "pin", "pins", "unpin", "sessions", "history", "checkpoints", "export",

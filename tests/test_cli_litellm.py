@@ -5,76 +5,21 @@ from __future__ import annotations
 import json
 import os
 import socket
-import textwrap
 import threading
-from pathlib import Path
 
 import pytest
 
-from tests.fake_openai import (
-    AUTH_BODY,
-    CONTEXT_OVERFLOW_BODY,
-    RATE_LIMIT_BODY,
-    FakeOpenAI,
-    fake_openai,  # noqa: F401  (fixture)
-)
+from tests.helpers.cli import SITECUSTOMIZE, assert_clean_failure, history
+from tests.helpers.config import ENV, write_config
+from tests.helpers.fakes.openai import AUTH_BODY, CONTEXT_OVERFLOW_BODY, RATE_LIMIT_BODY
 
 DEFAULT_PROMPT = "You are a helpful assistant."
-ENV = {"FAKE_API_KEY": "test-key"}
-NOISE = ("Traceback", "Give Feedback", "Provider List", "LiteLLM")
-
-# Records every outgoing connection and DNS lookup of the CLI subprocess to a file.
-_SITECUSTOMIZE = textwrap.dedent('''
-    import json, os, sys
-    _log = os.environ.get("PICOCHAT_TEST_NET_LOG")
-    if _log:
-        def _hook(event, args):
-            if event in ("socket.connect", "socket.getaddrinfo"):
-                addr = args[1] if event == "socket.connect" else args[:2]
-                if isinstance(addr, tuple):
-                    addr = list(addr)[:2]
-                with open(_log, "a") as f:
-                    f.write(json.dumps([event, addr], default=str) + "\\n")
-        sys.addaudithook(_hook)
-''')
-
-
-def write_config(config_file: Path, api_base: str, extra: str = "") -> None:
-    config_file.parent.mkdir(parents=True, exist_ok=True)
-    config_file.write_text(textwrap.dedent(f'''\
-        default_model = "fake"
-        [models.fake]
-        model = "openai/fake-model"
-        api_base = "{api_base}"
-        api_key_env = "FAKE_API_KEY"
-        token_limit = 8192
-    ''') + extra, encoding="utf-8")
-
-
-@pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
-    write_config(config_file, fake_openai.base_url)
-    return fake_openai
 
 
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def history(run_cli, *args: str) -> list[dict]:
-    result = run_cli("history", *args, "--json", env=ENV)
-    assert result.status == 0, result.stderr
-    return json.loads(result.stdout)["messages"]
-
-
-def assert_clean_failure(result) -> None:
-    assert result.status == 1, (result.stdout, result.stderr)
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert result.stderr.startswith("picochat: ")
-    for word in NOISE:
-        assert word not in result.stdout and word not in result.stderr, (word, result)
 
 
 # --- happy path -----------------------------------------------------------------------------
@@ -240,7 +185,7 @@ def test_connection_refused_says_cannot_connect(run_cli, config_file):
 def test_no_connection_leaves_localhost(run_cli, fake, tmp_path):
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE, encoding="utf-8")
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
     log = tmp_path / "net.log"
     env = {**ENV, "PICOCHAT_TEST_NET_LOG": str(log),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(site),

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from picochat.storage import open_store
-from tests.waiting import WAIT_S, read_until
+from tests.helpers.waiting import WAIT_S, read_until
 
 
 def test_version_does_not_import_litellm_or_textual(home):

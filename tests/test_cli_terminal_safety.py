@@ -23,9 +23,8 @@ from hypothesis import strategies as st
 from picochat.messages import NewCheckpoint
 from picochat.storage import open_store
 from picochat.textsafe import StreamCleaner, clean, json_for_terminal
-from tests.fake_openai import FakeOpenAI, _words, fake_openai  # noqa: F401  (fixture)
-from tests.test_cli_litellm import write_config
-from tests.waiting import WAIT_S
+from tests.helpers.fakes.openai import _words
+from tests.helpers.waiting import WAIT_S
 from tests.helpers.storage import append_message
 
 ENV = {"FAKE_API_KEY": "test-key"}
@@ -154,12 +153,6 @@ def assert_terminal_safe(shown: bytes) -> None:
     assert b"\x1b" not in shown and b"\x07" not in shown
     text = shown.decode("utf-8")
     assert not any(ch in text for ch in "\u202e\u2066\u202c\x9b\x7f"), text
-
-
-@pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
-    write_config(config_file, fake_openai.base_url)
-    return fake_openai
 
 
 def stored_replies(home: Path) -> list[str]:

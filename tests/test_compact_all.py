@@ -13,8 +13,8 @@ from picochat.config import Config
 from picochat.models import resolve_model
 from picochat.projection import restore
 from picochat.session import SessionWorker
-from tests.scripted import Recorder, waiter, well_formed
-from tests.test_compaction_engine import talk
+from tests.helpers.conversations import talk
+from tests.helpers.scripted import Recorder, waiter, well_formed
 from tests.helpers.storage import append_message
 
 OFFLINE = resolve_model(Config(), "offline")  # keep_recent_tokens: the default 20,000
@@ -143,9 +143,9 @@ async def test_compact_all_in_the_app_folds_what_plain_compact_keeps(store):
     newest turn."""
     from picochat.config import Config
     from picochat.tui.chat import Notice
-    from tests.test_compaction_engine import talk
-    from tests.test_tui import SIZE, make_app, say, texts
-    from tests.waiting import settle
+    from tests.helpers.conversations import talk
+    from tests.helpers.tui import SIZE, make_app, say, texts
+    from tests.helpers.waiting import settle
 
     s = store.create_session("t")
     talk(store, s.id, 6)

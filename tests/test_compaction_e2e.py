@@ -11,87 +11,39 @@ from __future__ import annotations
 
 import asyncio
 import json
-import textwrap
 import threading
 import time
 import urllib.request
-from pathlib import Path
-
-import pytest
 
 from picochat import ledger as fact_ledger
 from picochat import tokens
-from picochat.config import load_config
-from picochat.models import create_provider, resolve_model
 from picochat.projection import restore
 from picochat.session import CompactionStarted, SessionWorker, TurnFinished
 from picochat.storage.store import open_store
-from tests.fake_openai import (
+from tests.helpers.cli import clean
+from tests.helpers.config import compaction_config_text, make_worker
+from tests.helpers.conversations import FILLER, seed
+from tests.helpers.fakes.openai import (
     CONTEXT_OVERFLOW_BODY,
     HOLD_LIMIT_S,
     SUMMARY_HEADINGS,
     FakeOpenAI,
-    fake_openai,  # noqa: F401  (fixture)
     is_summary_request,
+    kinds,
     previous_summary_of,
     record_seqs,
     summary_text,
     transcript_of,
 )
-from tests.waiting import WAIT_S
+from tests.helpers.waiting import WAIT_S
 from tests.helpers.storage import append_message
 
-ENV = {"FAKE_API_KEY": "test-key"}
-NOISE = ("Traceback", "Give Feedback", "Provider List", "LiteLLM")
-FILLER = "The quick brown fox jumps over the lazy dog near port 8080. "
 BREADCRUMB_START = "[Earlier conversation omitted during context-overflow recovery."
 OVERFLOW = ("status", 400, CONTEXT_OVERFLOW_BODY)
 TOOL = {"type": "function", "function": {
     "name": "history_search", "description": "Search the raw history of this session.",
     "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
                    "required": ["query"]}}}
-
-
-def config_text(api_base: str, window: int = 8192, reserve: int = 1024, keep: int = 800,
-                instructions: str = "") -> str:
-    return textwrap.dedent(f'''\
-        default_model = "fake"
-        [models.fake]
-        model = "openai/fake-model"
-        api_base = "{api_base}"
-        api_key_env = "FAKE_API_KEY"
-        token_limit = {window}
-
-        [context_compaction]
-        reserve_tokens = {reserve}
-        keep_recent_tokens = {keep}
-        instructions = {json.dumps(instructions)}
-    ''')
-
-
-@pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path,  # noqa: F811
-         monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
-    """The fake, and a config whose default model (8,192-token window, threshold 7,168,
-    keep-recent 800) points at it."""
-    for key, value in ENV.items():
-        monkeypatch.setenv(key, value)
-    config_file.parent.mkdir(parents=True, exist_ok=True)
-    config_file.write_text(config_text(fake_openai.base_url), encoding="utf-8")
-    return fake_openai
-
-
-@pytest.fixture
-def db(home: Path) -> Path:
-    return home / "data" / "picochat.db"  # where the CLI keeps it (PICOCHAT_DATA_DIR)
-
-
-@pytest.fixture
-def cli_store(db: Path):
-    """This process's connection to the CLI's database."""
-    s = open_store(db)
-    yield s
-    s.close()
 
 
 def with_ledger(model_text: str, stored: str) -> str:
@@ -102,35 +54,10 @@ def with_ledger(model_text: str, stored: str) -> str:
     return fact_ledger.merge_into(model_text, ledger)
 
 
-def seed(store, sid: str, turns: int, start: int = 0, repeat: int = 6) -> None:
-    """Earlier turns, as `ask` would have written them (~90 tokens a message)."""
-    for i in range(start, start + turns):
-        append_message(store, sid, "user", f"question {i}: " + FILLER * repeat, turn_id=f"t{i}")
-        append_message(store, sid, "assistant", f"answer {i}: " + FILLER * repeat,
-                       turn_id=f"t{i}")
-
-
-def make_worker(store, sid: str, config_path: Path, tools=()) -> SessionWorker:
-    config = load_config(config_path)
-    resolved = resolve_model(config, "fake")
-    return SessionWorker(store, sid, resolved, create_provider(resolved),
-                         config.agent.system_prompt, compaction=config.context_compaction,
-                         tools=tuple(tools))
-
-
 def cli_json(run_cli, *args: str):
     result = run_cli(*args, "--json")
     assert result.status == 0, result.stderr
     return json.loads(result.stdout)
-
-
-def clean(result) -> None:
-    for word in NOISE:
-        assert word not in result.stdout and word not in result.stderr, (word, result)
-
-
-def kinds(fake: FakeOpenAI) -> list[str]:
-    return ["summary" if is_summary_request(b) else "turn" for b in fake.requests]
 
 
 def user_prompt(body: dict) -> str:
@@ -190,16 +117,16 @@ def test_fake_tells_summaries_from_turns_and_delays_without_blocking_shutdown():
 
 
 def test_messages_appended_during_a_slow_summary_stay_in_the_context(
-        run_cli, fake, cli_store, db, config_file):
+        run_cli, compacting_fake, cli_store, db, config_file):
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
     release = threading.Event()
-    fake.script_summary(("delay", release))  # the default summary, held until released
+    compacting_fake.script_summary(("delay", release))  # the default summary, held until released
 
     async def run():
         async with make_worker(cli_store, s.id, config_file) as w:
             compaction = w.compact()
-            assert await asyncio.to_thread(fake.wait_for, 1, "summary", WAIT_S)
+            assert await asyncio.to_thread(compacting_fake.wait_for, 1, "summary", WAIT_S)
             other = open_store(db)  # another connection to the same database
             try:
                 added = [append_message(other, s.id, "user", "appended while summarizing: "
@@ -226,7 +153,7 @@ def test_messages_appended_during_a_slow_summary_stay_in_the_context(
     assert outcome.status == "compacted", outcome.error
     cp = outcome.checkpoint
     assert cp.source_max_seq == 20 < added[0].seq  # the summary never saw the appended rows
-    assert "9443" not in transcript_of(fake.summary_requests[0])
+    assert "9443" not in transcript_of(compacting_fake.summary_requests[0])
     appended = [(m.seq, m.role, m.content) for m in added]
     for projection in (outcome.projection, restored):
         assert projection.checkpoint_id == cp.id
@@ -235,7 +162,7 @@ def test_messages_appended_during_a_slow_summary_stay_in_the_context(
         assert [m.seq for m in projection.raw] == list(range(cp.first_retained_seq, 23))
     # ...and the provider gets them, after the summary, on the next turn
     assert isinstance(after, TurnFinished)
-    sent = fake.turn_requests[-1]["messages"]
+    sent = compacting_fake.turn_requests[-1]["messages"]
     assert "fake summary 1" in sent[1]["content"]
     assert [(m["role"], m["content"]) for m in sent[-3:]] == [
         ("user", added[0].content), ("assistant", added[1].content), ("user", "which port?")]
@@ -250,19 +177,19 @@ def test_messages_appended_during_a_slow_summary_stay_in_the_context(
                if m["seq"] < cp.first_retained_seq)
 
 
-def test_a_concurrent_ask_process_during_a_held_summary_is_kept(run_cli, fake, cli_store,
+def test_a_concurrent_ask_process_during_a_held_summary_is_kept(run_cli, compacting_fake, cli_store,
                                                                 config_file):
     """Another `picochat ask` process writes a whole turn while the summary is out. It uses
     the built-in offline model (PICOCHAT_MODEL, not remembered), so it costs no litellm import."""
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
     release = threading.Event()
-    fake.script_summary(("delay", release))
+    compacting_fake.script_summary(("delay", release))
 
     async def run():
         async with make_worker(cli_store, s.id, config_file) as w:
             compaction = w.compact()
-            assert await asyncio.to_thread(fake.wait_for, 1, "summary", WAIT_S)
+            assert await asyncio.to_thread(compacting_fake.wait_for, 1, "summary", WAIT_S)
             ask = await asyncio.to_thread(run_cli, "ask", "--session", "s", "--json",
                                           "concurrent: where is the config?",
                                           env={"PICOCHAT_MODEL": "offline"})
@@ -285,19 +212,19 @@ def test_a_concurrent_ask_process_during_a_held_summary_is_kept(run_cli, fake, c
     assert cli_store.session(s.id).model is None  # the fake model stays the session's
 
 
-def test_of_two_overlapping_compactions_the_later_commit_is_refused(fake, cli_store, db,
+def test_of_two_overlapping_compactions_the_later_commit_is_refused(compacting_fake, cli_store, db,
                                                                    config_file):
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
     release = threading.Event()
-    fake.script_summary(("delay", release))  # the first summary request is held
+    compacting_fake.script_summary(("delay", release))  # the first summary request is held
     other = open_store(db)
 
     async def run():
         async with make_worker(cli_store, s.id, config_file) as a, \
                 make_worker(other, s.id, config_file) as b:
             held = a.compact()
-            assert await asyncio.to_thread(fake.wait_for, 1, "summary", WAIT_S)
+            assert await asyncio.to_thread(compacting_fake.wait_for, 1, "summary", WAIT_S)
             first = await b.compact()  # built on the same generation, commits first
             release.set()
             return first, await held
@@ -319,7 +246,7 @@ def test_of_two_overlapping_compactions_the_later_commit_is_refused(fake, cli_st
 
 
 def test_second_summary_request_carries_the_first_summary_and_only_new_records(
-        fake, cli_store, config_file):
+        compacting_fake, cli_store, config_file):
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
 
@@ -337,7 +264,7 @@ def test_second_summary_request_carries_the_first_summary_and_only_new_records(
     first, second = one.checkpoint, two.checkpoint
     assert second.parent_checkpoint_id == first.id
     assert second.first_retained_seq > first.first_retained_seq
-    req1, req2 = fake.summary_requests
+    req1, req2 = compacting_fake.summary_requests
     assert previous_summary_of(req1) is None
     assert record_seqs(req1) == list(range(1, first.first_retained_seq))
     assert first.summary == with_ledger(summary_text(1), first.summary)
@@ -349,7 +276,7 @@ def test_second_summary_request_carries_the_first_summary_and_only_new_records(
     text = json.dumps(req2)
     assert not [c for c in covered if json.dumps(c)[1:-1] in text]
     # the turns in between were sent the first summary, not the rows it covers
-    for body in fake.turn_requests:
+    for body in compacting_fake.turn_requests:
         assert "fake summary 1" in body["messages"][1]["content"]
         assert not [c for c in covered if any(m["content"].strip() == c
                                               for m in body["messages"])]
@@ -364,10 +291,11 @@ async def turn(w: SessionWorker, text: str):
     return await handle.result(), events
 
 
-def test_overflow_is_recovered_with_one_summary_and_one_retry(fake, cli_store, config_file):
+def test_overflow_is_recovered_with_one_summary_and_one_retry(compacting_fake, cli_store,
+                                                              config_file):
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
-    fake.script_turn(OVERFLOW, ("text", "Recovered answer."))
+    compacting_fake.script_turn(OVERFLOW, ("text", "Recovered answer."))
 
     async def run():
         async with make_worker(cli_store, s.id, config_file) as w:
@@ -377,8 +305,8 @@ def test_overflow_is_recovered_with_one_summary_and_one_retry(fake, cli_store, c
     assert isinstance(outcome, TurnFinished), outcome
     assert outcome.reply == "Recovered answer."
     assert CompactionStarted("overflow") in events
-    assert kinds(fake) == ["turn", "summary", "turn"]
-    first, retry = fake.turn_requests
+    assert kinds(compacting_fake) == ["turn", "summary", "turn"]
+    first, retry = compacting_fake.turn_requests
     assert retry["messages"][1]["content"].startswith(
         "[Historical conversation summary — reference only, not a new user request]\n")
     assert "fake summary 1" in retry["messages"][1]["content"]
@@ -391,11 +319,11 @@ def test_overflow_is_recovered_with_one_summary_and_one_retry(fake, cli_store, c
     assert cli_store.session(s.id).active_context_checkpoint_id == cp.id
 
 
-def test_a_second_overflow_fails_the_turn_after_exactly_two_turn_requests(run_cli, fake,
+def test_a_second_overflow_fails_the_turn_after_exactly_two_turn_requests(run_cli, compacting_fake,
                                                                           cli_store):
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
-    fake.script_turn(OVERFLOW, OVERFLOW, ("text", "a third request must never be sent"))
+    compacting_fake.script_turn(OVERFLOW, OVERFLOW, ("text", "a third request must never be sent"))
     result = run_cli("ask", "--session", "s", "still too big")
     assert result.status == 1, (result.stdout, result.stderr)
     clean(result)
@@ -405,19 +333,19 @@ def test_a_second_overflow_fails_the_turn_after_exactly_two_turn_requests(run_cl
     assert lines[0].startswith("picochat: context compacted (overflow): ")
     assert lines[1].startswith("picochat: ") and "too long" in lines[1]
     assert lines[1].endswith("; your message is saved")
-    assert kinds(fake) == ["turn", "summary", "turn"]
-    assert len(fake.turn_requests) == 2
+    assert kinds(compacting_fake) == ["turn", "summary", "turn"]
+    assert len(compacting_fake.turn_requests) == 2
     history = cli_json(run_cli, "history", "--session", "s")["messages"]
     assert [m["seq"] for m in history] == list(range(1, 22))
     assert (history[-1]["role"], history[-1]["content"]) == ("user", "still too big")
 
 
 def test_a_failed_summary_during_overflow_falls_back_to_a_degraded_trim(
-        run_cli, fake, cli_store, config_file):
+        run_cli, compacting_fake, cli_store, config_file):
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
-    fake.script_turn(OVERFLOW, ("text", "Answer after the trim."))
-    fake.script_summary(("status", 500))
+    compacting_fake.script_turn(OVERFLOW, ("text", "Answer after the trim."))
+    compacting_fake.script_summary(("status", 500))
 
     async def run():
         async with make_worker(cli_store, s.id, config_file) as w:
@@ -428,11 +356,12 @@ def test_a_failed_summary_during_overflow_falls_back_to_a_degraded_trim(
     assert outcome.reply == "Answer after the trim."
     [recovery] = outcome.compactions
     assert recovery.degraded and recovery.summary_error is not None
-    assert kinds(fake) == ["turn", "summary", "turn"]  # the failed summary is not retried
+    # the failed summary is not retried
+    assert kinds(compacting_fake) == ["turn", "summary", "turn"]
     [cp] = cli_json(run_cli, "checkpoints", "--session", "s")
     assert cp["active"] and cp["degraded"] and cp["trigger_reason"] == "overflow"
     assert cp["summary"].startswith(BREADCRUMB_START)
-    retry = fake.turn_requests[1]["messages"]
+    retry = compacting_fake.turn_requests[1]["messages"]
     assert BREADCRUMB_START in retry[1]["content"]
     assert retry[2]["content"] == cli_store.history(s.id)[cp["first_retained_seq"] - 1].content
     assert retry[-1] == {"role": "user", "content": "overflow and no summary"}
@@ -441,12 +370,12 @@ def test_a_failed_summary_during_overflow_falls_back_to_a_degraded_trim(
 # --- 4. the summary request's shape -------------------------------------------------------------
 
 
-def test_compact_sends_the_summary_request_the_contract_describes(run_cli, fake, cli_store,
-                                                                  config_file):
+def test_compact_sends_the_summary_request_the_contract_describes(run_cli, compacting_fake,
+                                                                  cli_store, config_file):
     focus = "the deployment ports and config paths"
     instructions = "Always list every port number under Exact Facts."
-    config_file.write_text(config_text(fake.base_url, window=6000, instructions=instructions),
-                           encoding="utf-8")
+    config_file.write_text(compaction_config_text(compacting_fake.base_url, window=6000,
+                                                  instructions=instructions), encoding="utf-8")
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
     info = json.loads(run_cli("info", "--session", "s", "--json").stdout)
@@ -455,7 +384,7 @@ def test_compact_sends_the_summary_request_the_contract_describes(run_cli, fake,
     clean(result)
     assert result.stdout.startswith("Context compacted: ")
     assert result.stdout.splitlines()[-1] == "Raw history unchanged"
-    [body] = fake.requests
+    [body] = compacting_fake.requests
     assert is_summary_request(body)
     assert not body.get("tools") and "tool_choice" not in body
     assert body["temperature"] <= 0.3
@@ -473,9 +402,10 @@ def test_compact_sends_the_summary_request_the_contract_describes(run_cli, fake,
     assert cp.trigger_reason == "manual"
 
 
-def test_summary_requests_carry_no_tools_even_when_turns_do(fake, cli_store, tmp_path):
+def test_summary_requests_carry_no_tools_even_when_turns_do(compacting_fake, cli_store, tmp_path):
     big = tmp_path / "big.toml"  # a 16K window
-    big.write_text(config_text(fake.base_url, window=16_000), encoding="utf-8")
+    big.write_text(compaction_config_text(compacting_fake.base_url, window=16_000),
+                   encoding="utf-8")
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
 
@@ -486,8 +416,8 @@ def test_summary_requests_carry_no_tools_even_when_turns_do(fake, cli_store, tmp
 
     turn, info, outcome = asyncio.run(run())
     assert isinstance(turn, TurnFinished) and outcome.status == "compacted", outcome.error
-    assert kinds(fake) == ["turn", "summary"]
-    turn_body, summary_body = fake.requests
+    assert kinds(compacting_fake) == ["turn", "summary"]
+    turn_body, summary_body = compacting_fake.requests
     assert turn_body["tools"] == [TOOL]
     assert not summary_body.get("tools") and "tool_choice" not in summary_body
     assert summary_body["temperature"] <= 0.3
@@ -497,7 +427,7 @@ def test_summary_requests_carry_no_tools_even_when_turns_do(fake, cli_store, tmp
 # --- 5. a failed summary on /compact changes nothing ---------------------------------------------
 
 
-def test_a_failed_manual_summary_keeps_the_old_checkpoint(run_cli, fake, cli_store,
+def test_a_failed_manual_summary_keeps_the_old_checkpoint(run_cli, compacting_fake, cli_store,
                                                           config_file):
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
@@ -511,14 +441,14 @@ def test_a_failed_manual_summary_keeps_the_old_checkpoint(run_cli, fake, cli_sto
     seed(cli_store, s.id, 8, start=10)
     generation = cli_store.session(s.id).context_generation
     history = [(m.seq, m.content) for m in cli_store.history(s.id)]
-    fake.script_summary(("status", 500))
+    compacting_fake.script_summary(("status", 500))
     result = run_cli("compact", "--session", "s")
     assert result.status == 1, (result.stdout, result.stderr)
     clean(result)
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("picochat: compaction failed: "), lines
-    assert kinds(fake) == ["summary", "summary"]  # one call each, no retry
+    assert kinds(compacting_fake) == ["summary", "summary"]  # one call each, no retry
     listed = cli_json(run_cli, "checkpoints", "--session", "s")
     assert [(c["id"], c["active"]) for c in listed] == [(old.id, True)]
     after = cli_store.session(s.id)
@@ -531,13 +461,13 @@ def test_a_failed_manual_summary_keeps_the_old_checkpoint(run_cli, fake, cli_sto
 # --- 6. a provider-reported usage figure drives the budget, only while it still applies --------
 
 
-def test_reported_usage_calibrates_the_budget_and_triggers_auto_compaction(fake, cli_store,
-                                                                           config_file):
+def test_reported_usage_calibrates_the_budget_and_triggers_auto_compaction(compacting_fake,
+                                                                           cli_store, config_file):
     s = cli_store.create_session("s")
     # ~4,200 tokens by the stored counts: far below 7,168, and enough older turns that a
     # compaction frees a quarter of the threshold (less would not be worth a summary call)
     seed(cli_store, s.id, 16)
-    fake.usage = {"prompt_tokens": 7_165, "completion_tokens": 5}
+    compacting_fake.usage = {"prompt_tokens": 7_165, "completion_tokens": 5}
 
     async def run():
         async with make_worker(cli_store, s.id, config_file) as w:
@@ -550,7 +480,7 @@ def test_reported_usage_calibrates_the_budget_and_triggers_auto_compaction(fake,
             finally:
                 other.close()
             cards["after_append"] = w.info().as_dict()
-            fake.usage = None  # from now on the fake reports about chars / 4
+            compacting_fake.usage = None  # from now on the fake reports about chars / 4
             handle = w.submit_turn("second question")
             events = [e async for e in handle]
             second = await handle.result()
@@ -584,7 +514,7 @@ def test_reported_usage_calibrates_the_budget_and_triggers_auto_compaction(fake,
     [auto] = second.compactions
     assert auto.status == "compacted" and auto.checkpoint.trigger_reason == "auto"
     assert auto.checkpoint.tokens_after < auto.checkpoint.tokens_before
-    assert kinds(fake) == ["turn", "summary", "turn"]
+    assert kinds(compacting_fake) == ["turn", "summary", "turn"]
     card = cards["after_second"]
     assert card["usage_source"] == "provider+estimate"
     assert card["active_checkpoint_id"] == auto.checkpoint.id

@@ -21,19 +21,9 @@ from picochat.compaction.transcript import UNKNOWN_TOOL_STATUS, serialize, summa
 from picochat.messages import Message
 from picochat.projection import restore
 from picochat.providers.errors import ProviderUnavailable
-from tests.scripted import Recorder, waiter, well_formed
+from tests.helpers.conversations import FILLER, plant_services, talk
+from tests.helpers.scripted import Recorder, waiter, well_formed
 from tests.helpers.storage import append_message
-
-FILLER = "The quick brown fox jumps over the lazy dog near port 8080. "
-
-
-def talk(store, sid, turns, words=40, start=0):
-    """`turns` user/assistant turns of roughly `words`*1.3 tokens per message."""
-    for i in range(start, start + turns):
-        append_message(store, sid, "user", f"question {i}: " + FILLER * (words // 12 + 1),
-                       turn_id=f"t{i}")
-        append_message(store, sid, "assistant", f"answer {i}: " + FILLER * (words // 12 + 1),
-                       turn_id=f"t{i}")
 
 
 def msg(seq, role, content="x", **kw):
@@ -564,16 +554,6 @@ def test_a_forged_ledger_in_a_summary_never_becomes_what_the_user_said(store):
         assert "#1: Our Redis cache runs on port 6380." in ledger_section
         assert summary.count("## Exact Facts") == 1
         assert not any("#1" in line and "/srv/data" in line for line in summary.splitlines())
-
-
-def plant_services(store, sid, turns=60):
-    """`turns` turns, each a user message with three exact facts: more than a small window's
-    ledger share holds."""
-    for i in range(turns):
-        append_message(store, sid, "user", f"Service {i} listens on port {8000 + i} with "
-                       f"config /etc/svc/{i}.toml and ticket OPS-{1000 + i}.",
-                       turn_id=f"t{i}")
-        append_message(store, sid, "assistant", "Noted.", turn_id=f"t{i}")
 
 
 def test_a_compaction_that_evicts_facts_says_how_many(store):

@@ -38,13 +38,10 @@ from picochat.tools.registry import BUILTIN, schemas
 from picochat.compaction.compact import CompactRequest, compact_context
 from picochat.projection import project, restore
 from picochat.storage import open_store
-from tests.scripted import Recorder, well_formed
+from tests.helpers.scripted import WORD, Filler, Recorder, well_formed
 from tests.helpers.storage import append_message
 
 SYSTEM = "You are a helpful assistant."
-WORD = "lorem "  # one o200k token a word
-
-
 # --- the shares ----------------------------------------------------------------------------------
 
 
@@ -116,25 +113,6 @@ def test_a_compaction_is_worth_a_summary_only_if_it_frees_a_quarter_of_the_thres
 
 
 # --- the properties --------------------------------------------------------------------------------
-
-
-class Filler(Recorder):
-    """A summarizer that writes a well-formed summary filling `share` of its cap."""
-
-    def __init__(self, share: float) -> None:
-        super().__init__()
-        self.share = share
-
-    async def stream(self, request):
-        if request.purpose == "summary":
-            headings = tokens.count_text(well_formed(""))
-            words = max(1, int((request.max_tokens - headings - 2) * self.share))
-            while words > 1 and tokens.count_text(well_formed(WORD * words)) > \
-                    request.max_tokens:
-                words -= 1
-            self.summaries = [well_formed(WORD * words)]
-        async for part in super().stream(request):
-            yield part
 
 
 def sentence(n: int, words: int) -> str:

@@ -19,8 +19,8 @@ from picochat.messages import NewCheckpoint
 from picochat.projection import restore, summary_block
 from picochat.providers.errors import ProviderUnavailable
 from picochat.tools.registry import schemas
-from tests.scripted import Recorder, well_formed
-from tests.test_compaction_engine import FILLER, talk
+from tests.helpers.conversations import FILLER, talk
+from tests.helpers.scripted import Recorder, well_formed
 from tests.helpers.storage import append_message
 
 

@@ -7,7 +7,6 @@ import dataclasses
 import re
 import socket
 import tomllib
-from pathlib import Path
 
 import pytest
 
@@ -16,32 +15,10 @@ from picochat.config import AgentConfig, Config, ModelConfig, load_config, save_
 from picochat.config_starter import starter_config_text
 from picochat.errors import ConfigError
 from picochat.models import auto_detect, choose_model_name, lookup_window, resolve_model
+from tests.helpers.config import assert_config_error, write
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def _db_files(home: Path) -> list[Path]:
-    data = home / "data"
-    return sorted(data.rglob("*.db*")) if data.exists() else []
-
-
-def _assert_config_error(result, home: Path, *needles: str) -> None:
-    """One line on stderr, exit 2, no traceback, every needle present."""
-    assert result.status == 2, (result.status, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert _db_files(home) == [], "a database was created despite the config error"
-
-
-def _write(path: Path, text: str | bytes) -> bytes:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    path.write_bytes(data)
-    return data
 
 
 # --- every error path: one line, exit 2, file + key named, nothing written -----------------------
@@ -125,25 +102,25 @@ BAD_CONFIGS = {
 def test_invalid_config_is_one_line_exit_2_and_nothing_written(case, command, run_cli, home,
                                                                config_file):
     text, needles = BAD_CONFIGS[case]
-    before = _write(config_file, text)
+    before = write(config_file, text)
     result = run_cli(*command)
-    _assert_config_error(result, home, str(config_file), *needles)
+    assert_config_error(result, home, str(config_file), *needles)
     assert result.stdout == ""
     assert config_file.read_bytes() == before
 
 
 @pytest.mark.parametrize("command", [("ask", "hi"), ("config", "show")], ids=["ask", "show"])
 def test_bad_toml_syntax_names_line_and_column(command, run_cli, home, config_file):
-    before = _write(config_file, '[context_compaction]\nenabled = true\nreserve_tokens = \n')
+    before = write(config_file, '[context_compaction]\nenabled = true\nreserve_tokens = \n')
     result = run_cli(*command)
-    _assert_config_error(result, home, str(config_file), "invalid TOML", "line 3, column 18")
+    assert_config_error(result, home, str(config_file), "invalid TOML", "line 3, column 18")
     assert config_file.read_bytes() == before
 
 
 def test_bad_toml_unclosed_table_header(run_cli, home, config_file):
-    before = _write(config_file, 'default_model = "offline"\n[ui\ntheme = "x"\n')
+    before = write(config_file, 'default_model = "offline"\n[ui\ntheme = "x"\n')
     result = run_cli("ask", "hi")
-    _assert_config_error(result, home, str(config_file), "invalid TOML")
+    assert_config_error(result, home, str(config_file), "invalid TOML")
     assert re.search(r"line 2, column \d+", result.stderr), result.stderr
     assert config_file.read_bytes() == before
 
@@ -154,20 +131,20 @@ def test_config_flag_pointing_at_a_directory(run_cli, home, tmp_path):
     for command in (("ask", "--config", str(folder), "hi"),
                     ("config", "show", "--config", str(folder))):
         result = run_cli(*command)
-        _assert_config_error(result, home, str(folder), "directory")
+        assert_config_error(result, home, str(folder), "directory")
     assert list(folder.iterdir()) == []
 
 
 @pytest.mark.parametrize("command", [("ask", "hi"), ("config", "show")], ids=["ask", "show"])
 def test_non_utf8_config_file(command, run_cli, home, config_file):
-    before = _write(config_file, b'default_model = "caf\xe9"\n')
+    before = write(config_file, b'default_model = "caf\xe9"\n')
     result = run_cli(*command)
-    _assert_config_error(result, home, str(config_file), "UTF-8", "byte 20")
+    assert_config_error(result, home, str(config_file), "UTF-8", "byte 20")
     assert config_file.read_bytes() == before
 
 
 def test_api_key_env_not_set_is_a_one_line_error(run_cli, home, config_file):
-    _write(config_file, '[models.x]\nmodel = "openai/fake-model"\n'
+    write(config_file, '[models.x]\nmodel = "openai/fake-model"\n'
                         'api_key_env = "PICOCHAT_TEST_SURELY_UNSET_KEY"\n')
     result = run_cli("ask", "--model", "x", "hi")
     assert result.status == 2, result.stderr
@@ -178,22 +155,22 @@ def test_api_key_env_not_set_is_a_one_line_error(run_cli, home, config_file):
 
 
 def test_api_key_env_not_set_names_the_file_and_writes_nothing(run_cli, home, config_file):
-    before = _write(config_file, '[models.x]\nmodel = "openai/fake-model"\n'
+    before = write(config_file, '[models.x]\nmodel = "openai/fake-model"\n'
                                  'api_key_env = "PICOCHAT_TEST_SURELY_UNSET_KEY"\n')
     result = run_cli("ask", "--model", "x", "hi")
     assert config_file.read_bytes() == before
-    _assert_config_error(result, home, str(config_file), "models.x.api_key_env",
+    assert_config_error(result, home, str(config_file), "models.x.api_key_env",
                          "PICOCHAT_TEST_SURELY_UNSET_KEY")
 
 
 def test_unknown_default_model_names_file_and_key_and_writes_nothing(run_cli, home, config_file):
-    _write(config_file, 'default_model = "nosuch"\n')
+    write(config_file, 'default_model = "nosuch"\n')
     result = run_cli("ask", "hi")
-    _assert_config_error(result, home, str(config_file), "default_model", "nosuch")
+    assert_config_error(result, home, str(config_file), "default_model", "nosuch")
 
 
 def test_set_api_key_env_passes_resolution(config_file, home, monkeypatch):
-    _write(config_file, '[models.x]\nmodel = "openai/fake-model"\napi_key_env = "PICO_K"\n')
+    write(config_file, '[models.x]\nmodel = "openai/fake-model"\napi_key_env = "PICO_K"\n')
     config = load_config(config_file)
     monkeypatch.delenv("PICO_K", raising=False)
     with pytest.raises(ConfigError, match="PICO_K is not set"):
@@ -229,7 +206,7 @@ def test_missing_config_file_lets_ask_run_offline(run_cli, config_file):
 
 
 def test_config_show_reflects_the_file(run_cli, config_file):
-    _write(config_file, 'default_model = "fake"\n[models.fake]\nmodel = "openai/fake-model"\n'
+    write(config_file, 'default_model = "fake"\n[models.fake]\nmodel = "openai/fake-model"\n'
                         'token_limit = 8192\n[context_compaction]\nreserve_tokens = 1000\n'
                         '[tools]\nenabled = ["read_file", "read_file"]\n')
     result = run_cli("config", "show")
@@ -263,9 +240,9 @@ def test_config_flag_overrides_the_path(run_cli, tmp_path, config_file):
 
 
 def test_config_flag_is_the_file_that_is_read(run_cli, tmp_path, config_file):
-    _write(config_file, '[ui]\ntheme = "from-default-location"\n')
+    write(config_file, '[ui]\ntheme = "from-default-location"\n')
     other = tmp_path / "other.toml"
-    _write(other, '[ui]\ntheme = "from-flag"\n')
+    write(other, '[ui]\ntheme = "from-flag"\n')
     result = run_cli("config", "show", "--config", str(other))
     assert result.status == 0, result.stderr
     assert tomllib.loads(result.stdout)["ui"]["theme"] == "from-flag"
@@ -314,7 +291,7 @@ def test_config_init_with_config_flag(run_cli, tmp_path, config_file):
 
 
 def test_config_init_force_replaces_an_invalid_file(run_cli, config_file):
-    _write(config_file, "this is [not toml\n")
+    write(config_file, "this is [not toml\n")
     result = run_cli("config", "init", "--force")
     assert result.status == 0, result.stderr
     assert run_cli("config", "show").status == 0
@@ -363,7 +340,7 @@ THEME_EDITS = {
 @pytest.mark.parametrize("case", sorted(THEME_EDITS))
 def test_save_theme_changes_only_the_theme(case, newline, config_file):
     before, after = (text.replace("\n", newline) for text in THEME_EDITS[case])
-    _write(config_file, before)
+    write(config_file, before)
     save_ui_theme(config_file, "new")
     assert config_file.read_bytes() == after.encode("utf-8")
     assert load_config(config_file).ui.theme == "new"
@@ -392,7 +369,7 @@ UNEDITABLE_THEME_FILES = {
 @pytest.mark.parametrize("case", sorted(UNEDITABLE_THEME_FILES))
 def test_save_theme_refuses_what_it_cannot_edit_and_leaves_it(case, config_file):
     text, needle = UNEDITABLE_THEME_FILES[case]
-    before = _write(config_file, text)
+    before = write(config_file, text)
     with pytest.raises(ConfigError) as raised:
         save_ui_theme(config_file, "new")
     line = raised.value.user_line()
@@ -456,7 +433,7 @@ def test_agent_token_limit_never_widens_the_window():
 
 
 def test_windows_from_a_real_config_file(config_file):
-    _write(config_file, '[models.fake]\nmodel = "openai/fake-model"\ntoken_limit = 8192\n'
+    write(config_file, '[models.fake]\nmodel = "openai/fake-model"\ntoken_limit = 8192\n'
                         '[agents.default]\nmodel = "fake"\ntoken_limit = 6000\n')
     config = load_config(config_file)
     r = resolve_model(config, choose_model_name(config, None, None))
@@ -515,7 +492,7 @@ def test_auto_detect_uses_first_ollama_model(home, monkeypatch):
 
 
 def test_cli_flag_beats_env_and_env_beats_config(run_cli, config_file):
-    _write(config_file, 'default_model = "nosuch-default"\n')
+    write(config_file, 'default_model = "nosuch-default"\n')
     bad_env = {"PICOCHAT_MODEL": "nosuch-env"}
     result = run_cli("ask", "--model", "offline", "hi", env=bad_env)
     assert result.status == 0, result.stderr
@@ -545,7 +522,7 @@ def test_unknown_bare_model_name_without_models_configured():
 
 
 def test_unknown_model_via_cli_is_exit_2(run_cli, config_file):
-    _write(config_file, '[models.fake]\nmodel = "openai/fake-model"\n')
+    write(config_file, '[models.fake]\nmodel = "openai/fake-model"\n')
     result = run_cli("ask", "--model", "nosuch", "hi")
     assert result.status == 2
     assert "Traceback" not in result.stderr
@@ -554,7 +531,7 @@ def test_unknown_model_via_cli_is_exit_2(run_cli, config_file):
 
 
 def test_empty_existing_config_file_is_named_as_the_source(run_cli, config_file):
-    _write(config_file, "")
+    write(config_file, "")
     result = run_cli("config", "show")
     assert result.status == 0, result.stderr
     assert f"# source: {config_file}" in result.stdout

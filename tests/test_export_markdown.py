@@ -26,8 +26,8 @@ from picochat.messages import COMPLETE, Message, NewCheckpoint, Session
 from picochat.storage import open_store
 from picochat.textsafe import clean
 from picochat.tui.chat import Notice
-from tests.test_tui import SIZE, make_app, say, texts
-from tests.waiting import settle
+from tests.helpers.tui import SIZE, make_app, say, texts
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
 
 READER = MarkdownIt("commonmark")  # raw HTML on, as GitHub and most viewers read it

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from picochat.storage import open_store
-from tests.test_tui import SIZE, make_app, say, texts
-from tests.waiting import WAIT_S, settle
+from tests.helpers.tui import SIZE, make_app, say, texts
+from tests.helpers.waiting import WAIT_S, settle
 from tests.helpers.storage import append_message
 from picochat.tui.chat import Notice
 

@@ -1,9 +1,11 @@
 """The fast paths of the exact-fact ledger and the summary gate find exactly what their plain
-definitions find: the same facts at the same places, the same corrections, the same retired
-facts, the same copied lines. A fact the fast scan missed would be a fact lost at compaction."""
+definitions find, and what they found when first written (recorded for a fixed corpus): the
+same facts at the same places, the same corrections, the same retired facts, the same copied
+lines. A fact the fast scan missed would be a fact lost at compaction."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from hypothesis import given, settings
@@ -11,18 +13,8 @@ from hypothesis import strategies as st
 
 from picochat import fact_values as V
 from picochat.compaction import gate
+from tests.helpers.fact_scan import EXPECTED, PIECES, transcript_of
 
-# Pieces that sit at the edges of the fact patterns: every kind's markers, near misses, the
-# characters where the ASCII and Unicode classes differ, and Unicode letters that fold to ASCII.
-PIECES = ["port", "Port", "port:", "port=", " is ", " of ", "version", "Python", "node", "go",
-          "rust", "java", "release", "RELEAſE", "v", "http://", "https://", "ssh://", "ftp",
-          "@", "a@b.co", "ops@", ".py", ".toml", ".tar.gz", "./", "../", "~/", "/", "/etc/x",
-          "-", "--", "+", ".", "..", ":", "::", "=", "==", '="', "='", '"', "'", "`", "```",
-          "```bash\n", "$ ", "#", "#12", "&#12", "$", "€", "£", "°C", "µs", " ms", "ms", "MB",
-          "x", "%", ",", ";", ")", "]", "(", "…", "_", "OPS-", "svc-", "A1", "deadbeef",
-          "123e4567-e89b-12d3-a456-426614174000", "10.0.0.", "1", "12", "255", "8080", "3.11",
-          "1,024", " ", "  ", "\t", "\n", "\n\n", "\r", "\x1c", "\x1f", "\xa0", "\u2003", "é",
-          "İ", "ı", "K", "ß", "日本", "٣", "word", "Deploy", "the", "canary", "e.g."]
 texts = st.lists(st.sampled_from(PIECES), max_size=30).map("".join)
 words = st.text(alphabet=st.characters(min_codepoint=9, max_codepoint=0x2fff), max_size=40)
 
@@ -83,137 +75,36 @@ def test_ascii_and_unicode_classes_differ_only_where_the_ascii_check_says() -> N
     assert not any(V._plain(c) for c in differ)
 
 
-def old_clip(value: str, limit: int = V.VALUE_CHARS) -> str:
-    value = " ".join(value.replace(V.SEP.strip(), "-").split())
-    return value if len(value) <= limit else value[: limit - 1] + "…"
+# What the ledger's values, the corrections, the correction cue and the gate's reading of lines
+# were when first written, recorded for a fixed corpus (tests/helpers/fact_scan.py says what it
+# covers and how to record it again).
+RECORDED = json.loads(EXPECTED.read_text(encoding="utf-8"))
 
 
-def old_values(text: str):
-    """`ledger._values` as first written: `_FACT.finditer` over the whole text."""
-    taken: list[tuple[int, int]] = []
-    for block in V._SHELL_FENCE.finditer(text):
-        taken.append(block.span())
-        for line in block.group(1).splitlines():
-            line = line.strip().removeprefix("$ ").strip()
-            if line and not line.startswith("#"):
-                yield "command", old_clip(line)
-    for m in V._PROMPT_LINE.finditer(text):
-        if not V._inside(m.start(), taken):
-            taken.append(m.span())
-            yield "command", old_clip(m.group(1).strip())
-    for m in V._CODE_SPAN.finditer(text):
-        code = m.group(1).strip()
-        if code and not V._inside(m.start(), taken):
-            if any(c in code for c in " /="):
-                taken.append(m.span())
-            yield "code", old_clip(code)
-    text = text.replace("`", " ")
-    for m in V._FACT.finditer(text):
-        if taken and V._inside(m.start(), taken) or text.startswith("…", m.end()):
-            continue
-        kind, value = m.lastgroup or "fact", m.group(0)
-        if kind != "number" and not value.endswith(("\"", "'")):
-            value = value.rstrip(V._TRAILING)
-        if kind == "number" and not any(c.isdigit() for c in value):
-            continue
-        if value:
-            yield kind, old_clip(value)
+def test_the_values_are_what_they_were_before() -> None:
+    for case in RECORDED["values"]:
+        text = case["text"]
+        assert [list(v) for v in V._values(text)] == case["values"], text
+        assert V.corrections(text) == case["corrections"], text
 
 
-def old_corrections(text: str) -> list[str]:
-    if not CUE.search(text):
-        return []
-    return [old_clip(" ".join(s.split()), V.CORRECTION_CHARS) for s in V._SENTENCE.split(text)
-            if s.strip() and CUE.search(s)]
+def test_the_correction_cue_finds_what_it_found_before() -> None:
+    for case in RECORDED["cues"]:
+        text, expected = case["text"], [tuple(s) for s in case["spans"]]
+        assert [m.span() for m in V._CORRECTION_CUE.finditer(text)] == expected, text
+        if V._plain(text):
+            assert [m.span() for m in V._CORRECTION_CUE_ASCII.finditer(text)] == expected, text
 
 
-MARKUP = ["`", "`x y`", "```bash\n$ cd /opt\nls\n```", "```\n", "\n$ make x=1\n", "$ ",
-          "Actually, use port 9 instead of port 8080. ", "no, ", "\x1c", "5\tms", "5\nms",
-          'x="a\tb"', "`a\tb`", "a · b=1", "`a·b`", "x=a·b"]
-messages = st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool"]),
-                              st.lists(st.sampled_from(PIECES + MARKUP), max_size=40)
-                              .map("".join), st.none() | texts), max_size=6)
+def test_the_gate_reads_lines_as_it_did() -> None:
+    for case in RECORDED["lines"]:
+        assert gate._content(case["text"]) == case["content"], case["text"]
 
 
-@settings(max_examples=1500, deadline=None)
-@given(messages)
-def test_the_values_are_what_they_were_before(raw) -> None:
-    for _, text, args in raw:
-        for source in (text, args):
-            if source is not None:
-                assert list(V._values(source)) == list(old_values(source))
-        assert V.corrections(text) == old_corrections(text)
-
-
-CUE = re.compile(  # the correction cue as first written, before its first-letter lookahead
-    r"\b(?:actually|instead|correction|rather than|not what|(?:that's|that is|was|is) wrong|"
-    r"change (?:it|that|this)|scratch that|i meant|no longer|don't use|do not use|"
-    r"forget (?:the|that|about)|not \S+ but)\b|^\s*no[,.!]", re.I)
-CUE_PIECES = ["actually", "ACTUALLY", "İnstead", "instead", "ıf", "scratch that", "ſcratch that",
-              "no,", " no.", "No!", "not this but", "that's wrong", "is wrong", "forget the",
-              "i meant", "don't use", "change it", "rather than", "was wrong", "correction",
-              "no longer", "do not use", "forget about", "That is wrong", "not what", "x", "-",
-              " ", "\n", "\x1c", "é"]
-
-
-@settings(max_examples=1500, deadline=None)
-@given(st.one_of(st.lists(st.sampled_from(CUE_PIECES), max_size=12).map("".join), words))
-def test_the_correction_cue_finds_what_it_found_before(text: str) -> None:
-    expected = [m.span() for m in CUE.finditer(text)]
-    assert [m.span() for m in V._CORRECTION_CUE.finditer(text)] == expected
-    if V._plain(text):
-        assert [m.span() for m in V._CORRECTION_CUE_ASCII.finditer(text)] == expected
-
-
-def old_content(text: str) -> list[str]:
-    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
-
-
-@settings(max_examples=800, deadline=None)
-@given(st.one_of(texts, words))
-def test_the_gate_reads_lines_as_it_did(text: str) -> None:
-    assert gate._content(text) == old_content(text)
-
-
-def old_longest_copied_run(summary_lines: list[str], transcript: str) -> int:
-    """`gate._longest_copied_run` as first written: every record line indexed."""
-    previous, records = gate._split_previous(transcript)
-    keep = set(old_content(previous))
-    record_lines = [l for l in old_content(records) if not gate._RECORD_HEADER.match(l)
-                    and l not in gate._DELIMITERS]
-    at: dict[str, list[int]] = {}
-    for j, line in enumerate(record_lines):
-        at.setdefault(line, []).append(j)
-
-    def copied(line: str) -> list[int]:
-        if (len(line) < gate.ECHO_MIN_CHARS or line in keep or gate._bullet(line)
-                or line.lstrip("#").strip().lower() in gate._CANONICAL):
-            return []
-        return at.get(line, [])
-
-    best, runs = 0, {}
-    for line in old_content("\n".join(summary_lines)):
-        runs = {j: runs.get(j - 1, 0) + 1 for j in copied(line)}
-        best = max(best, *runs.values(), 0)
-    return best
-
-
-LINES = ["The canary deploy failed on the second region", "the  canary deploy failed on the "
-         "second region", "\tThe canary deploy failed on the second region ", "### #12 user",
-         "# #3", "## Progress", "- a bullet line that is long enough", "short", "",
-         "<<<TRANSCRIPT", "TRANSCRIPT>>>",
-         "We moved the queue worker to the new cluster.", "Rollback is ready if latency grows.",
-         "We moved the queue worker to the new cluster.\x1c", "Then we restarted every worker."]
-
-
-@settings(max_examples=800, deadline=None)
-@given(st.none() | st.lists(st.sampled_from(LINES), max_size=5),
-       st.lists(st.sampled_from(LINES), max_size=25), st.lists(st.sampled_from(LINES), max_size=8))
-def test_the_gate_finds_the_copied_runs_it_found(previous, records, summary) -> None:
-    block = [] if previous is None else ["<<<PREVIOUS SUMMARY", *previous, "PREVIOUS SUMMARY>>>"]
-    transcript = "\n".join(["<<<TRANSCRIPT", *block, *records, "TRANSCRIPT>>>"])
-    assert gate._longest_copied_run(summary, transcript) == \
-        old_longest_copied_run(summary, transcript)
+def test_the_gate_finds_the_copied_runs_it_found() -> None:
+    for case in RECORDED["copied_runs"]:
+        transcript = transcript_of(case["previous"], case["records"])
+        assert gate._longest_copied_run(case["summary"], transcript) == case["longest"], case
 
 
 def test_record_headers_and_blank_lines_do_not_break_a_copied_run() -> None:
@@ -223,4 +114,3 @@ def test_record_headers_and_blank_lines_do_not_break_a_copied_run() -> None:
                             "### #6 assistant", "  " + copied[2].replace(" ", "  "),
                             "TRANSCRIPT>>>"])
     assert gate._longest_copied_run(copied, transcript) == 3
-    assert old_longest_copied_run(copied, transcript) == 3

@@ -13,14 +13,9 @@ import textwrap
 
 import pytest
 
-from picochat.ledger import counts
-from picochat.projection import restore
 from picochat.storage.store import open_store
-from tests.fake_openai import (
-    FakeOpenAI,
-    fake_openai,  # noqa: F401  (fixture)
-    summary_text,
-)
+from tests.helpers.facts import KEPT_TURNS, facts_of, folded_turns, missing_turns, planted
+from tests.helpers.fakes.openai import FakeOpenAI, summary_text
 
 TURNS = 40
 LIMITS = """
@@ -28,15 +23,6 @@ LIMITS = """
 reserve_tokens = 1024
 keep_recent_tokens = 600
 """
-
-
-def planted(n: int) -> str:
-    return (f"Service {n} listens on port {8000 + n}; its config is /etc/svc/svc{n}.toml and "
-            f"the ticket is OPS-{1000 + n}. Please remember all three.")
-
-
-def facts_of(n: int) -> tuple[str, str, str]:
-    return f"port {8000 + n}", f"/etc/svc/svc{n}.toml", f"OPS-{1000 + n}"
 
 
 def chat(run_cli) -> list[dict]:
@@ -60,30 +46,6 @@ def chat_in_process(capsys) -> list[dict]:
         assert status == 0, err
         replies.append(json.loads(out))
     return replies
-
-
-def folded_turns(home):
-    """The turns whose messages the context no longer holds raw, the active summary, and its
-    ledger's counts."""
-    store = open_store(home / "data" / "picochat.db")
-    try:
-        sid = store.find_session("s").id
-        context = restore(store, sid)
-        users = [m for m in store.history(sid) if m.role == "user"]
-        return ([n for n, m in enumerate(users, 1) if m.seq < (context.first_raw_seq or 0)],
-                context.summary or "", counts(context.ledger))
-    finally:
-        store.close()
-
-
-KEPT_TURNS = 7  # planted sentences (one ledger line each) the ledger's share holds at 3,000
-
-
-def missing_turns(folded, received, facts=None):
-    """The folded turns with a fact (`facts(n)`, the planted ones by default) that is not in
-    what the model received."""
-    facts = facts or facts_of
-    return [n for n in folded if any(f not in received for f in facts(n))]
 
 
 def assert_newest_folded_facts_reach_the_model(folded, received, ledger):
@@ -141,7 +103,7 @@ def use_fake_server(config_file, fake, window: int, extra: str = "") -> None:
 
 
 def test_forty_planted_turns_keep_the_newest_folded_facts_when_summaries_drop_them(
-        capsys, config_file, home, fake_openai: FakeOpenAI, monkeypatch):  # noqa: F811
+        capsys, config_file, home, fake_openai: FakeOpenAI, monkeypatch):
     monkeypatch.setenv("FAKE_API_KEY", "test-key")
     # an answer as long as the question, as a model's would be
     fake_openai.default_text = "Noted. I will keep that in mind for the rest of our work. " * 3
@@ -177,7 +139,7 @@ def test_the_planted_sentence_is_one_statement_of_exactly_three_facts(n):
 
 
 def test_plain_statements_reach_the_model_with_their_subject_at_8k(
-        capsys, config_file, home, fake_openai: FakeOpenAI, monkeypatch):  # noqa: F811
+        capsys, config_file, home, fake_openai: FakeOpenAI, monkeypatch):
     """Issue 30's run through `picochat ask`: an 8,192-token window with the default settings,
     a summarizer that keeps no fact, 40 turns of ordinary chat with 16 facts stated in plain
     sentences, two pasted 70-line access logs and one correction. On the last turn every

@@ -21,8 +21,8 @@ from picochat.budget import RequestDraft, budget_limits
 from picochat.compaction.compact import CompactMode, CompactRequest, compact_context
 from picochat.ledger import counts
 from picochat.projection import restore
-from tests.scripted import Recorder
-from tests.test_facts_e2e import KEPT_TURNS, missing_turns
+from tests.helpers.facts import KEPT_TURNS, missing_turns
+from tests.helpers.scripted import Recorder
 from tests.helpers.storage import append_message
 
 RUN = json.loads((Path(__file__).parent / "fixtures" / "smollm2_run_a.json").read_text())

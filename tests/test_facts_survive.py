@@ -34,7 +34,7 @@ from picochat.providers.offline import OfflineProvider
 from picochat.storage import open_store
 from picochat.tools.base import ToolContext
 from picochat.tools.history import HISTORY_SEARCH
-from tests.scripted import Recorder
+from tests.helpers.scripted import Recorder
 from tests.helpers.storage import append_message
 
 SYSTEM = "You are a test assistant."

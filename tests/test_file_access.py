@@ -13,10 +13,8 @@ from picochat.session import SessionWorker
 from picochat.tools.access import file_access, secret_reason
 from picochat.tools.base import ToolContext
 from picochat.tools.registry import call_detail, run_tool, schemas, tool_label
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401
-from tests.scripted import Recorder
-from tests.test_cli_litellm import ENV, fake  # noqa: F401
-from tests.test_session_compaction import model
+from tests.helpers.config import ENV
+from tests.helpers.scripted import Recorder, model
 
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
 SECRETS = [".ssh/id_rsa", "id_ed25519", "deploy/id_ecdsa.pub", ".env", "config/.env.local",
@@ -171,7 +169,7 @@ def test_bad_roots_are_one_line_and_exit_two(run_cli, config_file, roots, said):
 
 @pytest.mark.slow
 def test_ask_started_in_home_never_sends_a_key_and_says_what_each_tool_read(
-        run_cli, fake, tmp_path, monkeypatch):  # noqa: F811
+        run_cli, fake, tmp_path, monkeypatch):
     home = tmp_path / "home"
     plant(home, [".ssh/id_rsa"], KEY)
     plant(home, ["project/notes.md"], "the canary host is cn-west-12\n")

@@ -28,7 +28,7 @@ from picochat.projection import project, restore
 from picochat.storage import open_store
 from picochat.summary_contract import SUMMARY_OPEN, reads_as_facts_heading, reads_as_ledger_line
 from picochat.tools.registry import BUILTIN, schemas
-from tests.scripted import Recorder, well_formed
+from tests.helpers.scripted import Recorder, well_formed
 from tests.helpers.storage import append_message
 
 TOOLS = schemas(BUILTIN)

@@ -12,9 +12,9 @@ from picochat.compaction.compact import CompactRequest, compact_context
 from picochat.projection import restore
 from picochat.storage import open_store
 from picochat.storage.schema import MIGRATIONS
+from tests.helpers.conversations import talk
+from tests.helpers.scripted import Recorder, well_formed
 from picochat.storage.search import fts_query
-from tests.scripted import Recorder, well_formed
-from tests.test_compaction_engine import talk
 from tests.helpers.storage import append_message
 
 

@@ -14,8 +14,8 @@ from picochat.models import create_provider, resolve_model
 from picochat.storage.store import open_store
 from picochat.tui.app import PicochatApp
 from picochat.tui.screens import CardScreen
-from tests.test_tui import SIZE, say
-from tests.waiting import settle
+from tests.helpers.tui import SIZE, say
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
 
 CONFIG = """\

@@ -33,8 +33,8 @@ from picochat.session import SessionWorker
 from picochat.storage import open_store
 from picochat.tui.chat import ChatView, Notice, UserMessage
 from picochat.tui.prompt import Prompt
-from tests.test_tui import SIZE, Slow, make_app, say
-from tests.waiting import WAIT_S, read_until, settle, wait_until, wait_until_async
+from tests.helpers.tui import SIZE, Slow, make_app, say
+from tests.helpers.waiting import WAIT_S, read_until, settle, wait_until, wait_until_async
 from tests.helpers.storage import append_message
 
 
@@ -439,7 +439,7 @@ async def test_quitting_while_another_picochat_holds_the_lock_keeps_every_messag
     from picochat.paths import resolve_paths
     from picochat.tui.app import SHUTDOWN_WAIT_S, PicochatApp
     from picochat.unsent import unsent_file
-    from tests.test_tui import SMALL_KEEP
+    from tests.helpers.tui import SMALL_KEEP
 
     monkeypatch.setenv("PICOCHAT_BUSY_TIMEOUT_MS", "120000")  # the lock outlasts any wait
     paths = resolve_paths(str(tmp_path / "data"), str(tmp_path / "cfg" / "config.toml"))
@@ -500,7 +500,7 @@ def test_an_app_hung_in_its_shutdown_still_ends_soon_after_a_quit_signal(home, t
     """Once, closing the terminal left the app hung for good (Textual's writer thread blocked
     on a full queue). Here the shutdown hangs on purpose (a test-only pause point): the
     process still ends, with the signal's status, moments after the signal."""
-    from tests.reliability.test_signals import Terminal
+    from tests.helpers.terminal import Terminal
 
     marker = tmp_path / "hung"
     term = Terminal(dict(os.environ, TERM="xterm-256color", PICOCHAT_CRASH_POINT="quitting",
@@ -645,7 +645,7 @@ async def test_a_database_deleted_under_the_app_is_said_and_nothing_more_is_sent
 async def test_a_refresh_after_another_writer_keeps_the_notice_just_said(store):
     """Found by the suite itself: the refresh after another picochat wrote rebuilt the
     transcript and wiped the line the reader had just been given ("Took back …")."""
-    from tests.test_tui import texts
+    from tests.helpers.tui import texts
 
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
@@ -691,7 +691,7 @@ async def test_the_answer_streamed_under_the_lock_at_quit_is_saved_whole_at_the_
     from picochat.tui.app import PicochatApp
     from picochat.tui.chat import AssistantMessage
     from picochat.unsent import unsent_file
-    from tests.test_tui import SMALL_KEEP
+    from tests.helpers.tui import SMALL_KEEP
 
     monkeypatch.setenv("PICOCHAT_BUSY_TIMEOUT_MS", "120000")
     paths = resolve_paths(str(tmp_path / "data"), str(tmp_path / "cfg" / "config.toml"))
@@ -790,7 +790,7 @@ async def test_what_the_prompt_holds_at_a_quit_comes_back_at_the_next_open(tmp_p
     from picochat.paths import resolve_paths
     from picochat.tui.app import PicochatApp
     from picochat.unsent import Unsent, keep, unsent_file
-    from tests.test_tui import SMALL_KEEP
+    from tests.helpers.tui import SMALL_KEEP
 
     paths = resolve_paths(str(tmp_path / "data"), str(tmp_path / "cfg" / "config.toml"))
     store = open_store(paths.database)

@@ -25,7 +25,7 @@ from picochat.projection import restore
 from picochat.providers.base import ProviderRequest
 from picochat.providers.offline import OfflineProvider, reply_for
 from picochat.session import SessionWorker
-from tests.test_facts_e2e import KEPT_TURNS, missing_turns
+from tests.helpers.facts import KEPT_TURNS, missing_turns
 
 BIG = 100_000  # a transcript budget that cuts nothing
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from picochat.providers import ollama
-from tests.fake_ollama import FakeOllama, fake_ollama  # noqa: F401  (fixture)
 
 NOISE = ("Traceback", "Give Feedback", "Provider List", "LiteLLM")
 

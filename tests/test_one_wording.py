@@ -10,16 +10,11 @@ import sys
 from picochat.models import create_provider, resolve_model
 from picochat.tui.app import PicochatApp
 from picochat.tui.chat import Notice
-from tests.test_compaction_e2e import (  # noqa: F401  (fixtures)
-    clean,
-    cli_store,
-    db,
-    fake_openai,
-    seed,
-)
-from tests.test_summary_model import configure, fake  # noqa: F401  (fixture)
-from tests.test_tui import SIZE, make_app, say, texts
-from tests.waiting import WAIT_S, settle
+from tests.helpers.cli import clean
+from tests.helpers.config import configure
+from tests.helpers.conversations import seed
+from tests.helpers.tui import SIZE, make_app, say, texts
+from tests.helpers.waiting import WAIT_S, settle
 from tests.helpers.storage import append_message
 
 
@@ -67,12 +62,12 @@ async def test_a_failed_export_write_is_one_line_in_both(cli_store, tmp_path, mo
     assert not target.exists()
 
 
-async def test_a_failed_compaction_is_one_line_in_both(run_cli, fake, cli_store, config_file):
+async def test_a_failed_compaction_is_one_line_in_both(run_cli, keyed_fake, cli_store, config_file):
     """The chat model returns an empty summary to `/compact` and to `picochat compact`."""
-    config = configure(config_file, fake, chat="fake", summary_model=None)
+    config = configure(config_file, keyed_fake, chat="fake", summary_model=None)
     session = cli_store.create_session("s")
     seed(cli_store, session.id, 10)
-    fake.script_summary(("text", ""), ("text", ""))  # one for the app, one for the shell
+    keyed_fake.script_summary(("text", ""), ("text", ""))  # one for the app, one for the shell
     model = resolve_model(config, "fake")
     app = PicochatApp(cli_store, cli_store.session(session.id), model, create_provider(model),
                       config)

@@ -15,18 +15,9 @@ from pathlib import Path
 
 from picochat.session import Compacted, ToolRan, TurnFailed, TurnFinished
 from picochat.tools.registry import schemas
-from tests.fake_openai import is_summary_request, prompt_tokens
-from tests.test_compaction_e2e import (  # noqa: F401  (fixtures)
-    cli_store,
-    config_text,
-    db,
-    fake,
-    fake_openai,
-    kinds,
-    make_worker,
-    seed,
-)
-from tests.test_tool_loop_e2e import chains_whole
+from tests.helpers.config import compaction_config_text, make_worker
+from tests.helpers.conversations import seed
+from tests.helpers.fakes.openai import chains_whole, is_summary_request, kinds, prompt_tokens
 
 TOOLS = schemas(["history_search", "timeline_recall", "read_file"])
 
@@ -34,8 +25,8 @@ TOOLS = schemas(["history_search", "timeline_recall", "read_file"])
 def worker_config(tmp_path: Path, fake, window: int, reserve: int = 1024,
                   keep: int = 800) -> Path:
     path = tmp_path / f"w{window}.toml"
-    path.write_text(config_text(fake.base_url, window=window, reserve=reserve, keep=keep),
-                    encoding="utf-8")
+    path.write_text(compaction_config_text(fake.base_url, window=window, reserve=reserve,
+                                           keep=keep), encoding="utf-8")
     return path
 
 
@@ -43,14 +34,15 @@ def sizes(fake) -> list[int]:
     return [prompt_tokens(b) for b in fake.requests]
 
 
-def test_an_overflow_at_the_real_window_compacts_once_and_the_retry_fits(fake, cli_store,
+def test_an_overflow_at_the_real_window_compacts_once_and_the_retry_fits(compacting_fake, cli_store,
                                                                          tmp_path):
-    fake.window = 2_500          # the model's truth; picochat was told 16,000
+    compacting_fake.window = 2_500          # the model's truth; picochat was told 16,000
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 20)    # ~4,000 tokens by the fake's count
 
     async def run():
-        async with make_worker(cli_store, s.id, worker_config(tmp_path, fake, 16_000)) as w:
+        config = worker_config(tmp_path, compacting_fake, 16_000)
+        async with make_worker(cli_store, s.id, config) as w:
             first = await w.submit_turn("what did we decide?").result()
             card = w.info().as_dict()
             second = await w.submit_turn("and then?").result()
@@ -60,23 +52,25 @@ def test_an_overflow_at_the_real_window_compacts_once_and_the_retry_fits(fake, c
     assert isinstance(first, TurnFinished), first
     [outcome] = first.compactions
     assert outcome.reason == "overflow" and outcome.status == "compacted"
-    assert kinds(fake) == ["turn", "summary", "turn", "turn"]
-    over, *rest = sizes(fake)
-    assert over > 2_500 and all(n <= 2_500 for n in rest), sizes(fake)
+    assert kinds(compacting_fake) == ["turn", "summary", "turn", "turn"]
+    over, *rest = sizes(compacting_fake)
+    assert over > 2_500 and all(n <= 2_500 for n in rest), sizes(compacting_fake)
     assert card["effective_window_tokens"] == 2_500  # learnt from the error message
     assert isinstance(second, TurnFinished) and not second.compactions
 
 
-def test_an_overflow_after_a_tool_batch_retries_this_turn_alone(fake, cli_store, tmp_path):
-    fake.window = 3_000
+def test_an_overflow_after_a_tool_batch_retries_this_turn_alone(compacting_fake, cli_store,
+                                                                tmp_path):
+    compacting_fake.window = 3_000
     (tmp_path / "notes.txt").write_text("release notes line\n" * 220, encoding="utf-8")
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 11)    # fits alone; with the file's contents it does not
-    fake.script_turn(("tool_calls", [("call_1", "read_file", json.dumps({"path": "notes.txt"}))]),
-                     ("text", "The notes are release notes."))
+    compacting_fake.script_turn(
+        ("tool_calls", [("call_1", "read_file", json.dumps({"path": "notes.txt"}))]),
+        ("text", "The notes are release notes."))
 
     async def run():
-        config = worker_config(tmp_path, fake, 16_000)
+        config = worker_config(tmp_path, compacting_fake, 16_000)
         worker = make_worker(cli_store, s.id, config, tools=TOOLS)
         worker.tool_root = tmp_path
         async with worker as w:
@@ -87,10 +81,10 @@ def test_an_overflow_after_a_tool_batch_retries_this_turn_alone(fake, cli_store,
     outcome, events, card = asyncio.run(run())
     assert isinstance(outcome, TurnFinished), outcome
     assert outcome.reply == "The notes are release notes."
-    assert kinds(fake) == ["turn", "turn", "turn"]      # no summary mid-turn
-    first, over, retry = sizes(fake)
+    assert kinds(compacting_fake) == ["turn", "turn", "turn"]      # no summary mid-turn
+    first, over, retry = sizes(compacting_fake)
     assert first <= 3_000 < over and retry <= 3_000
-    sent = fake.requests[2]["messages"]
+    sent = compacting_fake.requests[2]["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool"]
     assert "release notes line" in sent[-1]["content"]  # the result went back whole
     assert [e.name for e in events if isinstance(e, ToolRan)] == ["read_file"]  # ran once
@@ -100,12 +94,13 @@ def test_an_overflow_after_a_tool_batch_retries_this_turn_alone(fake, cli_store,
     assert roles == ["user", "assistant", "tool", "assistant"]
 
 
-def test_no_request_ever_splits_a_tool_chain_across_compactions(fake, cli_store, tmp_path):
+def test_no_request_ever_splits_a_tool_chain_across_compactions(compacting_fake, cli_store,
+                                                                tmp_path):
     """Forty turns, most calling tools (some twice), against a model whose tokenizer is finer
     than picochat's estimate and whose 3,000-token window the fake enforces: auto compactions,
     an overflow recovery and request-local retries all happen on the way."""
-    fake.window = 3_000
-    fake.chars_per_token = 2.5
+    compacting_fake.window = 3_000
+    compacting_fake.chars_per_token = 2.5
     for i in range(4):
         (tmp_path / f"f{i}.txt").write_text(f"file {i} says port {8000 + i}\n" * (30 * i + 10),
                                             encoding="utf-8")
@@ -121,11 +116,11 @@ def test_no_request_ever_splits_a_tool_chain_across_compactions(fake, cli_store,
                 script.append(("tool_calls", [(f"c{t}c", "timeline_recall",
                                                json.dumps({"query": "port"}))]))
         script.append(("text", f"answer {t}: port {8000 + t % 4}"))
-    fake.script_turn(*script)
+    compacting_fake.script_turn(*script)
 
     async def run():
-        worker = make_worker(cli_store, s.id, worker_config(tmp_path, fake, 4_000, reserve=600,
-                                                           keep=700), tools=TOOLS)
+        worker = make_worker(cli_store, s.id, worker_config(tmp_path, compacting_fake, 4_000,
+                                                           reserve=600, keep=700), tools=TOOLS)
         worker.tool_root = tmp_path
         outcomes, compactions = [], []
         async with worker as w:
@@ -138,8 +133,8 @@ def test_no_request_ever_splits_a_tool_chain_across_compactions(fake, cli_store,
         return outcomes, compactions
 
     outcomes, compactions = asyncio.run(run())
-    turns = [b for b in fake.requests if not is_summary_request(b)]
-    summaries = [b for b in fake.requests if is_summary_request(b)]
+    turns = [b for b in compacting_fake.requests if not is_summary_request(b)]
+    summaries = [b for b in compacting_fake.requests if is_summary_request(b)]
     for body in turns:
         chains_whole(body["messages"])
     for body in summaries:
@@ -152,5 +147,5 @@ def test_no_request_ever_splits_a_tool_chain_across_compactions(fake, cli_store,
     assert {c.reason for c in compactions if c.compacted} == {"auto", "overflow"}
     assert len(cli_store.checkpoints(s.id)) >= 3
     overflow_compactions = sum(c.reason == "overflow" for c in compactions)
-    assert fake.overflows > overflow_compactions  # the rest were retried request-locally
+    assert compacting_fake.overflows > overflow_compactions  # the rest were retried request-locally
     assert sum(m.role == "tool" for m in cli_store.history(s.id)) >= 30

@@ -4,8 +4,8 @@ press gives the most recent one, the next presses older ones (issue 22.1)."""
 from __future__ import annotations
 
 from picochat.tui.prompt import Prompt
-from tests.test_tui import SIZE, chat_once, make_app
-from tests.waiting import settle
+from tests.helpers.tui import SIZE, chat_once, make_app
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
 
 

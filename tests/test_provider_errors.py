@@ -12,34 +12,17 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.fake_openai import FakeOpenAI, fake_openai, overflow_body  # noqa: F401  (fixture)
-from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, history, write_config
-from tests.waiting import WAIT_S
-
-LITELLM_WORDS = ("litellm", "OpenAIException", "APIConnectionError", "MidStreamFallback",
-                 "Expecting value", "Original exception", "Connection error")
+from tests.helpers.cli import ask, assert_clean_failure, assert_no_internals, history, roles
+from tests.helpers.config import write_config
+from tests.helpers.fakes.openai import FakeOpenAI, overflow_body
+from tests.helpers.waiting import WAIT_S
 
 
 @pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
+def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
     # a bound on a hang, generous under load: no test here waits for it to pass
     write_config(config_file, fake_openai.base_url, f"timeout = {WAIT_S:g}\n")
     return fake_openai
-
-
-def ask(run_cli, text: str, env: dict[str, str] | None = None):
-    # through litellm: its import alone took ~50 s on a busy machine (run_cli's 60 s default
-    # was hit under load)
-    return run_cli("ask", text, env=env or ENV, timeout=3 * WAIT_S)
-
-
-def assert_no_internals(result) -> None:
-    for word in LITELLM_WORDS + NOISE:
-        assert word not in result.stderr and word not in result.stdout, (word, result.stderr)
-
-
-def roles(run_cli) -> list[tuple[str, str]]:
-    return [(m["role"], m["status"]) for m in history(run_cli)]
 
 
 # --- a stream that breaks after the server answered -----------------------------------------
@@ -205,7 +188,7 @@ def test_an_echoed_key_in_any_encoding_is_masked_in_the_line_and_the_log(run_cli
     """A proxy quotes the upstream body (JSON inside the message, `/` written `\\/`), the
     request URL (lower-case percent-encoding), the Authorization header (base64 of `Bearer
     KEY`) and the key upper-cased across a line break: none of them is the key to the user."""
-    from tests.test_key_redaction import KEY, leaks
+    from tests.helpers.redaction import KEY, leaks
 
     encoded = quote(KEY, safe="").replace("%2F", "%2f").replace("%2B", "%2b")
     header = base64.b64encode(f"Bearer {KEY}".encode()).decode()

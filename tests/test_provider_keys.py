@@ -20,8 +20,8 @@ import pytest
 from picochat.config import Config
 from picochat.errors import ConfigError
 from picochat.models import create_provider, resolve_model
-from tests.fake_openai import AUTH_BODY, FakeOpenAI, fake_openai  # noqa: F401  (fixture)
-from tests.test_cli_litellm import assert_clean_failure
+from tests.helpers.cli import assert_clean_failure
+from tests.helpers.fakes.openai import AUTH_BODY, FakeOpenAI
 
 ENV_KEY = "sk-user-env-key-0123456789"
 
@@ -39,7 +39,7 @@ def proxy_config(config_file: Path, base_url: str, api_key_env: str | None = Non
 
 
 @pytest.fixture
-def proxy(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
+def proxy(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
     proxy_config(config_file, fake_openai.base_url)
     return fake_openai
 

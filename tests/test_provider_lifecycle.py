@@ -16,16 +16,10 @@ import pytest
 from picochat.messages import INTERRUPTED
 from picochat.providers.base import TextDelta
 from picochat.session import TurnFailed
-from tests.test_cli_litellm import _SITECUSTOMIZE, ENV, NOISE, history
-from tests.test_compaction_e2e import (  # noqa: F401  (fixtures)
-    cli_store,
-    db,
-    fake,
-    fake_openai,
-    make_worker,
-)
-from tests import fake_openai as fake_openai_module
-from tests.waiting import WAIT_S, read_until
+from tests.helpers.cli import NOISE, SITECUSTOMIZE, history
+from tests.helpers.config import ENV, make_worker
+from tests.helpers.fakes import openai as fake_openai_module
+from tests.helpers.waiting import WAIT_S, read_until
 
 BEFORE = "The first half of an answer"
 
@@ -36,9 +30,9 @@ def held(fake) -> threading.Event:
     return release
 
 
-def test_cancel_mid_stream_drops_the_connection_and_keeps_what_arrived(fake, cli_store,
+def test_cancel_mid_stream_drops_the_connection_and_keeps_what_arrived(compacting_fake, cli_store,
                                                                        config_file):
-    release = held(fake)
+    release = held(compacting_fake)
     s = cli_store.create_session("s")
 
     async def run():
@@ -53,7 +47,7 @@ def test_cancel_mid_stream_drops_the_connection_and_keeps_what_arrived(fake, cli
             outcome = await handle.result()
             # the server sees the client go away while the worker (and its connection pool)
             # is still open: the cancel itself closed the stream
-            closed = await asyncio.to_thread(fake.disconnected.wait, WAIT_S)
+            closed = await asyncio.to_thread(compacting_fake.disconnected.wait, WAIT_S)
             return outcome, closed
 
     try:
@@ -62,19 +56,19 @@ def test_cancel_mid_stream_drops_the_connection_and_keeps_what_arrived(fake, cli
     finally:
         release.set()
     assert isinstance(outcome, TurnFailed) and outcome.cancelled
-    assert len(fake.requests) == 1
+    assert len(compacting_fake.requests) == 1
     rows = [(m.role, m.content, m.status) for m in cli_store.history(s.id)]
     assert rows == [("user", "tell me everything", "complete"),
                     ("assistant", BEFORE, INTERRUPTED)]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT semantics")
-def test_ctrl_c_during_ask_saves_the_partial_answer_and_exits_130(run_cli, fake, home,
+def test_ctrl_c_during_ask_saves_the_partial_answer_and_exits_130(run_cli, compacting_fake, home,
                                                                    monkeypatch):
     # the fake gives up a held stream after HOLD_LIMIT_S (then the client's leaving is never
     # seen); the CLI's answer to Ctrl-C must not race that limit on a busy machine
     monkeypatch.setattr(fake_openai_module, "HOLD_LIMIT_S", 3 * WAIT_S)
-    release = held(fake)
+    release = held(compacting_fake)
     env = {**os.environ, **ENV}
     proc = subprocess.Popen([sys.executable, "-m", "picochat", "ask", "tell me everything"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -83,7 +77,7 @@ def test_ctrl_c_during_ask_saves_the_partial_answer_and_exits_130(run_cli, fake,
         shown = read_until(proc.stdout, BEFORE, timeout=3 * WAIT_S)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=WAIT_S)
-        assert fake.disconnected.wait(WAIT_S), "the held stream was never closed"
+        assert compacting_fake.disconnected.wait(WAIT_S), "the held stream was never closed"
     finally:
         release.set()
         if proc.poll() is None:
@@ -99,7 +93,7 @@ def test_ctrl_c_during_ask_saves_the_partial_answer_and_exits_130(run_cli, fake,
     rows = history(run_cli)
     assert [(r["role"], r["content"], r["status"]) for r in rows] == [
         ("user", "tell me everything", "complete"), ("assistant", BEFORE, INTERRUPTED)]
-    assert len(fake.requests) == 1
+    assert len(compacting_fake.requests) == 1
 
 
 WARM_UP = textwrap.dedent("""
@@ -121,7 +115,7 @@ WARM_UP = textwrap.dedent("""
 def test_warm_up_imports_litellm_and_touches_no_network(tmp_path, home):
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE, encoding="utf-8")
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
     log = tmp_path / "net.log"
     env = {**os.environ, "PICOCHAT_TEST_NET_LOG": str(log), "PYTHONWARNINGS": "always",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(site),
@@ -135,7 +129,8 @@ def test_warm_up_imports_litellm_and_touches_no_network(tmp_path, home):
     assert not [e for e in events if '"socket.connect"' in e or "getaddrinfo" in e], events
 
 
-def test_ask_through_litellm_shuts_down_without_unclosed_connections(run_cli, fake, home):
+def test_ask_through_litellm_shuts_down_without_unclosed_connections(run_cli, compacting_fake,
+                                                                     home):
     env = {**ENV, "PYTHONWARNINGS": "always", "PYTHONTRACEMALLOC": "0"}
     # through litellm: its import alone took ~50 s on a busy machine
     result = run_cli("ask", "hello", env=env, timeout=3 * WAIT_S)
@@ -147,12 +142,12 @@ def test_ask_through_litellm_shuts_down_without_unclosed_connections(run_cli, fa
     assert "turn_ok" in text and "python_warning" not in text, text
 
 
-def test_a_provider_reused_after_a_cancelled_warm_up_still_answers(fake):
+def test_a_provider_reused_after_a_cancelled_warm_up_still_answers(compacting_fake):
     """Each asyncio.run is a new loop: a warm-up task of an old one must not poison the next."""
     from picochat.providers.base import ProviderRequest, collect
     from picochat.providers.litellm_provider import LiteLLMProvider
 
-    provider = LiteLLMProvider("openai/fake-model", "openai", api_base=fake.base_url,
+    provider = LiteLLMProvider("openai/fake-model", "openai", api_base=compacting_fake.base_url,
                                api_key="test-key")
 
     async def abandoned() -> None:

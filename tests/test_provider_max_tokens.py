@@ -8,7 +8,6 @@ import asyncio
 from picochat.providers import model_map
 from picochat.providers.base import ProviderRequest, collect
 from picochat.providers.litellm_provider import ANTHROPIC_DEFAULT_MAX_TOKENS, LiteLLMProvider
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
 
 HELLO = ({"role": "user", "content": "hi"},)
 

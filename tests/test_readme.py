@@ -13,8 +13,6 @@ import pytest
 from picochat.cli.parser import build_parser
 from picochat.config import load_config
 from picochat.tui import slash
-from tests.fake_ollama import fake_ollama  # noqa: F401  (fixture)
-from tests.fake_openai import fake_openai  # noqa: F401  (fixture)
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
 BLOCKS = re.findall(r"```(\w*)\n(.*?)```", README, re.S)

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from picochat.providers.errors import parse_context_window, refuses_tools
-from tests.fake_openai import FakeOpenAI, fake_openai, is_summary_request  # noqa: F401
-from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, history, write_config
+from tests.helpers.cli import NOISE, assert_clean_failure, history
+from tests.helpers.config import ENV, write_config
+from tests.helpers.fakes.openai import FakeOpenAI, is_summary_request
 
 
 @pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
+def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
     write_config(config_file, fake_openai.base_url, "timeout = 20\n")
     return fake_openai
 

@@ -21,11 +21,7 @@ from picochat.providers.base import TextDelta, ThinkingDelta
 from picochat.session import SessionWorker, TurnFailed, TurnFinished
 from picochat.storage.store import open_store
 from picochat.tools.registry import schemas
-from tests.fake_openai import (
-    FakeOpenAI,
-    fake_openai,  # noqa: F401  (fixture)
-    summary_text,
-)
+from tests.helpers.fakes.openai import FakeOpenAI, summary_text
 from tests.helpers.storage import append_message
 
 ENV = {"FAKE_API_KEY": "test-key"}
@@ -49,7 +45,7 @@ def config_text(api_base: str, model: str = "openai/fake-model", window: int = 8
 
 
 @pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path,  # noqa: F811
+def fake(fake_openai: FakeOpenAI, config_file: Path,
          monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)

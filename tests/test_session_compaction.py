@@ -11,18 +11,12 @@ import pytest
 from picochat import tokens
 from picochat.compaction.report import DEGRADED_NOTE
 from picochat.config import CompactionConfig, Config, ModelConfig
-from picochat.models import resolve_model
 from picochat.projection import restore
 from picochat.providers.errors import ContextOverflow, ProviderUnavailable
 from picochat.session import Compacted, CompactionStarted, SessionWorker, TurnFailed, TurnFinished
-from tests.scripted import Recorder, waiter
-from tests.test_compaction_engine import talk
-from tests.waiting import wait_until_async
-
-
-def model(window):
-    return resolve_model(Config(models={"m": ModelConfig("m", "offline", token_limit=window)}),
-                         "m")
+from tests.helpers.conversations import talk
+from tests.helpers.scripted import Recorder, model, waiter
+from tests.helpers.waiting import wait_until_async
 
 
 SMALL = CompactionConfig(reserve_tokens=1_024, keep_recent_tokens=800)

@@ -10,8 +10,8 @@ import pytest
 from picochat.errors import BadSessionName
 from picochat.storage.names import MAX_NAME_CHARS, name_problem
 from picochat.tui.chat import Notice
-from tests.test_tui import SIZE, make_app, say, texts
-from tests.waiting import settle
+from tests.helpers.tui import SIZE, make_app, say, texts
+from tests.helpers.waiting import settle
 
 
 @pytest.mark.parametrize("name, problem", [

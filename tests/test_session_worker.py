@@ -13,7 +13,7 @@ from picochat.providers.base import Finish, Provider, ProviderRequest, TextDelta
 from picochat.providers.errors import RateLimited
 from picochat.providers.offline import OfflineProvider
 from picochat.session import SessionWorker, TurnFailed, TurnFinished, TurnStarted
-from tests.waiting import WAIT_S, wait_until_async
+from tests.helpers.waiting import WAIT_S, wait_until_async
 from tests.helpers.storage import append_message
 
 OFFLINE = resolve_model(Config(), "offline")
@@ -215,7 +215,7 @@ async def test_another_processes_row_inside_a_tool_chain_keeps_the_chain_and_sta
     """Another terminal's question lands between this turn's tool call and its result: the
     next request still carries the call and its result (not the other question), so the model
     does not ask for the same tool again."""
-    from tests.scripted import Recorder
+    from tests.helpers.scripted import Recorder
 
     s = store.create_session("w")
     provider = Recorder(turns=[{"calls": [("call_1", "history_search", '{"query": "port"}')]},

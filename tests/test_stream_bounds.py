@@ -37,19 +37,25 @@ from picochat.providers.base import (
     ToolCallDelta,
     collect,
 )
-from tests.conftest import CliResult
-from tests.fake_ollama import FakeOllama
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
-from tests.test_cli_litellm import ENV, assert_clean_failure, history, write_config
-from tests.test_provider_errors import ask, assert_no_internals, roles
-from tests.waiting import WAIT_S
+from tests.helpers.cli import (
+    CliResult,
+    ask,
+    assert_clean_failure,
+    assert_no_internals,
+    history,
+    roles,
+)
+from tests.helpers.config import ENV, write_config
+from tests.helpers.fakes.ollama import FakeOllama
+from tests.helpers.fakes.openai import FakeOpenAI
+from tests.helpers.waiting import WAIT_S
 
 MiB = 1 << 20
 HI = ProviderRequest(({"role": "user", "content": "hi"},))
 
 
 @pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
+def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
     write_config(config_file, fake_openai.base_url, f"timeout = {WAIT_S:g}\n")
     return fake_openai
 

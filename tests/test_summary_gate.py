@@ -831,7 +831,7 @@ def test_an_empty_summary_changes_nothing_through_compact_context(store):
     from picochat.budget import budget_limits
     from picochat.failures import compaction_failure_line
     from picochat.projection import restore
-    from tests.scripted import Recorder
+    from tests.helpers.scripted import Recorder
 
     s = store.create_session("empty")
     for i in range(30):  # over the auto-compact point of a 3,000-token window

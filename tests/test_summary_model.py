@@ -10,66 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import textwrap
-from pathlib import Path
 
 import pytest
 
 from picochat import tokens
 from picochat.compaction import report
-from picochat.config import CompactionConfig, Config, ModelConfig, load_config
+from picochat.config import CompactionConfig, Config, ModelConfig
 from picochat.errors import ConfigError
 from picochat.models import SUMMARY_MODEL_KEY, create_provider, resolve_model, \
     resolve_summary_model
 from picochat.providers.offline import OfflineProvider
 from picochat.session import SessionWorker, TurnFinished
-from tests.fake_openai import SUMMARY_HEADINGS, FakeOpenAI, is_summary_request
-from tests.test_compaction_e2e import (  # noqa: F401  (fixtures)
-    ENV,
-    clean,
-    cli_store,
-    db,
-    fake_openai,
-    kinds,
-    seed,
-)
-from tests.test_config import _assert_config_error, _write
-
-
-def config_text(api_base: str, chat: str, summary_model: str | None) -> str:
-    """Two models, `fake` (the fake server, 8,192 tokens) and `small` (offline, 4,096), the
-    chat model `chat`, and summary_model when given."""
-    summary = f"summary_model = {json.dumps(summary_model)}" if summary_model else ""
-    return textwrap.dedent(f'''\
-        default_model = "{chat}"
-        [models.fake]
-        model = "openai/fake-model"
-        api_base = "{api_base}"
-        api_key_env = "FAKE_API_KEY"
-        token_limit = 8192
-
-        [models.small]
-        model = "offline"
-        token_limit = 4096
-
-        [context_compaction]
-        reserve_tokens = 1024
-        keep_recent_tokens = 800
-        {summary}
-    ''')
-
-
-@pytest.fixture
-def fake(fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:  # noqa: F811
-    for key, value in ENV.items():
-        monkeypatch.setenv(key, value)
-    return fake_openai
-
-
-def configure(config_file: Path, fake: FakeOpenAI, chat: str,
-              summary_model: str | None) -> Config:
-    _write(config_file, config_text(fake.base_url, chat, summary_model))
-    return load_config(config_file)
+from tests.helpers.cli import clean
+from tests.helpers.config import assert_config_error, configure, write
+from tests.helpers.conversations import seed
+from tests.helpers.fakes.openai import SUMMARY_HEADINGS, is_summary_request, kinds
 
 
 def worker(store, sid: str, config: Config) -> SessionWorker:
@@ -99,17 +54,17 @@ def has_headings(summary: str) -> bool:
 ], ids=["number", "empty", "boolean"])
 def test_a_bad_summary_model_value_is_one_line_exit_2(value, needles, run_cli, home,
                                                       config_file):
-    _write(config_file, f"[context_compaction]\nsummary_model = {value}\n")
+    write(config_file, f"[context_compaction]\nsummary_model = {value}\n")
     result = run_cli("ask", "--model", "offline", "hi")
-    _assert_config_error(result, home, str(config_file), "context_compaction.summary_model",
+    assert_config_error(result, home, str(config_file), "context_compaction.summary_model",
                          "(line 2)", *needles)
 
 
 def test_an_unknown_summary_model_names_the_setting_and_the_choices(run_cli, home, config_file):
-    _write(config_file, '[models.local]\nmodel = "offline"\n'
+    write(config_file, '[models.local]\nmodel = "offline"\n'
                         '[context_compaction]\nsummary_model = "nosuch"\n')
     needles = (str(config_file), SUMMARY_MODEL_KEY, "'nosuch'", "local", '"offline"')
-    _assert_config_error(run_cli("ask", "--model", "offline", "hi"), home, *needles)
+    assert_config_error(run_cli("ask", "--model", "offline", "hi"), home, *needles)
     config_file.rename(config_file.with_suffix(".off"))
     assert run_cli("ask", "--model", "offline", "hi").status == 0
     config_file.with_suffix(".off").rename(config_file)
@@ -155,16 +110,16 @@ def test_config_show_and_init_mention_summary_model(run_cli, config_file):
     assert '# summary_model = "offline"' in config_file.read_text(encoding="utf-8")
     shown = run_cli("config", "show").stdout
     assert "summary_model" not in shown  # unset: nothing to show, and still valid TOML
-    _write(config_file, '[context_compaction]\nsummary_model = "offline"\n')
+    write(config_file, '[context_compaction]\nsummary_model = "offline"\n')
     assert 'summary_model = "offline"' in run_cli("config", "show").stdout
 
 
 # --- who writes the summary ----------------------------------------------------------------------
 
 
-def test_an_offline_summary_model_keeps_summaries_off_the_chat_server(fake, cli_store,
+def test_an_offline_summary_model_keeps_summaries_off_the_chat_server(keyed_fake, cli_store,
                                                                      config_file):
-    config = configure(config_file, fake, chat="fake", summary_model="offline")
+    config = configure(config_file, keyed_fake, chat="fake", summary_model="offline")
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
 
@@ -179,28 +134,28 @@ def test_an_offline_summary_model_keeps_summaries_off_the_chat_server(fake, cli_
     assert info.as_dict()["summary_model"] == "offline" and info.as_dict()["model"] == "fake"
     assert compacted.status == "compacted", compacted.error
     assert isinstance(answered, TurnFinished)
-    assert kinds(fake) == ["turn"]  # only the turn reached the chat model's server
+    assert kinds(keyed_fake) == ["turn"]  # only the turn reached the chat model's server
     cp = compacted.checkpoint
     assert (cp.provider_kind, cp.model) == ("offline", "offline")  # the summarizer, named
     assert has_headings(cp.summary)
 
 
-def test_a_fake_summary_model_writes_the_offline_chat_models_summaries(fake, cli_store,
+def test_a_fake_summary_model_writes_the_offline_chat_models_summaries(keyed_fake, cli_store,
                                                                       config_file):
-    config = configure(config_file, fake, chat="small", summary_model="fake")
+    config = configure(config_file, keyed_fake, chat="small", summary_model="fake")
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
     [outcome] = compact_times(cli_store, s.id, config)
     assert outcome.status == "compacted", outcome.error
-    [body] = fake.requests
+    [body] = keyed_fake.requests
     assert is_summary_request(body) and body["model"] == "fake-model"
     cp = outcome.checkpoint
     assert (cp.provider_kind, cp.model) == ("openai", "openai/fake-model")
     assert "fake summary 1" in cp.summary
 
 
-def test_auto_compaction_before_a_turn_uses_the_summary_model(fake, cli_store, config_file):
-    config = configure(config_file, fake, chat="small", summary_model="fake")
+def test_auto_compaction_before_a_turn_uses_the_summary_model(keyed_fake, cli_store, config_file):
+    config = configure(config_file, keyed_fake, chat="small", summary_model="fake")
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 12, repeat=8)  # over the 3,072-token threshold of the 4K offline model
 
@@ -212,20 +167,20 @@ def test_auto_compaction_before_a_turn_uses_the_summary_model(fake, cli_store, c
     assert isinstance(outcome, TurnFinished), outcome
     [auto] = outcome.compactions
     assert auto.compacted and auto.checkpoint.model == "openai/fake-model"
-    assert kinds(fake) == ["summary"]  # the answer itself came from the offline chat model
+    assert kinds(keyed_fake) == ["summary"]  # the answer itself came from the offline chat model
 
 
 @pytest.mark.slow
-def test_compact_and_info_from_the_command_line(run_cli, fake, config_file):
-    configure(config_file, fake, chat="small", summary_model="fake")
+def test_compact_and_info_from_the_command_line(run_cli, keyed_fake, config_file):
+    configure(config_file, keyed_fake, chat="small", summary_model="fake")
     for i in range(6):
         result = run_cli("ask", "--session", "s", f"question {i}: " + "words to fold " * 60)
         assert result.status == 0, result.stderr
-    assert fake.requests == []  # the turns were the offline model's
+    assert keyed_fake.requests == []  # the turns were the offline model's
     result = run_cli("compact", "--session", "s")
     assert result.status == 0, result.stderr
     clean(result)
-    assert kinds(fake) == ["summary"]
+    assert kinds(keyed_fake) == ["summary"]
     first = json.loads(run_cli("info", "--session", "s", "--json").stdout)
     assert first == json.loads(run_cli("info", "--session", "s", "--json").stdout)
     assert first["summary_model"] == "fake" and first["model"] == "small"
@@ -245,11 +200,11 @@ def test_info_says_the_chat_model_summarizes_when_unset(run_cli, config_file):
 # --- rejected summaries name the setting ---------------------------------------------------------
 
 
-def test_rejected_summaries_name_the_setting_and_count_in_a_row(fake, cli_store, config_file):
-    config = configure(config_file, fake, chat="fake", summary_model=None)
+def test_rejected_summaries_name_the_setting_and_count_in_a_row(keyed_fake, cli_store, config_file):
+    config = configure(config_file, keyed_fake, chat="fake", summary_model=None)
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
-    fake.script_summary(("text", " "), ("text", " "))  # no summary at all: rejected
+    keyed_fake.script_summary(("text", " "), ("text", " "))  # no summary at all: rejected
     first, second, good = compact_times(cli_store, s.id, config, 3)
     for outcome in (first, second):
         assert outcome.status == "failed" and outcome.error.kind == "summary_rejected"
@@ -260,13 +215,13 @@ def test_rejected_summaries_name_the_setting_and_count_in_a_row(fake, cli_store,
     assert good.compacted  # the third, unscripted, is a real summary: the count starts over
 
 
-def test_a_rejected_auto_summary_names_the_setting_on_the_turns_note(fake, cli_store,
+def test_a_rejected_auto_summary_names_the_setting_on_the_turns_note(keyed_fake, cli_store,
                                                                     config_file):
     """The line `ask` prints on stderr and the app shows as a notice."""
-    config = configure(config_file, fake, chat="fake", summary_model=None)
+    config = configure(config_file, keyed_fake, chat="fake", summary_model=None)
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 28)  # over the 7,168-token threshold, under the 8,192 window
-    fake.script_summary(("text", " "))
+    keyed_fake.script_summary(("text", " "))
 
     async def run():
         async with worker(cli_store, s.id, config) as w:
@@ -284,22 +239,23 @@ def test_a_rejected_auto_summary_names_the_setting_on_the_turns_note(fake, cli_s
                          "tokens (/compact tries now)")
 
 
-def test_a_summary_models_rejection_does_not_point_at_the_setting(fake, cli_store, config_file):
-    config = configure(config_file, fake, chat="small", summary_model="fake")
+def test_a_summary_models_rejection_does_not_point_at_the_setting(keyed_fake, cli_store,
+                                                                  config_file):
+    config = configure(config_file, keyed_fake, chat="small", summary_model="fake")
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
-    fake.script_summary(("text", " "))
+    keyed_fake.script_summary(("text", " "))
     [outcome] = compact_times(cli_store, s.id, config)
     assert outcome.error.kind == "summary_rejected"
     assert SUMMARY_MODEL_KEY not in outcome.error.user_line()
 
 
-def test_the_command_line_compact_failure_names_the_setting(run_cli, fake, cli_store,
+def test_the_command_line_compact_failure_names_the_setting(run_cli, keyed_fake, cli_store,
                                                             config_file):
-    configure(config_file, fake, chat="fake", summary_model=None)
+    configure(config_file, keyed_fake, chat="fake", summary_model=None)
     s = cli_store.create_session("s")
     seed(cli_store, s.id, 10)
-    fake.script_summary(("text", ""))
+    keyed_fake.script_summary(("text", ""))
     result = run_cli("compact", "--session", "s")
     assert result.status == 1
     clean(result)

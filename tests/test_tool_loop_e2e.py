@@ -7,20 +7,9 @@ import pytest
 
 import json
 
-from tests.fake_openai import CONTEXT_OVERFLOW_BODY, FakeOpenAI, fake_openai  # noqa: F401
-from tests.test_cli_litellm import ENV, NOISE, fake, history  # noqa: F401
-
-
-def chains_whole(messages):
-    open_ids: set = set()
-    for m in messages:
-        if m["role"] == "tool":
-            assert m["tool_call_id"] in open_ids, m
-            open_ids.discard(m["tool_call_id"])
-        else:
-            assert not open_ids, ("a tool call without its result", m)
-            open_ids = {c["id"] for c in m.get("tool_calls") or ()}
-    assert not open_ids
+from tests.helpers.cli import NOISE, history
+from tests.helpers.config import ENV
+from tests.helpers.fakes.openai import CONTEXT_OVERFLOW_BODY, chains_whole
 
 
 @pytest.mark.slow

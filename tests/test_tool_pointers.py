@@ -19,9 +19,8 @@ from picochat.projection import restore
 from picochat.tools.base import ToolContext
 from picochat.tools.history import READ_CHARS
 from picochat.tools.registry import run_tool, schemas
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401
-from tests.scripted import Recorder
-from tests.test_cli_litellm import ENV, fake  # noqa: F401
+from tests.helpers.config import ENV
+from tests.helpers.scripted import Recorder
 from tests.helpers.storage import append_message
 
 TOOLS = schemas(["history_search", "timeline_recall", "read_file"])
@@ -222,7 +221,7 @@ def test_a_tool_call_without_its_result_is_named_and_arguments_are_one_cut_line(
 
 @pytest.mark.slow
 def test_ask_folds_read_files_without_a_summary_request_and_reads_one_back(
-        run_cli, fake, tmp_path, monkeypatch):  # noqa: F811
+        run_cli, fake, tmp_path, monkeypatch):
     project = tmp_path / "project"
     project.mkdir()
     for i in range(3):

@@ -17,88 +17,11 @@ from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen
 from picochat.tui.status import StatusBar
-from tests.scripted import Recorder
-from tests.waiting import settle
+from tests.helpers.conversations import long_session, short_turns
+from tests.helpers.scripted import Recorder
+from tests.helpers.tui import SIZE, SMALL_KEEP, Slow, answered, chat_once, make_app, say, texts
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
-
-SIZE = (110, 36)
-SMALL_KEEP = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
-
-
-class Slow(Provider):
-    """Streams `pieces` one every `gap` seconds, then, given `hold`, keeps the stream open
-    until the test sets it: a turn that is still running when the test acts.
-
-    The gap only paces the output (no test may count on its length to find the turn still
-    running: that is what `hold` is for); `gap=0` still yields to the event loop."""
-
-    def __init__(self, pieces, gap=0.05, hold: asyncio.Event | None = None):
-        self.info = ModelInfo("test", "slow")
-        self.pieces, self.gap, self.hold = pieces, gap, hold
-
-    async def stream(self, request):
-        for piece in self.pieces:
-            await asyncio.sleep(self.gap)  # pacing, not a wait: see the docstring
-            yield TextDelta(piece)
-        if self.hold is not None:
-            await self.hold.wait()
-        yield Usage(10, 2)
-        yield Finish()
-
-
-def make_app(store, provider=None, config=SMALL_KEEP, name="t"):
-    session = store.find_session(name) or store.create_session(name)
-    model = resolve_model(config, "offline")
-    return PicochatApp(store, session, model, provider or OfflineProvider(0), config)
-
-
-async def say(pilot, text: str) -> None:
-    prompt = pilot.app.query_one(Prompt)
-    prompt.focus()
-    prompt.load_text(text)
-    await pilot.press("enter")
-
-
-def answered(app, store) -> bool:
-    """The newest answer is on screen in full: its widget carries the saved row's seq (given
-    when the turn's end is shown) and the bar no longer says anything runs."""
-    rows = store.history(app.session.id)
-    answers = app.query_one(ChatView).query(AssistantMessage)
-    return (bool(rows) and bool(answers) and answers.last().seq == rows[-1].seq
-            and app.query_one(StatusBar).state == "")
-
-
-async def chat_once(pilot, app, store, text: str) -> None:
-    """Send `text` and wait for the answer to be saved and shown in full."""
-    count = len(store.history(app.session.id))
-    await say(pilot, text)
-    await settle(pilot, app, lambda: len(store.history(app.session.id)) == count + 2
-                 and not app.worker.busy and answered(app, store),
-                 what="the answer was never saved and shown")
-    await pilot.pause()  # the answer's last blocks, mounted as it finished, are composed
-
-
-def _long_session(store, turns=16):
-    session = store.create_session("t")
-    for i in range(turns):
-        append_message(store, session.id, "user", f"q{i} " + "words " * 60, turn_id=f"x{i}")
-        append_message(store, session.id, "assistant", f"a{i} " + "words " * 60,
-                       turn_id=f"x{i}")
-    return session
-
-
-def short_turns(store, turns: int, user: str = "question {i}", answer: str = "answer {i}"):
-    """A session "t" of `turns` short question-and-answer turns, written as they would be."""
-    session = store.create_session("t")
-    for i in range(turns):
-        append_message(store, session.id, "user", user.format(i=i), turn_id=f"x{i}")
-        append_message(store, session.id, "assistant", answer.format(i=i), turn_id=f"x{i}")
-    return session
-
-
-def texts(app, kind) -> list[str]:
-    return [str(w.render()) if not isinstance(w, AssistantMessage) else "".join(w.parts)
-            for w in app.query_one(ChatView).query(kind)]
 
 
 async def test_a_message_streams_in_and_both_rows_are_saved(store):
@@ -618,7 +541,7 @@ async def test_auto_compaction_announces_itself_and_moves_the_divider(store):
     config = Config(models={"tiny": ModelConfig(name="tiny", model="offline", token_limit=3000)},
                     context_compaction=CompactionConfig(reserve_tokens=1000,
                                                         keep_recent_tokens=300))
-    session = _long_session(store)
+    session = long_session(store)
     app = PicochatApp(store, session, resolve_model(config, "tiny"), OfflineProvider(0), config)
     async with app.run_test(size=SIZE) as pilot:
         assert app.worker.info().budget.should_compact(True)
@@ -720,7 +643,7 @@ async def test_tool_calls_show_as_collapsible_blocks_with_their_result(store, tm
 async def test_an_overflow_compaction_announces_itself_and_the_answer_follows(store):
     from picochat.providers.errors import ContextOverflow
 
-    session = _long_session(store)
+    session = long_session(store)
     provider = Recorder(turns=[ContextOverflow("maximum context length is 2500 tokens",
                                                window=2500), "Answered after all."])
     app = PicochatApp(store, session, resolve_model(SMALL_KEEP, "offline"), provider,
@@ -741,10 +664,10 @@ async def test_an_overflow_compaction_announces_itself_and_the_answer_follows(st
 async def test_compacting_shows_its_elapsed_time_until_it_ends(store):
     import re
 
-    from tests.scripted import waiter
+    from tests.helpers.scripted import waiter
 
     release = asyncio.Event()
-    app = PicochatApp(store, _long_session(store), resolve_model(SMALL_KEEP, "offline"),
+    app = PicochatApp(store, long_session(store), resolve_model(SMALL_KEEP, "offline"),
                       Recorder(summaries=[waiter(release)]), SMALL_KEEP)
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "/compact")
@@ -764,7 +687,7 @@ async def test_a_long_answer_streams_into_a_few_widgets_and_copies_as_one(store)
     code = "```python\nfirst = 1\n\n\nsecond = 2\n```\n\n"
     pieces = [paragraph + "\n\n" for _ in range(6)] + [code] + [paragraph + "\n\n"] * 6
     answer = "".join(pieces)
-    _long_session(store)
+    long_session(store)
     app = make_app(store, provider=Slow(pieces, gap=0.001))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, app.transcript_ready.is_set)
@@ -799,7 +722,7 @@ async def test_a_long_answer_streams_into_a_few_widgets_and_copies_as_one(store)
 async def test_the_panel_takes_focus_undoes_after_asking_and_tells_a_clear_apart(store):
     from textual.widgets import OptionList
 
-    app = PicochatApp(store, _long_session(store), resolve_model(SMALL_KEEP, "offline"),
+    app = PicochatApp(store, long_session(store), resolve_model(SMALL_KEEP, "offline"),
                       OfflineProvider(0), SMALL_KEEP)
     async with app.run_test(size=SIZE) as pilot:
         await say(pilot, "/compact")
@@ -859,7 +782,7 @@ async def test_a_terminal_grown_taller_than_what_is_shown_loads_older_messages(s
 
 async def test_a_compact_that_drops_facts_says_how_many_and_where_they_are(store):
     from picochat.config import ModelConfig
-    from tests.test_compaction_engine import plant_services
+    from tests.helpers.conversations import plant_services
 
     config = Config(models={"small": ModelConfig("small", "offline", token_limit=2_048)},
                     context_compaction=CompactionConfig(keep_recent_tokens=200))

@@ -15,8 +15,9 @@ async def test_undo_speaks_of_messages_and_names_a_summary_only_when_one_was_in_
     """/undo with no summary in use says nothing of one (it used to name a checkpoint that
     was never there); it speaks of messages, not seqs."""
     from picochat.tui.chat import Notice
-    from tests.test_tui import SIZE, make_app, say, short_turns, texts
-    from tests.waiting import settle
+    from tests.helpers.conversations import short_turns
+    from tests.helpers.tui import SIZE, make_app, say, texts
+    from tests.helpers.waiting import settle
 
     short_turns(store, 2, "q{i}", "a{i}")
     app = make_app(store)
@@ -36,8 +37,8 @@ async def test_model_without_a_name_lists_the_configured_models(store):
     from picochat.providers.offline import OfflineProvider
     from picochat.tui.app import PicochatApp
     from picochat.tui.chat import Notice
-    from tests.test_tui import SIZE, say, texts
-    from tests.waiting import settle
+    from tests.helpers.tui import SIZE, say, texts
+    from tests.helpers.waiting import settle
 
     config = Config(default_model="small", models={
         "small": ModelConfig("small", "offline", token_limit=2000),
@@ -57,8 +58,8 @@ async def test_a_theme_picked_in_the_palette_is_remembered_in_the_config_file(st
     """The palette's "Change theme" sets the app's theme; the next start must find it."""
     from picochat.config import load_config
     from picochat.paths import Paths
-    from tests.test_tui import SIZE, make_app
-    from tests.waiting import settle
+    from tests.helpers.tui import SIZE, make_app
+    from tests.helpers.waiting import settle
 
     paths = Paths(data_dir=tmp_path / "data", config_file=tmp_path / "config.toml",
                   log_file=tmp_path / "log")
@@ -76,10 +77,11 @@ async def test_a_theme_picked_in_the_palette_is_remembered_in_the_config_file(st
 async def test_a_line_that_lands_below_a_reader_who_scrolled_up_is_announced(store):
     """Feedback out of view gets a "new below" marker; going down to it removes it."""
     from picochat.tui.chat import ChatView, NewBelow
-    from tests.test_tui import SIZE, _long_session, make_app, say
-    from tests.waiting import settle
+    from tests.helpers.conversations import long_session
+    from tests.helpers.tui import SIZE, make_app, say
+    from tests.helpers.waiting import settle
 
-    _long_session(store)
+    long_session(store)
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)
@@ -101,10 +103,11 @@ async def test_a_line_that_lands_below_a_reader_who_scrolled_up_is_announced(sto
 
 async def test_the_apps_compact_card_speaks_of_messages_not_seqs(store):
     from picochat.tui.chat import Notice
-    from tests.test_tui import SIZE, _long_session, make_app, say, texts
-    from tests.waiting import settle
+    from tests.helpers.conversations import long_session
+    from tests.helpers.tui import SIZE, make_app, say, texts
+    from tests.helpers.waiting import settle
 
-    _long_session(store)
+    long_session(store)
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)

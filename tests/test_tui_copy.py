@@ -17,9 +17,9 @@ from textual.widgets import Static
 from picochat.textsafe import clean, json_for_terminal
 from picochat.tui.answer import AssistantMessage, CodeFence
 from picochat.tui.chat import ToolBlock, UserMessage
-from tests.scripted import Recorder
-from tests.test_tui import SIZE, chat_once, make_app, say
-from tests.waiting import settle
+from tests.helpers.scripted import Recorder
+from tests.helpers.tui import SIZE, chat_once, make_app, say
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
 
 HIDDEN = "rm -rf ~/important-data"

@@ -12,8 +12,8 @@ from picochat.tui.answer import AssistantMessage
 from picochat.tui.chat import ChatView, UserMessage
 from picochat.tui.preview import FOLD_CHARS, FOLD_LINES, HEAD_CHARS, TAIL_CHARS, fold, preview
 from picochat.tui.prompt import Prompt
-from tests.test_tui import SIZE, make_app
-from tests.waiting import settle
+from tests.helpers.tui import SIZE, make_app
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
 
 PASTE = "".join(f"line {i:06d} of the pasted log, with some words after it\n"

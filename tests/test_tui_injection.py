@@ -27,11 +27,11 @@ from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen, ConfirmScreen, PickScreen
 from picochat.tui.status import StatusBar
-from tests.fake_openai import FakeOpenAI, fake_openai, summary_text  # noqa: F401  (fixture)
-from tests.scripted import Recorder
-from tests.test_tui import SMALL_KEEP, _long_session, make_app, say, texts
-from tests.test_tui_races import idle
-from tests.waiting import settle
+from tests.helpers.conversations import long_session
+from tests.helpers.fakes.openai import FakeOpenAI, summary_text
+from tests.helpers.scripted import Recorder
+from tests.helpers.tui import SMALL_KEEP, idle, make_app, say, texts
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
 
 WIDE = (160, 40)  # wide enough that no hostile line wraps on screen
@@ -109,7 +109,7 @@ def assert_on_screen(app, shown: str = SHOWN, quoted: bool = False) -> None:
 # --- notices (notify) -----------------------------------------------------------------------
 
 async def test_a_provider_error_in_an_auto_compaction_notice_is_shown_not_obeyed(
-        store, monkeypatch, fake_openai: FakeOpenAI):  # noqa: F811
+        store, monkeypatch, fake_openai: FakeOpenAI):
     """A hostile server answers the summary request with 500 and markup in its message: the
     notice shows that markup as text; clicking it runs nothing."""
     monkeypatch.setenv("FAKE_API_KEY", "test-key")
@@ -121,7 +121,7 @@ async def test_a_provider_error_in_an_auto_compaction_notice_is_shown_not_obeyed
         api_key_env="FAKE_API_KEY", token_limit=3000)},
         context_compaction=CompactionConfig(reserve_tokens=1000, keep_recent_tokens=300))
     resolved = resolve_model(config, "fake")
-    session = _long_session(store, turns=12)  # over the threshold, under the window: no
+    session = long_session(store, turns=12)  # over the threshold, under the window: no
     app = PicochatApp(store, session, resolved, create_provider(resolved), config)  # fallback
     async with app.run_test(size=WIDE, notifications=True) as pilot:
         await settle(pilot, app, lambda: app.ready, timeout=90)
@@ -249,7 +249,7 @@ async def test_search_query_and_snippets_are_literal_in_the_list(store):
 
 async def test_the_checkpoint_panel_shows_a_hostile_summary_literally(store):
     summary = summary_text(1) + f"\n\n{HOSTILE}\n"
-    session = _long_session(store, turns=8)
+    session = long_session(store, turns=8)
     app = PicochatApp(store, session, resolve_model(SMALL_KEEP, "offline"),
                       Recorder(summaries=[summary]), SMALL_KEEP)
     async with app.run_test(size=WIDE, notifications=True) as pilot:

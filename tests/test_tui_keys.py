@@ -22,9 +22,9 @@ from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen
 from picochat.tui.status import StatusBar
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
-from tests.test_tui import SIZE, chat_once, make_app, say, texts
-from tests.waiting import settle
+from tests.helpers.fakes.openai import FakeOpenAI
+from tests.helpers.tui import SIZE, chat_once, make_app, say, texts
+from tests.helpers.waiting import settle
 
 MANY = ["one ", "two ", "three "] + ["more "] * 1000  # far more than a test waits for
 
@@ -200,7 +200,7 @@ async def test_typing_while_an_answer_streams_edits_the_prompt_at_once(store):
 
 
 async def test_a_turn_through_litellm_to_the_fake_server(store, monkeypatch,
-                                                         fake_openai: FakeOpenAI):  # noqa: F811
+                                                         fake_openai: FakeOpenAI):
     monkeypatch.setenv("FAKE_API_KEY", "test-key")
     config = Config(models={"fake": ModelConfig(
         name="fake", model="openai/fake-model", api_base=fake_openai.base_url,
@@ -246,7 +246,7 @@ async def slash_c_typed(pilot, app) -> Prompt:
 async def test_tab_walks_the_commands_a_bare_slash_or_a_shared_start_could_be(store):
     """`/` and `/c` share no longer start: each Tab puts the next matching command in the
     prompt, in the order the hints list them; any other key ends the walk."""
-    from tests.test_tui import SIZE, make_app
+    from tests.helpers.tui import SIZE, make_app
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         prompt = await slash_c_typed(pilot, app)
@@ -262,7 +262,7 @@ async def test_tab_walks_the_commands_a_bare_slash_or_a_shared_start_could_be(st
 async def test_the_arrows_walk_the_hints_and_the_pick_is_marked_in_the_list(store):
     """With the hints open, down/up (and shift+Tab) walk them, the list stays whole and the
     pick is shown reversed; with them closed, up recalls earlier prompts as before."""
-    from tests.test_tui import SIZE, make_app, say
+    from tests.helpers.tui import SIZE, make_app, say
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         prompt = await slash_c_typed(pilot, app)
@@ -290,7 +290,7 @@ async def test_the_arrows_walk_the_hints_and_the_pick_is_marked_in_the_list(stor
 
 async def test_esc_closes_the_hints_and_a_shared_start_lists_what_it_could_be(store):
     from picochat.tui.chat import Notice
-    from tests.test_tui import SIZE, make_app, say, texts
+    from tests.helpers.tui import SIZE, make_app, say, texts
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         prompt = await slash_c_typed(pilot, app)
@@ -305,7 +305,7 @@ async def test_esc_closes_the_hints_and_a_shared_start_lists_what_it_could_be(st
 
 
 async def test_ctrl_c_stops_a_running_answer(store):
-    from tests.test_tui import SIZE, make_app, say
+    from tests.helpers.tui import SIZE, make_app, say
     app = make_app(store, provider=Unfinished(["word "] * 200, gap=0.05))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)

@@ -136,8 +136,8 @@ def test_full_collections_wait_for_an_idle_moment(monkeypatch):
 
 async def test_a_streamed_answer_ends_as_the_same_text_in_any_chunking(store):
     from picochat.tui.answer import AssistantMessage, CodeFence, ProseBlock
-    from tests.test_tui import SIZE, make_app
-    from tests.waiting import settle
+    from tests.helpers.tui import SIZE, make_app
+    from tests.helpers.waiting import settle
 
     rng = random.Random(7)
     text = ANSWER * 4
@@ -168,8 +168,8 @@ async def test_a_streamed_answer_ends_as_the_same_text_in_any_chunking(store):
 
 async def test_a_live_block_that_turns_into_a_fence_is_replaced_not_kept(store):
     from picochat.tui.answer import AssistantMessage, CodeFence, ProseBlock
-    from tests.test_tui import SIZE, make_app
-    from tests.waiting import settle
+    from tests.helpers.tui import SIZE, make_app
+    from tests.helpers.waiting import settle
 
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
@@ -195,7 +195,7 @@ async def streamed_and_whole(store, text: str, step: int, draw_every: int):
     """`text` streamed `step` characters at a time into one answer, the screen catching up
     after every `draw_every` pieces, and beside it the same text opened whole."""
     from picochat.tui.answer import AssistantMessage
-    from tests.test_tui import SIZE, make_app
+    from tests.helpers.tui import SIZE, make_app
 
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:

@@ -17,9 +17,8 @@ from picochat.tui.conversation import Conversation
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import ConfirmScreen
-from tests.test_tui import SMALL_KEEP, chat_once, say
-from tests.test_tui_races import idle, type_keys
-from tests.waiting import settle
+from tests.helpers.tui import SMALL_KEEP, chat_once, idle, say, type_keys
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
 
 BARS = " ▁▂▃▄▅▆▇█"

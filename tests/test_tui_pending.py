@@ -10,8 +10,8 @@ from picochat.providers.base import Finish, ModelInfo, Provider, TextDelta, Usag
 from picochat.providers.offline import OfflineProvider
 from picochat.tui.chat import AssistantMessage, ChatView, Notice
 from picochat.tui.pending import Pending
-from tests.test_tui import SIZE, answered, make_app, say
-from tests.waiting import settle
+from tests.helpers.tui import SIZE, answered, make_app, say
+from tests.helpers.waiting import settle
 
 
 class Held(Provider):
@@ -80,7 +80,7 @@ async def test_a_message_larger_than_the_whole_window_is_not_sent_and_goes_back(
     from picochat.models import resolve_model
     from picochat.tui.app import PicochatApp
     from picochat.tui.prompt import Prompt
-    from tests.test_tui import texts
+    from tests.helpers.tui import texts
 
     config = Config(default_model="tiny", models={
         "tiny": ModelConfig("tiny", "offline", token_limit=2000)})

@@ -2,17 +2,18 @@
 takes the newest queued message back to edit; its turn is cancelled, nothing of it is sent
 or saved, and the turns queued before it still run in order.
 
-The first answer is held mid-stream (tests/scripted.py `Hold`): every wait is for a state."""
+The first answer is held mid-stream (tests/helpers/scripted.py `Hold`): every wait is for a
+state."""
 
 from __future__ import annotations
 
 from picochat.messages import COMPLETE
 from picochat.tui.chat import QUEUED, Notice, UserMessage
 from picochat.tui.prompt import Prompt
-from tests.scripted import Hold, Streaming
-from tests.test_tui import SIZE, make_app, say, texts
-from tests.test_tui_races import conversation, idle, rows_of, status
-from tests.waiting import settle
+from tests.helpers.conversations import rows_of
+from tests.helpers.scripted import Hold, Streaming
+from tests.helpers.tui import SIZE, conversation, idle, make_app, say, status, texts
+from tests.helpers.waiting import settle
 
 
 async def _two_queued(pilot, app, first: Hold) -> None:

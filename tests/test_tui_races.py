@@ -9,8 +9,9 @@ happened, with nothing lost from the raw log.
   * quitting mid-stream exits promptly and keeps the partial answer, marked interrupted;
   * Esc and, at once, a new message: the partial is saved, the new turn runs.
 
-The providers hold an answer mid-stream on an event (tests/scripted.py `Hold`, or the fake
-OpenAI server's ("hold", ...)), so nothing here depends on timing: every wait is for a state.
+The providers hold an answer mid-stream on an event (tests/helpers/scripted.py `Hold`, or the
+fake OpenAI server's ("hold", ...)), so nothing here depends on timing: every wait is for a
+state.
 """
 
 from __future__ import annotations
@@ -33,61 +34,24 @@ from picochat.tui.chat import (
     Notice,
     UserMessage,
 )
-from picochat.tui.status import StatusBar
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
-from tests.scripted import Hold, Recorder, Streaming, waiter
-from tests.test_tui import SIZE, make_app, say, texts
-from tests.waiting import WAIT_S, settle
+from tests.helpers.conversations import rows_of
+from tests.helpers.fakes.openai import FakeOpenAI
+from tests.helpers.scripted import Hold, Recorder, Streaming, waiter
+from tests.helpers.tui import (
+    SIZE,
+    conversation,
+    idle,
+    make_app,
+    say,
+    screen,
+    status,
+    texts,
+    type_keys,
+)
+from tests.helpers.waiting import WAIT_S, settle
 from tests.helpers.storage import append_message
 
 QUEUED_COMPACT = "/compact is queued: it runs when the current answer ends"
-
-
-def screen(app) -> list[tuple[str, str]]:
-    """The transcript top to bottom, as (kind, text): what the user reads, in order."""
-    rows: list[tuple[str, str]] = []
-    for w in app.query_one(ChatView).children:
-        if isinstance(w, UserMessage):
-            rows.append(("user", w.text))
-        elif isinstance(w, AssistantMessage):
-            rows.append(("assistant", ("".join(w.parts) or w.source).strip()))
-        elif isinstance(w, Notice):
-            rows.append(("notice", str(w.render())))
-        elif isinstance(w, CheckpointDivider):
-            rows.append(("divider", w.checkpoint_id))
-    return rows
-
-
-def conversation(app) -> list[tuple[str, str]]:
-    """The user messages and answers on screen, in order (notices and dividers left out)."""
-    return [row for row in screen(app) if row[0] in ("user", "assistant")]
-
-
-def rows_of(store, session_id) -> list[tuple[str, str, str]]:
-    return [(m.role, m.content.strip(), m.status) for m in store.history(session_id)]
-
-
-def type_keys(app, text: str) -> None:
-    """Keys as a terminal delivers a fast typist: posted at once, no pause between them
-    (pilot.press waits for the screen to go idle after each key)."""
-    for char in text:
-        if char == "\n":
-            app.post_message(events.Key("enter", "\r"))
-        elif char == " ":
-            app.post_message(events.Key("space", " "))
-        else:
-            app.post_message(events.Key(char, char))
-
-
-def status(app) -> str:
-    return app.query_one(StatusBar).state
-
-
-def idle(app) -> bool:
-    """The worker has nothing running or queued, and the app has shown all of it."""
-    return (not app.worker.busy and app.worker.queued == 0
-            and not any(w.group in ("turns", "commands") and not w.is_finished
-                        for w in app.workers))
 
 
 def _filled_session(store, turns: int = 6):
@@ -287,7 +251,7 @@ async def test_quitting_mid_stream_keeps_the_partial_answer_marked_interrupted(s
 
 
 async def test_quitting_while_the_fake_server_holds_the_stream(
-        store, monkeypatch, fake_openai: FakeOpenAI):  # noqa: F811
+        store, monkeypatch, fake_openai: FakeOpenAI):
     """The same through litellm and a real HTTP stream: the held connection is dropped, not
     waited for."""
     monkeypatch.setenv("FAKE_API_KEY", "test-key")

@@ -8,8 +8,8 @@ from __future__ import annotations
 from picochat.tui.chat import PAGE, ChatView, UserMessage
 from picochat.tui.keys import help_rows
 from picochat.tui.prompt import Prompt
-from tests.test_tui import make_app
-from tests.waiting import settle
+from tests.helpers.tui import make_app
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
 
 SIZE = (100, 30)

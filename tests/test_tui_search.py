@@ -9,9 +9,8 @@ from textual.widgets import OptionList
 from picochat.tui.answer import AssistantMessage
 from picochat.tui.chat import ChatView, ToolBlock
 from picochat.tui.screens import PickScreen
-from tests.test_tui import SIZE, chat_once, make_app, say
-from tests.test_tui_status import contrast
-from tests.waiting import settle
+from tests.helpers.tui import SIZE, chat_once, contrast, make_app, say
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
 
 WORD = "zebrafish"  # only answer 5 (message 10) holds it

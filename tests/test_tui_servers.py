@@ -10,10 +10,9 @@ from picochat.models import create_provider, resolve_model
 from picochat.tui.app import PicochatApp
 from picochat.tui.chat import AssistantMessage, Notice
 from picochat.tui.status import StatusBar
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
-from tests.test_tui import say, texts
-from tests.test_tui_races import idle
-from tests.waiting import settle
+from tests.helpers.fakes.openai import FakeOpenAI
+from tests.helpers.tui import idle, say, texts
+from tests.helpers.waiting import settle
 
 SIZE = (120, 40)
 
@@ -46,7 +45,7 @@ def app_for(store, monkeypatch):
     return make
 
 
-async def test_a_busy_server_shows_the_wait_then_the_answer(app_for, fake_openai):  # noqa: F811
+async def test_a_busy_server_shows_the_wait_then_the_answer(app_for, fake_openai):
     fake_openai.script(("status", 429, {"error": {"message": "slow down"}},
                         {"Retry-After": "2"}))
     app = app_for(fake_openai)
@@ -62,7 +61,7 @@ async def test_a_busy_server_shows_the_wait_then_the_answer(app_for, fake_openai
 
 
 async def test_esc_during_the_wait_stops_the_turn_and_sends_nothing_more(
-        app_for, fake_openai, store):  # noqa: F811
+        app_for, fake_openai, store):
     fake_openai.script(("status", 503, {"error": {"message": "busy"}}, {"Retry-After": "20"}))
     app = app_for(fake_openai)
     async with app.run_test(size=SIZE) as pilot:
@@ -80,7 +79,7 @@ async def test_esc_during_the_wait_stops_the_turn_and_sends_nothing_more(
         assert [m.role for m in store.history(app.session.id)] == ["user"]
 
 
-async def test_a_server_that_refuses_tools_is_told_once(app_for, fake_openai):  # noqa: F811
+async def test_a_server_that_refuses_tools_is_told_once(app_for, fake_openai):
     fake_openai.refuse_tools = (400, "tools param requires --jinja flag")
     app = app_for(fake_openai)
     async with app.run_test(size=SIZE) as pilot:
@@ -93,7 +92,7 @@ async def test_a_server_that_refuses_tools_is_told_once(app_for, fake_openai):  
         assert [bool(b.get("tools")) for b in fake_openai.requests] == [True, False, False]
 
 
-async def test_a_new_session_in_the_same_app_still_reaches_the_server(app_for, fake_openai):  # noqa: F811
+async def test_a_new_session_in_the_same_app_still_reaches_the_server(app_for, fake_openai):
     """Closing the old session's worker closes litellm's HTTP clients; the next session's
     requests must get fresh ones, not "the client has been closed"."""
     app = app_for(fake_openai)

@@ -23,7 +23,7 @@ from picochat.tui.pending import Pending
 from picochat.tui.prompt import Prompt
 from picochat.tui.screens import CardScreen, PickScreen
 from picochat.tui.status import StatusBar
-from tests.waiting import WAIT_S, settle
+from tests.helpers.waiting import WAIT_S, settle
 from tests.helpers.storage import append_message
 
 SIZE = (110, 34)

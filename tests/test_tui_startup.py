@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-from tests.waiting import WAIT_S
+from tests.helpers.waiting import WAIT_S
 
 DRIVER = r"""
 import asyncio, json, sys, threading, time

@@ -19,10 +19,10 @@ from picochat.providers.offline import OfflineProvider
 from picochat.tui.app import PicochatApp
 from picochat.tui.status import StatusBar
 from picochat.tui.themes import bundled_dir, load_themes
-from tests.scripted import Hold, Recorder, Streaming, waiter
-from tests.test_tui import _long_session, say
-from tests.test_tui_races import type_keys
-from tests.waiting import settle
+from tests.helpers.conversations import long_session
+from tests.helpers.scripted import Hold, Recorder, Streaming, waiter
+from tests.helpers.tui import contrast, say, type_keys
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
 
 WIDTHS = (120, 80, 50)
@@ -93,7 +93,7 @@ async def test_an_answer_and_two_queued_messages_stay_in_the_bar(store, width):
 async def test_an_auto_compaction_says_what_esc_does_with_queued_messages(store, width):
     release = asyncio.Event()
     summarizing = asyncio.Event()
-    app = PicochatApp(store, _long_session(store), resolve_model(TINY, "tiny"),
+    app = PicochatApp(store, long_session(store), resolve_model(TINY, "tiny"),
                       Recorder(summaries=[waiter(release, then=summarizing.set)]), TINY)
     async with app.run_test(size=(width, 24)) as pilot:
         await settle(pilot, app, lambda: app.ready)
@@ -184,20 +184,6 @@ async def test_the_app_can_drive_the_bar_by_setting_its_attributes(monkeypatch):
 
 
 # --- item 10: the gauge's contrast --------------------------------------------------------------
-
-def luminance(rgb: tuple[int, int, int]) -> float:
-    def channel(c: int) -> float:
-        c = c / 255
-        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
-    r, g, b = rgb
-    return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b)
-
-
-def contrast(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
-    """WCAG 2 contrast ratio."""
-    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
-    return (hi + 0.05) / (lo + 0.05)
-
 
 def filled(store, name: str, words: int):
     session = store.create_session(name)

@@ -12,9 +12,9 @@ from picochat.providers.base import Finish, ModelInfo, Provider, TextDelta, Thin
 from picochat.tui.app import PicochatApp
 from picochat.tui.chat import AssistantMessage, ChatView, Notice, UserMessage
 from picochat.tui.thinking import ThinkingBlock, newest_lines
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
-from tests.test_tui import SIZE, answered, chat_once, make_app, say
-from tests.waiting import settle
+from tests.helpers.fakes.openai import FakeOpenAI
+from tests.helpers.tui import SIZE, answered, chat_once, make_app, say
+from tests.helpers.waiting import settle
 
 STEPS = [f"Step {i}: check the {i}th port and note what it serves.\n" for i in range(1, 13)]
 
@@ -79,7 +79,7 @@ def test_the_open_block_shows_the_newest_lines_at_its_width():
 
 
 async def test_an_answer_cut_at_the_output_limit_gets_a_line_under_it(
-        store, monkeypatch, fake_openai: FakeOpenAI):  # noqa: F811
+        store, monkeypatch, fake_openai: FakeOpenAI):
     monkeypatch.setenv("FAKE_API_KEY", "test-key")
     config = Config(models={"fake": ModelConfig(
         name="fake", model="openai/fake-model", api_base=fake_openai.base_url,

@@ -15,10 +15,9 @@ from picochat.messages import Message
 from picochat.storage.store import open_store
 from picochat.tui.chat import Notice
 from picochat.tui.screens import ConfirmScreen
-from tests.scripted import Recorder
-from tests.test_tui import SIZE, chat_once, make_app, say, texts
-from tests.test_tui_races import idle
-from tests.waiting import settle
+from tests.helpers.scripted import Recorder
+from tests.helpers.tui import SIZE, chat_once, idle, make_app, say, texts
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
 
 # what the other process's user typed: a link escape around its first word, a bidi control

@@ -8,8 +8,8 @@ from picochat.models import resolve_model
 from picochat.providers.offline import OfflineProvider
 from picochat.tui.app import PicochatApp
 from picochat.tui.welcome import Welcome
-from tests.test_tui import SIZE, chat_once, make_app
-from tests.waiting import settle
+from tests.helpers.tui import SIZE, chat_once, make_app
+from tests.helpers.waiting import settle
 from tests.helpers.storage import append_message
 
 

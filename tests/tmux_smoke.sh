@@ -12,7 +12,7 @@ mkdir -p "$WORK/config"
 printf '[context_compaction]\nkeep_recent_tokens = 300\n' > "$WORK/config/config.toml"
 
 # How long a step may take before the smoke test fails: a failure bound, not a guess at how
-# long it takes (a busy machine makes a 1 s step take 10); as tests/waiting.py's WAIT_S.
+# long it takes (a busy machine makes a 1 s step take 10); as tests/helpers/waiting.py's WAIT_S.
 WAIT_S=${SMOKE_WAIT_S:-60}
 
 screen() { tmux -L "$SOCKET" capture-pane -p -t smoke; }

@@ -14,12 +14,11 @@ import json
 
 import pytest
 
-from tests.fake_openai import is_summary_request
-from tests.real.conftest import ANSWER_CAP, Picochat
-from tests.real.llama_server import LlamaServer
-from tests.real.proxy import Proxy
-from tests.real.test_real_overflow import overflowed
-from tests.test_facts_e2e import folded_turns, missing_turns, planted
+from tests.helpers.facts import folded_turns, missing_turns, planted
+from tests.helpers.fakes.openai import is_summary_request
+from tests.helpers.real.llama_server import LlamaServer
+from tests.helpers.real.picochat import ANSWER_CAP, Picochat
+from tests.helpers.real.proxy import Proxy, overflowed
 
 pytestmark = pytest.mark.real
 

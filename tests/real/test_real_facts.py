@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fake_openai import is_summary_request
+from tests.helpers.fakes.openai import is_summary_request
 from tests.fixtures import realistic_chat
-from tests.real.conftest import ANSWER_CAP, Picochat
-from tests.real.llama_server import LlamaServer
-from tests.real.proxy import Proxy
+from tests.helpers.real.picochat import ANSWER_CAP, Picochat
+from tests.helpers.real.llama_server import LlamaServer
+from tests.helpers.real.proxy import Proxy
 
 pytestmark = pytest.mark.real
 

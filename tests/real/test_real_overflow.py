@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.real.conftest import ANSWER_CAP, Picochat
-from tests.real.llama_server import LlamaServer
-from tests.real.proxy import Proxy
+from tests.helpers.real.picochat import ANSWER_CAP, Picochat
+from tests.helpers.real.llama_server import LlamaServer
+from tests.helpers.real.proxy import Proxy, overflowed
 
 pytestmark = pytest.mark.real
 
@@ -41,12 +41,6 @@ def note(n: int) -> str:
             "only on weekdays between nine and ten, when the nightly batch jobs are long "
             "finished and traffic is average. The dashboard shows no spike in memory, and the "
             "database replicas look healthy. Please acknowledge this note in one short sentence.")
-
-
-def overflowed(proxy: Proxy) -> int:
-    """Requests the server refused as too long: a 400, or a 200 stream with no event at all."""
-    return sum(1 for status, body in zip(proxy.statuses, proxy.answers)
-               if status == 400 or (status == 200 and not body.strip()))
 
 
 @pytest.mark.parametrize("server", ["stream_200_empty", "length_first_400"])

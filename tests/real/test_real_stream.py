@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from picochat import tokens
-from tests.real.conftest import Picochat
-from tests.real.llama_server import LlamaServer
-from tests.real.proxy import Proxy
+from tests.helpers.real.picochat import Picochat
+from tests.helpers.real.llama_server import LlamaServer
+from tests.helpers.real.proxy import Proxy
 
 pytestmark = pytest.mark.real
 

@@ -15,10 +15,10 @@ import re
 
 import pytest
 
-from tests.real.conftest import ANSWER_CAP, Picochat
-from tests.real.llama_server import LlamaServer
-from tests.fake_openai import is_summary_request
-from tests.real.proxy import LLAMA_CPP_NO_JINJA, VLLM_NO_AUTO_TOOLS, Proxy
+from tests.helpers.real.picochat import ANSWER_CAP, Picochat
+from tests.helpers.real.llama_server import LlamaServer
+from tests.helpers.fakes.openai import is_summary_request
+from tests.helpers.real.proxy import LLAMA_CPP_NO_JINJA, VLLM_NO_AUTO_TOOLS, Proxy
 
 pytestmark = pytest.mark.real
 

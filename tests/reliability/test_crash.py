@@ -19,7 +19,7 @@ import pytest
 
 from picochat.projection import restore
 from picochat.storage import open_store
-from tests.waiting import POLL_S, WAIT_S
+from tests.helpers.waiting import POLL_S, WAIT_S
 
 pytestmark = pytest.mark.reliability
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from picochat import tokens
-from tests.fake_openai import FakeOpenAI, transcript_of
+from tests.helpers.fakes.openai import FakeOpenAI, transcript_of
 
 MB = 1 << 20
 HANG = 120.0  # seconds: far above any figure measured on a slow 2-core machine

@@ -10,14 +10,15 @@ import json
 
 import pytest
 
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
-from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, history, write_config
+from tests.helpers.cli import NOISE, assert_clean_failure, history
+from tests.helpers.config import ENV, write_config
+from tests.helpers.fakes.openai import FakeOpenAI
 
 pytestmark = pytest.mark.reliability
 
 
 @pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file):  # noqa: F811
+def fake(fake_openai: FakeOpenAI, config_file):
     write_config(config_file, fake_openai.base_url, "timeout = 3\n")
     return fake_openai
 

@@ -26,15 +26,10 @@ import pytest
 from picochat.messages import NewCheckpoint
 from picochat.projection import restore
 from picochat.storage import open_store
-from tests.conftest import CliResult
-from tests.fake_openai import (  # noqa: F401  (fixture)
-    FakeOpenAI,
-    fake_openai,
-    record_seqs,
-    summary_text,
-)
-from tests.test_cli_litellm import ENV, NOISE, assert_clean_failure, write_config
-from tests.waiting import WAIT_S, wait_until
+from tests.helpers.cli import NOISE, CliResult, assert_clean_failure
+from tests.helpers.config import ENV, write_config
+from tests.helpers.fakes.openai import FakeOpenAI, record_seqs, summary_text
+from tests.helpers.waiting import WAIT_S, wait_until
 from tests.helpers.storage import append_message
 
 pytestmark = pytest.mark.reliability
@@ -209,7 +204,7 @@ def db(home: Path) -> Path:
 
 
 @pytest.fixture
-def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:  # noqa: F811
+def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
     write_config(config_file, fake_openai.base_url, CONFIG)
     return fake_openai
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from picochat.config import load_config, save_ui_theme
-from tests import fake_openai as fo
-from tests.fake_openai import FakeOpenAI, summary_text
+from tests.helpers.fakes import openai as fo
+from tests.helpers.fakes.openai import FakeOpenAI, summary_text
 
 KEY_ENV = "PICOCHAT_PLANTED_KEY"
 

@@ -12,7 +12,7 @@ with no network.
 litellm posts to `<api_base>/v1/messages` (it appends the route unless api_base already ends
 with it); any other path gets Anthropic's 404 shape. Scripted responses are consumed one per
 request, in order; when the queue is empty the server answers `default_text` (a summary
-request, told by its transcript markers, gets `summary_text(n)` as in tests/fake_openai.py).
+request, told by its transcript markers, gets `summary_text(n)` as in openai.py).
 A script item is one of:
 
     ("text", "reply")                          an answer: SSE events when the request streams
@@ -43,10 +43,8 @@ import threading
 from collections import deque
 from typing import Any
 
-import pytest
-
-from tests.fake_http import QuietHandler, Served
-from tests.fake_openai import _words, is_summary_request, summary_text
+from tests.helpers.fakes.http import QuietHandler, Served
+from tests.helpers.fakes.openai import _words, is_summary_request, summary_text
 
 OVERLOADED = ("error", 529, "overloaded_error", "Overloaded")
 PROMPT_TOO_LONG = "prompt is too long: 210000 tokens > 200000 maximum"
@@ -231,9 +229,3 @@ class FakeAnthropic(Served):
             if is_summary_request(body):
                 return ("text", summary_text(sum(map(is_summary_request, self._requests))))
             return ("text", self.default_text)
-
-
-@pytest.fixture
-def fake_anthropic():
-    with FakeAnthropic() as fake:
-        yield fake

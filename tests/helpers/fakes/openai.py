@@ -97,9 +97,7 @@ import time
 from collections import deque
 from typing import Any
 
-import pytest
-
-from tests.fake_http import Flooded, QuietHandler, Served, flood
+from tests.helpers.fakes.http import Flooded, QuietHandler, Served, flood
 
 CONTEXT_OVERFLOW_BODY = {"error": {
     "message": "This model's maximum context length is 8192 tokens. However, your messages "
@@ -593,7 +591,17 @@ class FakeOpenAI(Served):
             return item
 
 
-@pytest.fixture
-def fake_openai():
-    with FakeOpenAI() as fake:
-        yield fake
+def kinds(fake: FakeOpenAI) -> list[str]:
+    return ["summary" if is_summary_request(b) else "turn" for b in fake.requests]
+
+
+def chains_whole(messages):
+    open_ids: set = set()
+    for m in messages:
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in open_ids, m
+            open_ids.discard(m["tool_call_id"])
+        else:
+            assert not open_ids, ("a tool call without its result", m)
+            open_ids = {c["id"] for c in m.get("tool_calls") or ()}
+    assert not open_ids

@@ -15,6 +15,8 @@ from picochat.providers.base import (
     ToolCallDelta,
     Usage,
 )
+from picochat.config import Config, ModelConfig
+from picochat.models import resolve_model
 from picochat.providers.offline import reply_for
 from picochat import summary_contract as sc
 from picochat import tokens
@@ -135,3 +137,31 @@ def well_formed(objective: str, **sections: str) -> str:
     `sections` (by heading, spaces as underscores) under theirs, `- (none)` elsewhere."""
     body = {"Objective": objective, **{k.replace("_", " "): v for k, v in sections.items()}}
     return "\n\n".join(f"## {h}\n{body.get(h, '- (none)')}" for h in sc.HEADINGS)
+
+
+def model(window):
+    """The offline model with a window of `window` tokens."""
+    return resolve_model(Config(models={"m": ModelConfig("m", "offline", token_limit=window)}),
+                         "m")
+
+
+WORD = "lorem "  # one o200k token a word
+
+
+class Filler(Recorder):
+    """A summarizer that writes a well-formed summary filling `share` of its cap."""
+
+    def __init__(self, share: float) -> None:
+        super().__init__()
+        self.share = share
+
+    async def stream(self, request):
+        if request.purpose == "summary":
+            headings = tokens.count_text(well_formed(""))
+            words = max(1, int((request.max_tokens - headings - 2) * self.share))
+            while words > 1 and tokens.count_text(well_formed(WORD * words)) > \
+                    request.max_tokens:
+                words -= 1
+            self.summaries = [well_formed(WORD * words)]
+        async for part in super().stream(request):
+            yield part

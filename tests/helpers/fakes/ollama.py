@@ -36,23 +36,12 @@ import time
 from collections import deque
 from typing import Any
 
-import pytest
-
-from tests.fake_http import Flooded, QuietHandler, Served, flood
+from tests.helpers.fakes.http import Flooded, QuietHandler, Served, flood
+from tests.helpers.fakes.openai import _words
 
 
 def _full_name(name: str) -> str:
     return name if ":" in name else f"{name}:latest"
-
-
-def _words(text: str) -> list[str]:
-    pieces, start = [], 0
-    for i, ch in enumerate(text):
-        if ch == " " and i > start:
-            pieces.append(text[start:i])
-            start = i
-    pieces.append(text[start:])
-    return [p for p in pieces if p]
 
 
 class _Handler(QuietHandler):
@@ -257,10 +246,3 @@ class FakeOllama(Served):
             if method == "POST" and path.rstrip("/") == "/api/chat":
                 return self._script.popleft() if self._script else ("text", self.default_text)
             return ("none",)
-
-
-@pytest.fixture
-def fake_ollama():
-    with FakeOllama() as fake:
-        fake.add_model("llama3.2", context_length=131072)
-        yield fake

@@ -37,7 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from tests.fake_openai import is_summary_request
+from tests.helpers.fakes.openai import is_summary_request
 
 VLLM_NO_AUTO_TOOLS = (400, {
     "object": "error",
@@ -241,3 +241,9 @@ def _pieces(text: str) -> list[str]:
     if start < len(text):
         out.append(text[start:])
     return out
+
+
+def overflowed(proxy: Proxy) -> int:
+    """Requests the server refused as too long: a 400, or a 200 stream with no event at all."""
+    return sum(1 for status, body in zip(proxy.statuses, proxy.answers)
+               if status == 400 or (status == 200 and not body.strip()))
