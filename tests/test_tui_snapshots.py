@@ -14,7 +14,8 @@ from picochat.config import CompactionConfig, Config, UiConfig
 from picochat.models import resolve_model
 from picochat.providers.base import ModelInfo, Provider
 from picochat.providers.offline import OfflineProvider
-from picochat.storage import store as store_module
+from picochat.storage import context as context_module
+from picochat.storage import sessions as sessions_module
 from picochat.storage.store import open_store
 from picochat.tui.app import PicochatApp
 from picochat.tui.chat import ChatView, CheckpointDivider, UserMessage
@@ -41,7 +42,9 @@ class _CountingUUID:
 
 @pytest.fixture
 def fixed_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(store_module, "uuid", _CountingUUID())
+    ids = _CountingUUID()  # one count for session and checkpoint ids, as before the split
+    monkeypatch.setattr(sessions_module, "uuid", ids)
+    monkeypatch.setattr(context_module, "uuid", ids)
     ticks = itertools.count(1_796_000_000_000, 1_000)
     s = open_store(tmp_path / "snap.db", clock=lambda: next(ticks))
     yield s

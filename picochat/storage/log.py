@@ -1,0 +1,112 @@
+"""The message log: the append-only `messages` table (and its full-text index), appended to
+and read back.
+
+Its own class because the log is the truth (ARCHITECTURE rule 1): rows are only ever
+inserted, each given its `seq` inside the insert's transaction from the durable maximum, so
+two processes appending to one session never collide and a seq is never reused. A message
+arrives prepared by its writer (`picochat/prepare.py`): the log inserts it and computes none of
+it. A plain append does not move the context's generation: what it adds lands after any
+checkpoint's cut, in the raw tail.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Iterable
+
+from picochat.messages import ROLES, Message, PreparedMessage, Session
+from picochat.storage.drafts import forget_drafts, has_draft
+from picochat.storage.rows import (MESSAGE_COLS, MESSAGE_FIELDS, OnCore, session_row,
+                                   to_message, touch)
+from picochat.storage.sql import NO_UPPER_BOUND, NOT_RETRACTED
+
+
+class MessageLog(OnCore):
+    """The append-only message log, each call one transaction on `core`."""
+
+    def append_messages(self, session_id: str, messages: Iterable[PreparedMessage],
+                        *, if_draft: str | None = None) -> list[Message]:
+        """Append messages in one transaction (all or none), seqs following the durable
+        maximum. Each comes prepared by its writer (`prepare.prepare`: valid text, token
+        count, statements); the store gives it its seq and time and nothing else. The draft
+        of every turn written goes in the same transaction: its text is in the log now.
+        `if_draft`: append only if that turn's draft is still there (two processes recovering
+        it append it once); the rows then stay out of the context when their turn was
+        overtaken (`_overtaken`)."""
+        rows = list(messages)
+        for m in rows:  # the one invariant cheap to hold here; the rest is the writer's
+            if m.role not in ROLES:
+                raise ValueError(f"role must be one of {ROLES}, got {m.role!r}")
+        now = self.core.clock()
+        out: list[Message] = []
+        with self.core.write() as c:
+            session = session_row(c, session_id)
+            if if_draft is not None and not has_draft(c, if_draft):
+                return []
+            late = if_draft is not None and _overtaken(c, session, if_draft)
+            seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
+                            (session_id,)).fetchone()[0]
+            forget_drafts(c, {m.turn_id for m in rows if m.turn_id})
+            for m in rows:
+                seq += 1
+                rowid = c.execute(
+                    f"INSERT INTO messages ({MESSAGE_COLS}) "
+                    f"VALUES ({', '.join('?' * len(MESSAGE_FIELDS))})",
+                    (session_id, seq, m.role, m.content, m.tool_calls_json, m.tool_call_id,
+                     m.name, m.turn_id, m.tool_status, m.status, m.tokens, now,
+                     m.statements, m.reasoning)).lastrowid
+                c.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)",
+                          (rowid, m.content))
+                out.append(m.stored(session_id, seq, now, retracted=late))
+            if late and out:  # kept in the log, out of the context: the context is unchanged
+                c.execute("INSERT INTO retractions (session_id, from_seq, to_seq, "
+                          "context_generation, created_at) VALUES (?, ?, ?, ?, ?)",
+                          (session_id, out[0].seq, seq, session.context_generation, now))
+            touch(c, session_id, now)
+        return out
+
+    def history(self, session_id: str) -> list[Message]:
+        """The raw log, all of it, with undone rows marked (for `history` and `export`)."""
+        with self.core.read() as c:
+            rows = c.execute(
+                f"SELECT {MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
+                "WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
+        return [to_message(r) for r in rows]
+
+    def history_page(self, session_id: str, before_seq: int | None, limit: int
+                     ) -> list[Message]:
+        """The newest `limit` messages below `before_seq` (all: None), oldest first: a screen
+        of a long log without reading the rest of it."""
+        with self.core.read() as c:
+            rows = c.execute(
+                f"SELECT {MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
+                "WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+                (session_id, before_seq if before_seq is not None else NO_UPPER_BOUND,
+                 max(0, limit))).fetchall()
+        return [to_message(r) for r in reversed(rows)]
+
+    def message(self, session_id: str, seq: int) -> Message | None:
+        """One row of the raw log (a tool result the app is about to show), or None."""
+        with self.core.read() as c:
+            row = c.execute(
+                f"SELECT {MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
+                "WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
+        return to_message(row) if row else None
+
+    def max_seq(self, session_id: str) -> int:
+        with self.core.read() as c:
+            return c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
+                             (session_id,)).fetchone()[0]
+
+
+def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str) -> bool:
+    """Whether a turn's recovered answer would land out of place: its question was cleared
+    (`/clear` after it), undone, or is gone, or a newer turn began after its rows. Appended at
+    the end of the log, it would read as the answer to that newer question."""
+    last = c.execute(f"SELECT MAX(seq) FROM messages m WHERE session_id = ? AND turn_id = ? "
+                     f"AND {NOT_RETRACTED}", (session.id, turn_id)).fetchone()[0]
+    if last is None or last <= session.context_floor_seq:
+        return True
+    return c.execute("SELECT 1 FROM messages WHERE session_id = ? AND seq > ? AND "
+                     "(turn_id IS NULL OR turn_id != ?) LIMIT 1",
+                     (session.id, last, turn_id)).fetchone() is not None
