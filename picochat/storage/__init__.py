@@ -1,5 +1,6 @@
-"""Durable state: one SQLite file, written only through `Store` and its parts (`store.drafts`,
-`store.search`, `store.traits`), all built on one transactional core (`store.core`)."""
+"""Durable state: one SQLite file, written only through `Store` (sessions, the log and the
+context's pointers, one class a job) and its parts (`store.drafts`, `store.search`,
+`store.traits`), all built on one transactional core (`store.core`)."""
 
 from picochat.storage.store import Store, open_store
 

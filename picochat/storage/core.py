@@ -3,8 +3,9 @@ store's one I/O thread, and the guards that make each read or write one transact
 
 Kept apart from what is stored so that how a transaction is taken (a write waits for another
 process's lock in short slices, a read never waits for a write, sqlite errors become one
-readable `StorageError`) is written once, and the classes that hold the tables (`Store`,
-`Drafts`, `Search`, `Traits`) only say what they read and write inside one.
+readable `StorageError`) is written once, and the classes that hold the tables
+(`SessionRows`, `MessageLog`, `ContextPointers`, `Drafts`, `Search`, `Traits`) only say what
+they read and write inside one.
 """
 
 from __future__ import annotations

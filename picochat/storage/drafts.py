@@ -5,7 +5,7 @@ mid-answer): the interrupted answer of its turn.
 Its own class because a draft lives by its writer's liveness, not by the log's rules: a
 draft is left alone while its process runs, however old, and recovered once it does not.
 Liveness is told by the lock the owner holds (`owner.py`), else by its pid and start time in
-/proc (`process_alive`). Appending the answer goes through the log (`Store.append_messages`,
+/proc (`process_alive`). Appending the answer goes through the log (`MessageLog.append_messages`,
 `if_draft`), which drops a turn's draft in the transaction that writes the turn.
 """
 

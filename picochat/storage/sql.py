@@ -1,7 +1,8 @@
 """SQL fragments more than one storage class reads the message log with.
 
 Written once, so what "undone" means (a retraction range covering the row) and what "no
-upper bound" is cannot drift between the log's reads (`store.py`) and search's (`search.py`).
+upper bound" is cannot drift between the log's reads (`log.py`), the context's
+(`context.py`) and search's (`search.py`).
 """
 
 # "No upper bound" for a seq or rowid in a `seq < ?` or `BETWEEN ? AND ?` filter: above any
