@@ -10,14 +10,25 @@ a session opens with, the prompts recalled with up).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from picochat.config import Config
-from picochat.messages import Session
+from picochat.messages import Checkpoint, Message, Session
 from picochat.models import ResolvedModel
 from picochat.providers.base import Provider
 from picochat.session import SessionWorker, note_opened
 from picochat.storage.store import Store
+
+
+@dataclass(frozen=True)
+class FirstScreen:
+    """What the app's first screen shows of a session: its newest messages, the checkpoint in
+    force and the prompts the up arrow recalls."""
+
+    newest: list[Message]
+    checkpoint: Checkpoint | None
+    prompts: list[str]
 
 
 class SessionCatalog:
@@ -36,6 +47,13 @@ class SessionCatalog:
         """The worker that runs `session`'s turns and commands (not started)."""
         return SessionWorker.from_config(self._store, session.id, model, provider, config,
                                          session=session)
+
+    def first_screen(self, session_id: str, page: int) -> FirstScreen:
+        """Read before the app's event loop starts (the CLI calls it): a database damaged
+        inside is found here and said in one line, before anything is drawn."""
+        store = self._store
+        return FirstScreen(store.history_page(session_id, None, page),
+                           store.active_checkpoint(session_id), store.search.user_prompts())
 
     async def sessions(self) -> list[Session]:
         return await self._store.io(self._store.list_sessions)

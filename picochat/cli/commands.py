@@ -127,7 +127,9 @@ def cmd_tui(app: App) -> int:
     written to last), else the most recently active session, else a new one."""
     from picochat.opening import open_model
     from picochat.session import note_opened
+    from picochat.catalog import SessionCatalog
     from picochat.tui.app import PicochatApp
+    from picochat.tui.chat import PAGE
 
     ref = app.opt("session")
     session = (app.store.find_session(ref) if ref else
@@ -138,8 +140,11 @@ def cmd_tui(app: App) -> int:
         session = app.store.find_or_create_session(ref)
     if app.opt("model") and session.model != app.opt("model"):
         app.store.set_session_model(session.id, app.opt("model"))
+    # what the first screen shows is read now: a database damaged inside fails here, in one
+    # line, before the screen changes
+    first = SessionCatalog(app.store).first_screen(session.id, PAGE)
     tui = PicochatApp(app.store, session, resolved, provider, app.config, app.paths,
-                      quit_on_signals=True)
+                      quit_on_signals=True, first=first)
     try:
         tui.run()
     finally:

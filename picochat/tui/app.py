@@ -36,7 +36,7 @@ from picochat.paths import Paths
 from picochat.models import ResolvedModel
 from picochat.opening import open_model
 from picochat.providers.base import Provider
-from picochat.catalog import SessionCatalog
+from picochat.catalog import FirstScreen, SessionCatalog
 from picochat.storage.store import Store
 from picochat.tui import commands, slash
 from picochat.tui.chat import ChatView
@@ -102,12 +102,16 @@ class PicochatApp(App[None]):
 
     def __init__(self, store: Store, session: Session, model: ResolvedModel,
                  provider: Provider, config: Config, paths: Paths | None = None,
-                 quit_on_signals: bool = False) -> None:
+                 quit_on_signals: bool = False, first: FirstScreen | None = None) -> None:
+        """`first`: what the first screen shows, read by the CLI before the app starts (a
+        damaged database is then its one line, before anything is drawn); without it, the
+        app reads it right after its first frame."""
         super().__init__()
         # SIGTERM, SIGHUP: the CLI's app, not a test's
         self.signals = QuitSignals(lambda code: self.exit(return_code=code)) \
             if quit_on_signals else None
         self.sessions = SessionCatalog(store)
+        self._first = first
         self.session = session
         self.config = config
         self.paths = paths
@@ -180,10 +184,16 @@ class PicochatApp(App[None]):
 
     @work(group="open", exit_on_error=False)
     async def open_transcript(self) -> None:
+        first, self._first = self._first, None
         try:
-            await self.reload()
-            self.query_one(Prompt).recall_earlier(await self.sessions.user_prompts())
+            async with self._reloading:
+                await self.conversation.reload(first=first)
+            await self.refresh_panel()
+            self.query_one(Prompt).recall_earlier(
+                first.prompts if first else await self.sessions.user_prompts())
             self.restore_unsent()
+        except PicochatError as exc:  # a damaged database, found opening the screen: the
+            self._handle_exception(exc)  # CLI's one line and exit 1, as from compose
         finally:
             self.transcript_ready.set()  # turns and commands typed meanwhile go on from here
             # then tiktoken and litellm, in threads: started earlier, their imports held the

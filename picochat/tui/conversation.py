@@ -23,6 +23,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from picochat.budget import message_over_window, too_long_error
+from picochat.catalog import FirstScreen
 from picochat.compaction import report
 from picochat.failures import turn_failure_line
 from picochat.providers.base import TextDelta, ThinkingDelta
@@ -122,15 +123,19 @@ class Conversation(Vertical):
         rows' seqs, so the transcript can tell which turns it shows."""
         return self._shown
 
-    async def reload(self, from_elsewhere: bool = False) -> None:
+    async def reload(self, from_elsewhere: bool = False,
+                     first: FirstScreen | None = None) -> None:
         """The transcript from the database, the source of truth: its newest page, older
         pages as the reader scrolls up (`from_elsewhere`: after another picochat wrote; the
-        notices just said stay)."""
+        notices just said stay; `first`: what the CLI read before the app started)."""
         chat, worker = self.chat, self.worker
         kept = chat.trailing_notices() if from_elsewhere else []
-        newest = await worker.history_page(None, PAGE)
-        await chat.show_history(newest, await worker.active_checkpoint(), worker.history_page,
-                                from_elsewhere)
+        if first is not None:
+            newest, checkpoint = first.newest, first.checkpoint
+        else:
+            newest = await worker.history_page(None, PAGE)
+            checkpoint = await worker.active_checkpoint()
+        await chat.show_history(newest, checkpoint, worker.history_page, from_elsewhere)
         for text, kind in kept:
             await chat.add_notice(text, kind)
         if not newest:  # an empty session: who answers, how to reach a real model, the keys
