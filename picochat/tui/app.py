@@ -118,6 +118,7 @@ class PicochatApp(App[None]):
         self.worker = self.sessions.worker(session, model, provider, config)
         self._counting = True   # tiktoken still loading: the figures wait for it
         self._bar: StatusBar | None = None
+        self._conversation: Conversation | None = None
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
         self._gc = IdleCollector()
         self._theme_notes = self.load_themes()
@@ -136,7 +137,9 @@ class PicochatApp(App[None]):
         self._bar = StatusBar()  # held: the 0.5 s tick must not walk the DOM to find it
         yield self._bar
         with Horizontal(id="body"):
-            yield Conversation(self.worker, self.transcript_ready, self, id="conversation")
+            self._conversation = Conversation(self.worker, self.transcript_ready, self,
+                                              id="conversation")
+            yield self._conversation
             yield CheckpointPanel(id="panel")
         yield SlashHints(id="hints")
         yield Prompt(id="prompt")  # earlier prompts, for up, are read after the first frame
@@ -322,7 +325,9 @@ class PicochatApp(App[None]):
 
     @property
     def conversation(self) -> Conversation:
-        return self.query_one(Conversation)
+        """Held, not queried: the 0.5 s tick and a quit read it after the DOM may be gone."""
+        assert self._conversation is not None, "composed in compose()"
+        return self._conversation
 
     @property
     def chat(self) -> ChatView:
@@ -331,7 +336,7 @@ class PicochatApp(App[None]):
     @property
     def state(self) -> str:
         """What runs now (status.*), "" when nothing does: the conversation's."""
-        return self.conversation.state
+        return self._conversation.state if self._conversation is not None else ""
 
     def usage(self):
         return self.worker.info()
@@ -583,8 +588,8 @@ class PicochatApp(App[None]):
         """Esc (stop) works only while an answer runs (it shows in the footer then) or the
         slash-command hints are open (it closes them)."""
         if action == "stop":  # False hides it
-            return (self.conversation.running is not None
-                    or self.query_one(SlashHints).is_open)
+            running = self._conversation is not None and self._conversation.running
+            return bool(running) or self.query_one(SlashHints).is_open
         return True
 
     def action_help(self) -> None:
