@@ -151,6 +151,7 @@ def test_a_summary_goes_through_the_same_path_with_its_own_cap(run_cli, fake, co
     (529, "overloaded_error", None, "is overloaded (529): sending once more in 5 s"),
     (429, "rate_limit_error", "2", "is rate limiting requests: sending once more in 2 s"),
 ])
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_a_busy_api_gets_one_wait_of_its_retry_after_then_the_answer(run_cli, fake, status,
                                                                      kind, after, said):
     message = "Overloaded" if status == 529 else "Number of requests has exceeded your rate limit"
@@ -239,6 +240,7 @@ def test_both_wordings_through_litellms_anthropic_mapping_give_the_window(fake, 
     # then 90,000 more: the input fits, but not with the answer cap of 16,384
     (360_000, "input length and `max_tokens` exceed context limit: "),
 ])
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_a_session_past_the_real_window_learns_200000_and_recovers(run_cli, fake, config_file,
                                                                    second, wording):
     """A config that believes in a 1,000,000 window (Sonnet's 1M beta, not enabled for the key)
@@ -268,6 +270,7 @@ def test_a_session_past_the_real_window_learns_200000_and_recovers(run_cli, fake
     assert all(b["max_tokens"] <= 16384 for b in fake.requests)
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_one_message_longer_than_the_window_fails_with_one_line_naming_it(run_cli, fake,
                                                                          config_file):
     write_config(config_file, fake.base_url, "token_limit = 1000000\n")

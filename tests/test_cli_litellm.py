@@ -94,6 +94,7 @@ def test_named_session_with_model_flag_keeps_both_messages(run_cli, fake):
 # --- failures -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_401_says_the_key_was_refused(run_cli, fake):
     fake.script(("status", 401, AUTH_BODY))
     result = run_cli("ask", "hello", env=ENV)
@@ -169,6 +170,7 @@ def test_a_slow_server_times_out_after_the_models_timeout_without_a_retry(run_cl
     assert [(m["role"], m["content"]) for m in history(run_cli)] == [("user", "hello")]
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_connection_refused_says_cannot_connect(run_cli, config_file):
     port = closed_port()
     write_config(config_file, f"http://127.0.0.1:{port}/v1")

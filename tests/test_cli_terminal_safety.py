@@ -286,6 +286,7 @@ def test_checkpoints_and_sessions_on_a_terminal(run_cli, home, hostile_session):
     assert stored_replies(home)[-2] == HOSTILE
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_a_provider_error_that_quotes_escapes_is_one_clean_line(fake, home, run_cli):
     body = {"error": {"message": "bad request \x1b]0;pwned\x07 near \x1b[2Jhere \u202eevil",
                       "type": "invalid_request_error", "code": None}}

@@ -7,6 +7,8 @@ run (model_traits), smaller than the configured one."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from picochat.config import load_config
@@ -78,6 +80,7 @@ async def test_cli_info_and_the_apps_info_agree_to_the_token(home, config_file, 
     assert card["Left before auto"] == f"{cli['remaining_tokens']:,}"
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_info_needs_no_key_for_the_model_it_measures(run_cli):
     """`info` names the model and measures, it never opens it: a hosted model whose key is
     not set still shows its figures (ask would refuse it)."""

@@ -239,6 +239,7 @@ def test_show_answers_are_read_with_care():
     assert ollama.trained_length({"llama.context_length": True}) is None
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_num_ctx_follows_the_window_the_server_taught(run_cli, fake_ollama, config_file, home):
     """A window learned from this server (an earlier run's overflow, remembered) is the one
     the budget works with: num_ctx says the same, not the configured 65,536 the provider was

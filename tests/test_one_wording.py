@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import errno
 import subprocess
 import sys
@@ -62,6 +64,7 @@ async def test_a_failed_export_write_is_one_line_in_both(cli_store, tmp_path, mo
     assert not target.exists()
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 async def test_a_failed_compaction_is_one_line_in_both(run_cli, keyed_fake, cli_store, config_file):
     """The chat model returns an empty summary to `/compact` and to `picochat compact`."""
     config = configure(config_file, keyed_fake, chat="fake", summary_model=None)

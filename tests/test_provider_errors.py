@@ -28,6 +28,7 @@ def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
 # --- a stream that breaks after the server answered -----------------------------------------
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_a_stream_cut_mid_answer_says_the_connection_broke_and_the_answer_is_kept(run_cli,
                                                                                     fake):
     fake.script(("cut", "the first half of a long answer that never"))
@@ -44,6 +45,7 @@ def test_a_stream_cut_mid_answer_says_the_connection_broke_and_the_answer_is_kep
     assert len(fake.requests) == 1
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_a_stream_cut_before_any_text_is_not_cannot_connect(run_cli, fake):
     fake.script(("cut", "never sent", 0))  # 200 and headers, then the connection closes
     result = ask(run_cli, "hello?")
@@ -55,6 +57,7 @@ def test_a_stream_cut_before_any_text_is_not_cannot_connect(run_cli, fake):
     assert roles(run_cli) == [("user", "complete")]
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_a_connection_closed_without_a_response_is_not_cannot_connect(run_cli, fake):
     fake.script(("drop",))
     result = ask(run_cli, "hello?")
@@ -66,6 +69,7 @@ def test_a_connection_closed_without_a_response_is_not_cannot_connect(run_cli, f
     assert len(fake.requests) == 1
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_malformed_sse_names_the_fault_not_litellms_text(run_cli, fake):
     fake.script(("garbage", "text before the bad line", "text after it"))
     result = ask(run_cli, "stream something odd")
@@ -91,6 +95,7 @@ def counted(stderr: str) -> tuple[int, int]:
     return int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_an_overflow_on_a_small_request_blames_the_servers_real_context(run_cli, fake):
     # the server names a window larger than the configured 8,192: request (~750) plus the
     # answer cap (4,096, the reserve) fill less than half of it
@@ -126,6 +131,7 @@ def test_an_overflow_without_a_stated_window_weighs_the_configured_one(run_cli, 
     assert "newest turn alone" not in result.stderr
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_a_llama_cpp_overflow_reads_its_window(run_cli, fake):
     fake.script(("status", 400, {"error": {
         "code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": 5000, "n_ctx": 4096,
@@ -155,6 +161,7 @@ def test_a_misfit_in_a_longer_session_keeps_its_own_line(run_cli, fake):
     assert_no_internals(result)
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_a_real_overflow_still_says_the_turn_does_not_fit(run_cli, fake):
     fake.script(("status", 400, overflow_body(4096, 6000)))
     result = ask(run_cli, "word " * 5000)  # over the stated window by picochat's count too
@@ -184,6 +191,7 @@ def test_a_short_key_echoed_by_the_server_is_masked(run_cli, fake, home, status)
         assert key not in result.stderr and key not in result.stdout and key not in log
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_an_echoed_key_in_any_encoding_is_masked_in_the_line_and_the_log(run_cli, fake, home):
     """A proxy quotes the upstream body (JSON inside the message, `/` written `\\/`), the
     request URL (lower-case percent-encoding), the Authorization header (base64 of `Bearer

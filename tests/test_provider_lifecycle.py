@@ -63,6 +63,7 @@ def test_cancel_mid_stream_drops_the_connection_and_keeps_what_arrived(compactin
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT semantics")
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_ctrl_c_during_ask_saves_the_partial_answer_and_exits_130(run_cli, compacting_fake, home,
                                                                    monkeypatch):
     # the fake gives up a held stream after HOLD_LIMIT_S (then the client's leaving is never
@@ -129,6 +130,7 @@ def test_warm_up_imports_litellm_and_touches_no_network(tmp_path, home):
     assert not [e for e in events if '"socket.connect"' in e or "getaddrinfo" in e], events
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_ask_through_litellm_shuts_down_without_unclosed_connections(run_cli, compacting_fake,
                                                                      home):
     env = {**ENV, "PYTHONWARNINGS": "always", "PYTHONTRACEMALLOC": "0"}

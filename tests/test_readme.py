@@ -75,6 +75,7 @@ def write(config_file: Path, body: str) -> None:
     config_file.write_text(body)
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_the_openai_compatible_server_recipe_answers(run_cli, config_file, fake_openai):
     """The recipe as written, but at the fake server's address: no key, a chat."""
     body = recipe("http://127.0.0.1:8080/v1").replace("http://127.0.0.1:8080/v1",

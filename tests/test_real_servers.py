@@ -98,6 +98,7 @@ def test_a_server_smaller_than_the_config_answers_every_turn(run_cli, fake):
     assert sizes and all(s <= 1024 for s in sizes), sizes  # the reserve of the 2,048 window
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_an_empty_stream_is_asked_again_unstreamed_and_its_answer_shown(run_cli, fake):
     fake.script(("void",))  # 200, then nothing: no chunk, no usage, no finish
     result = ask(run_cli, "hello")
@@ -110,6 +111,7 @@ def test_an_empty_stream_is_asked_again_unstreamed_and_its_answer_shown(run_cli,
         ("user", "hello"), ("assistant", "Hello from fake")]
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_an_empty_stream_and_an_empty_probe_say_so_once(run_cli, fake):
     fake.script(("void",), ("text", ""))
     result = ask(run_cli, "hello")
@@ -142,6 +144,7 @@ def test_a_server_grown_since_is_believed_and_the_learned_window_forgotten(run_c
     assert card["window_source"] == "config" and card["effective_window_tokens"] == 8192
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_a_tiny_stated_window_is_not_believed(run_cli, fake):
     """A hostile or broken server must not shrink the session to nothing, for good."""
     fake.script(("status", 400, {"error": {
@@ -180,6 +183,7 @@ def test_a_server_that_refuses_tools_gets_the_turn_without_them_and_is_remembere
     assert "Tools" in run_cli("info", env=ENV).stdout
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_a_refusal_without_tools_offered_is_an_error_not_a_loop(run_cli, fake, config_file):
     config_file.write_text(config_file.read_text() + "[tools]\nenabled = []\n")
     fake.script(("status", 400, {"error": {"message": "tools param requires --jinja flag"}}))

@@ -110,6 +110,7 @@ def test_a_line_that_never_ends_is_cut_at_the_bound_and_memory_stays_flat(fake):
     assert flood_rss - plain_rss < 48 * MiB, (plain_rss, flood_rss)
 
 
+@pytest.mark.slow  # among the default run's slowest; CI runs -m slow
 def test_a_cut_event_after_some_text_keeps_that_text(run_cli, fake):
     fake.script(("flood", 24 * MiB, "the start of an answer"))
     result = ask(run_cli, "go on")
