@@ -17,7 +17,7 @@ from picochat.config import Config
 from picochat.messages import Checkpoint, Message, Session
 from picochat.models import ResolvedModel
 from picochat.providers.base import Provider
-from picochat.session import SessionWorker, note_opened
+from picochat.session import SessionWorker
 from picochat.storage.store import Store
 
 
@@ -79,10 +79,6 @@ class SessionCatalog:
             self._store.set_session_model(session_id, model)
             return self._store.session(session_id)
         return await self._store.io(run)
-
-    async def opened(self, session_id: str) -> None:
-        """The app shows `session_id`: the next start reopens it (best effort)."""
-        await self._store.io(note_opened, self._store, session_id)
 
     async def user_prompts(self) -> list[str]:
         """What the user sent before, newest last, for the prompt's up-arrow recall."""

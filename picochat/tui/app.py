@@ -189,9 +189,7 @@ class PicochatApp(App[None]):
     async def open_transcript(self) -> None:
         first, self._first = self._first, None
         try:
-            async with self._reloading:
-                await self.conversation.reload(first=first)
-            await self.refresh_panel()
+            await self.reload(first=first)
             self.query_one(Prompt).recall_earlier(
                 first.prompts if first else await self.sessions.user_prompts())
             self.restore_unsent()
@@ -428,11 +426,12 @@ class PicochatApp(App[None]):
         finds no bar, panel or prompt to tell."""
         return not self._exit and bool(self.screen_stack)
 
-    async def reload(self, from_elsewhere: bool = False) -> None:
+    async def reload(self, from_elsewhere: bool = False,
+                     first: FirstScreen | None = None) -> None:
         """The transcript and the panel from the database, the source of truth
-        (`from_elsewhere`: after another picochat wrote)."""
+        (`from_elsewhere`: after another picochat wrote; `first`: read by the CLI)."""
         async with self._reloading:  # a refresh and a command's reload never interleave
-            await self.conversation.reload(from_elsewhere)
+            await self.conversation.reload(from_elsewhere, first)
         await self.refresh_panel()
 
     async def refresh_panel(self) -> None:
@@ -446,9 +445,9 @@ class PicochatApp(App[None]):
                          shown.floor_seq, list(shown.pins))
 
     async def context_moved(self) -> None:
+        """The checkpoint in force changed: the conversation moves its divider and tells
+        `context_changed`, which refreshes the panel and the figures (once)."""
         await self.conversation.context_moved()
-        await self.refresh_panel()
-        self.refresh_status()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A UI task that failed says so (and the log keeps its frames); the app goes on."""
@@ -531,7 +530,7 @@ class PicochatApp(App[None]):
         self.conversation.worker = self.worker
         self.worker.on_queue_change(self._queue_changed)
         await self.worker.start()
-        await self.sessions.opened(session.id)  # the next start reopens it, even after a kill
+        await self.worker.opened()  # the next start reopens it, even after a kill
         self.warm_up()
         await self.reload()
         self.restore_unsent()
