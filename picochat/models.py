@@ -284,18 +284,29 @@ def _first_ollama_model() -> str | None:
 
 
 def create_provider(resolved: ResolvedModel) -> Provider:
-    """The provider for a model; litellm is imported only when a real model is used."""
+    """The provider for a model: the built-in one, the direct client for an OpenAI-compatible
+    server (providers.openai_compat), else litellm, imported only when first used."""
     if resolved.offline:
         from picochat.providers.offline import OfflineProvider
 
         return OfflineProvider()
-    from picochat.providers.litellm_provider import READ_TIMEOUT_S, LiteLLMProvider
+    from picochat.providers.chat_completions import READ_TIMEOUT_S
+    from picochat.providers.openai_compat import OpenAICompatProvider, speaks_directly
 
     missing = _missing_key(resolved)
     if missing:
         raise ConfigError(f"no API key for {resolved.model}: {' or '.join(missing)} is not set",
                           f"export {missing[0]}=…, or use --model offline")
     key = os.environ.get(resolved.api_key_env) if resolved.api_key_env else None
+    if resolved.api_base and speaks_directly(resolved.model, resolved.provider_kind,
+                                             resolved.api_base):
+        return OpenAICompatProvider(model=resolved.model, provider_kind=resolved.provider_kind,
+                                    api_base=resolved.api_base, api_key=key,
+                                    api_key_env=resolved.api_key_env,
+                                    read_timeout=resolved.timeout or READ_TIMEOUT_S,
+                                    extra=resolved.provider_options)
+    from picochat.providers.litellm_provider import LiteLLMProvider
+
     return LiteLLMProvider(model=resolved.model, provider_kind=resolved.provider_kind,
                            api_base=resolved.api_base, api_key=key,
                            api_key_env=resolved.api_key_env,

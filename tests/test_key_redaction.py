@@ -23,7 +23,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from picochat.providers import redact as redact_module
-from picochat.providers.litellm_errors import _provider_words, _short
+from picochat.providers.translate import _provider_words, _short
 from picochat.providers.litellm_provider import LiteLLMProvider
 from picochat.providers.redact import MASK, RedactingFilter, redact
 from tests.helpers.redaction import KEY, leaks

@@ -36,8 +36,8 @@ def test_a_reserve_above_the_models_output_limit_is_capped_at_it(fake_openai, ho
 
 def test_anthropic_requests_always_name_max_tokens():
     provider = LiteLLMProvider("anthropic/claude-sonnet-4-5", "anthropic", api_key="k")
-    assert provider._kwargs(ProviderRequest(HELLO))["max_tokens"] == \
+    assert provider._body(ProviderRequest(HELLO))["max_tokens"] == \
         ANTHROPIC_DEFAULT_MAX_TOKENS  # not litellm's fill-in of the whole 64,000
-    assert provider._kwargs(ProviderRequest(HELLO, max_tokens=100_000))["max_tokens"] == 64_000
+    assert provider._body(ProviderRequest(HELLO, max_tokens=100_000))["max_tokens"] == 64_000
     other = LiteLLMProvider("openai/fake-model", "openai", api_key="k")
-    assert "max_tokens" not in other._kwargs(ProviderRequest(HELLO))
+    assert "max_tokens" not in other._body(ProviderRequest(HELLO))

@@ -276,10 +276,10 @@ def test_thinking_and_tool_arguments_count_toward_the_answer_bound(monkeypatch):
 
 
 def test_an_answer_of_too_many_pieces_is_cut_and_says_the_count(fake, monkeypatch):
-    from picochat.providers import litellm_provider
+    from picochat.providers import chat_completions
     from picochat.providers.litellm_provider import LiteLLMProvider
 
-    monkeypatch.setattr(litellm_provider, "MAX_ANSWER_PIECES", 50)
+    monkeypatch.setattr(chat_completions, "MAX_ANSWER_PIECES", 50)
     fake.script(("chunks", [f"w{i} " for i in range(80)]))
     provider = LiteLLMProvider("openai/fake-model", "openai", api_base=fake.base_url,
                                api_key="test-key")

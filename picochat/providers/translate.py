@@ -1,6 +1,11 @@
-"""litellm's failures as picochat's typed errors: one clear line per kind, in the provider's
+"""A provider's failures as picochat's typed errors: one clear line per kind, in the provider's
 words (keys masked), told apart by the stage they happened at (no connection, a connection
 closed before any response, a stream that broke or was stopped, a refusal with a reason).
+
+The one translation for both carriers (providers.chat_completions): litellm's exceptions and the
+direct client's (`ServerAnswered` for an HTTP error status, httpx's for the transport). Kinds are
+read from class names, so nothing here imports litellm or httpx: a litellm class names its kind,
+a bare status is named as litellm names it (`STATUS_KINDS`).
 
 `ErrorTranslator` is built per failure from what the provider knows then (its address, model
 and key variable); the exception chain (causes, contexts and litellm's wrapped original) is
@@ -19,9 +24,35 @@ from typing import Any, Callable
 from picochat.providers import errors as pe
 from picochat.providers import http_bounds, ollama
 from picochat.providers.base import ModelInfo, ProviderRequest
-from picochat.providers.litellm_env import import_litellm
 
 log = logging.getLogger("picochat.providers")
+
+# An HTTP error status as the kind litellm's exception for it would name.
+STATUS_KINDS = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
+                404: "NotFoundError", 408: "Timeout", 422: "BadRequestError",
+                429: "RateLimitError", 500: "InternalServerError", 502: "BadGatewayError",
+                503: "ServiceUnavailableError", 504: "Timeout"}
+# A read or connect that took longer than allowed (litellm's Timeout, httpx's and asyncio's).
+_TIMEOUT_NAMES = frozenset({"Timeout", "TimeoutException", "APITimeoutError"})
+
+
+class ServerAnswered(Exception):
+    """The direct client's failure when a server answered with an error status: `status_code`,
+    its `headers` (Retry-After) and its words (the exception's text), as litellm's carry them.
+    No status: an error event inside a stream the server had accepted."""
+
+    def __init__(self, status_code: int | None, words: str, headers: Any = None) -> None:
+        super().__init__(words)
+        self.status_code = status_code
+        self.headers = headers or {}
+
+
+def kinds(exc: BaseException) -> frozenset[str]:
+    """What kind of failure `exc` is, by its classes' names; a `ServerAnswered` by its status."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    if isinstance(exc, ServerAnswered):
+        names.add(STATUS_KINDS.get(exc.status_code or 0, "APIError"))
+    return frozenset(names)
 
 
 @dataclass(frozen=True)
@@ -34,6 +65,7 @@ class ErrorTranslator:
     api_key_env: str | None
     redact: Callable[[str], str]                  # the key never reaches an error line
     request_tokens: Callable[[ProviderRequest], int]  # picochat's count, to weigh an overflow
+    carrier: str = "litellm"  # what carried the request, named when it fails inside itself
 
     @property
     def where(self) -> str:
@@ -48,25 +80,25 @@ class ErrorTranslator:
         text that arrived before the stream failed."""
         if isinstance(exc, pe.ProviderError):
             return exc  # already said: a bound reached in the stream, a refusal
-        litellm = import_litellm()
         where = self.where
         stopped = self.stopped(exc, received)
         if stopped is not None:
             return stopped
-        transport = self.transport_error(exc, litellm, received)
+        transport = self.transport_error(exc, received)
         if transport is not None:
             return transport
+        kind = kinds(exc)
         raw = self.redact(_provider_words(_strip_prefixes(str(exc))))
         text = _short(raw)
-        if isinstance(exc, litellm.ContextWindowExceededError) or pe.looks_like_overflow(raw):
+        if "ContextWindowExceededError" in kind or pe.looks_like_overflow(raw):
             return self.overflow(str(exc), request)
         if request is not None and request.tools and pe.refuses_tools(raw):
             return self.no_tools(text)
-        if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)):
+        if {"AuthenticationError", "PermissionDeniedError"} & kind:
             env = self.api_key_env
             return pe.ProviderAuthError(f"{where} refused the API key",
                                         f"set {env} to a valid key" if env else "check the key")
-        if isinstance(exc, litellm.RateLimitError):
+        if "RateLimitError" in kind:
             after = _retry_after(exc)
             return pe.RateLimited(f"{where} is rate limiting requests",
                                   after, f"retry in {after:g} s" if after else "retry later")
@@ -75,7 +107,7 @@ class ErrorTranslator:
             said = f" ({status})" if status in (503, 529) else ""  # not litellm's stand-in 500
             return pe.Overloaded(f"{where} is overloaded{said}", after,
                                  f"retry in {after:g} s" if after else "retry later")
-        if isinstance(exc, litellm.NotFoundError):
+        if "NotFoundError" in kind:
             if ollama.is_ollama(self.info.model):  # named as the user knows it, not litellm's
                 name = ollama.model_name(self.info.model)
                 return pe.ModelNotFound(f"{where} does not have the model {name!r}",
@@ -83,16 +115,15 @@ class ErrorTranslator:
                                         "name and the address")
             return pe.ModelNotFound(f"{where} does not know the model {self.info.model!r}",
                                     "check the model name")
-        if isinstance(exc, litellm.Timeout):
+        if _TIMEOUT_NAMES & kind:
             return pe.ProviderTimeout(f"{where} did not answer in time", "retry, or check the server")
-        if isinstance(exc, litellm.APIConnectionError):
+        if "APIConnectionError" in kind:
             return pe.ProviderUnavailable(f"cannot connect to {where}",
                                           "is the server running and the address right?")
-        if isinstance(exc, (litellm.InternalServerError, litellm.ServiceUnavailableError,
-                            litellm.BadGatewayError)):
+        if {"InternalServerError", "ServiceUnavailableError", "BadGatewayError"} & kind:
             return pe.ProviderUnavailable(f"{where} failed with a server error: {text}",
                                           "retry later")
-        if isinstance(exc, litellm.BadRequestError):
+        if "BadRequestError" in kind:
             return pe.BadProviderRequest(f"{where} rejected the request: {text}")
         return self.unexpected(exc, text)
 
@@ -114,12 +145,13 @@ class ErrorTranslator:
         if status is not None and status >= 500:
             return pe.ProviderUnavailable(f"{where} failed with a server error (HTTP {status}): "
                                           f"{text}", "retry later")
-        if type(exc).__module__.split(".")[0] in ("litellm", "openai"):
+        if isinstance(exc, ServerAnswered) or type(exc).__module__.split(".")[0] in (
+                "litellm", "openai", "httpx", "httpcore"):
             return pe.ProviderError(f"{where} failed: {text}", "retry, or check the server")
         log.warning("provider_internal_error model=%s kind=%s", self.info.model,
                     type(exc).__name__)
         return pe.ProviderError(f"the answer from {where} could not be read (an error inside "
-                                "litellm)", "retry; picochat's log names the error")
+                                f"{self.carrier})", "retry; picochat's log names the error")
 
     def stopped(self, exc: Exception, received: int | None) -> pe.ProviderError | None:
         """A stream stopped on purpose: one event past its bound (providers.http_bounds), or
@@ -147,8 +179,8 @@ class ErrorTranslator:
 
     def refused(self, refused: list[http_bounds.Refusal],
                  request: ProviderRequest) -> pe.ProviderError:
-        """A request litellm answered with nothing (see `LiteLLMProvider._call`): the last error response the
-        transport saw, in the server's words (an overflow or a refusal of tools is still
+        """A request litellm answered with nothing (see `LiteLLMProvider._call`): the last
+        error response the transport saw, in the server's words (an overflow or a refusal of tools is still
         told as one), else that no reason came back."""
         where = self.where
         last = refused[-1] if refused else None
@@ -169,12 +201,11 @@ class ErrorTranslator:
                                      "check this model's settings in the config, or the "
                                      "server's log")
 
-    def transport_error(self, exc: Exception, litellm: Any,
-                         received: int | None) -> pe.ProviderError | None:
+    def transport_error(self, exc: Exception, received: int | None) -> pe.ProviderError | None:
         """A failure of the connection or the stream itself, told apart by stage: no
         connection, a connection closed before any response, or a stream that broke."""
         where = self.where
-        timeout = isinstance(exc, litellm.Timeout)
+        timeout = bool(_TIMEOUT_NAMES & kinds(exc))
         fault = None if timeout else transport_fault(exc)
         if received is not None and fault is not None:
             return _stream_failure(fault, where, self.api_base, received)
@@ -182,8 +213,7 @@ class ErrorTranslator:
             return pe.ProviderTimeout(f"{where} stopped sending mid-answer",
                                       "the answer so far is kept where it is; retry, or check "
                                       "the server")
-        if fault in (CONNECT, CONNECTION) or (fault is None and
-                                              _is_connection_failure(exc, litellm)):
+        if fault in (CONNECT, CONNECTION) or (fault is None and _is_connection_failure(exc)):
             return pe.ProviderUnavailable(f"cannot connect to {where}",
                                           "is the server running and the address right?")
         if fault == DROPPED:
@@ -306,12 +336,12 @@ def _stream_failure(fault: str, where: str, api_base: str | None,
                            "any answer text", "retry, or check the server's log")
 
 
-def _is_connection_failure(exc: BaseException, litellm: Any) -> bool:
+def _is_connection_failure(exc: BaseException) -> bool:
     """litellm reports a refused connection as an InternalServerError; look at the cause."""
-    if isinstance(exc, litellm.Timeout):
+    if _TIMEOUT_NAMES & kinds(exc):
         return False
-    if any(isinstance(e, (ConnectionError, litellm.APIConnectionError))
-           or type(e).__name__ in ("ConnectError", "APIConnectionError") for e in _chain(exc)):
+    if any(isinstance(e, ConnectionError) or {"ConnectError", "APIConnectionError"} & kinds(e)
+           for e in _chain(exc)):
         return True
     return bool(re.search(r"\bConnection (?:error|refused)\b", str(exc), re.I))
 
@@ -335,7 +365,7 @@ def _retry_after(exc: Exception) -> float | None:
     builds a stand-in response (Anthropic's 429 and 529), on `litellm_response_headers`."""
     response = getattr(exc, "response", None)
     for headers in (getattr(response, "headers", None),
-                    getattr(exc, "litellm_response_headers", None)):
+                    getattr(exc, "litellm_response_headers", None), getattr(exc, "headers", None)):
         try:
             value = (headers or {}).get("retry-after") or (headers or {}).get("Retry-After")
             if value is not None:

@@ -1,0 +1,265 @@
+"""The direct client for an OpenAI-compatible server (issue 33, item 1): what the server
+receives, how its stream is read, and that the first request never waits for litellm.
+
+Every other test that configures an `openai/` model at the fake server's `api_base` goes through
+this client too, so the user-visible lines for each fault are checked once, by the same tests
+that checked them under litellm; `test_both_carriers_say_the_same` runs the faults through both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from picochat.providers import errors as pe
+from picochat.providers.base import ProviderRequest, Reply, TextDelta, collect
+from picochat.providers.keys import PLACEHOLDER
+from picochat.providers.litellm_provider import LiteLLMProvider
+from picochat.providers.openai_compat import (
+    REPEAT_LIMIT,
+    OpenAICompatProvider,
+    _Events,
+    speaks_directly,
+)
+from tests.helpers.config import ENV, write_config
+from tests.helpers.fakes.openai import AUTH_BODY, CONTEXT_OVERFLOW_BODY, FakeOpenAI
+from tests.helpers.waiting import WAIT_S
+
+HI = ProviderRequest(({"role": "user", "content": "hi"},), max_tokens=256)
+
+
+def direct(fake: FakeOpenAI, **kwargs) -> OpenAICompatProvider:
+    return OpenAICompatProvider("openai/fake-model", "openai", fake.base_url, **kwargs)
+
+
+def run(provider, request: ProviderRequest = HI) -> Reply:
+    async def go() -> Reply:
+        try:
+            return await collect(provider, request, WAIT_S)
+        finally:
+            await provider.aclose()
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(("model", "kind", "base", "expected"), [
+    ("openai/qwen2.5-7b", "openai", "http://127.0.0.1:8080/v1", True),
+    ("openai/org/model-name", "openai", "http://10.0.0.2/v1", True),
+    ("openai/gpt-4o-mini", "openai", "https://gateway.example/v1", True),
+    ("openai/gpt-4o-mini", "openai", None, False),          # hosted OpenAI: litellm
+    ("openai/o3-mini", "openai", "https://gateway.example/v1", False),  # max_completion_tokens
+    ("openai/gpt-5", "openai", "https://gateway.example/v1", False),
+    ("anthropic/claude-sonnet-4-5", "anthropic", "http://127.0.0.1:9", False),
+    ("ollama_chat/llama3.2", "ollama", "http://127.0.0.1:11434", False),  # num_ctx
+    ("hosted_vllm/m", "hosted_vllm", "http://127.0.0.1:8000/v1", False),
+])
+def test_which_models_the_direct_client_speaks_to(model, kind, base, expected):
+    assert speaks_directly(model, kind, base) is expected
+
+
+def test_the_server_receives_what_litellm_would_have_sent(fake_openai, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    tools = ({"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}},)
+    request = ProviderRequest(({"role": "system", "content": "be brief"},
+                               {"role": "user", "content": "héllo ✓"}),
+                              tools=tools, temperature=0.2, max_tokens=300)
+    reply = run(direct(fake_openai), request)
+    assert reply.text == "Hello from fake" and reply.finish == "stop"
+    assert reply.usage is not None and reply.usage.prompt_tokens > 0
+    body, headers = fake_openai.requests[0], fake_openai.headers[0]
+    assert body["model"] == "fake-model"  # the `openai/` prefix is litellm's, not the server's
+    assert body["messages"] == [{"role": "system", "content": "be brief"},
+                                {"role": "user", "content": "héllo ✓"}]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert (body["max_tokens"], body["temperature"]) == (300, 0.2)
+    assert body["tools"] == [dict(t) for t in tools]
+    assert headers["authorization"] == f"Bearer {PLACEHOLDER}"  # no key anywhere
+
+
+@pytest.mark.parametrize(("configured", "environment", "sent"), [
+    ("from-config", "from-env", "from-config"),
+    (None, "from-env", "from-env"),
+])
+def test_the_key_is_the_configured_one_else_openai_api_key(fake_openai, monkeypatch,
+                                                           configured, environment, sent):
+    monkeypatch.setenv("OPENAI_API_KEY", environment)
+    run(direct(fake_openai, api_key=configured))
+    assert fake_openai.headers[0]["authorization"] == f"Bearer {sent}"
+
+
+def test_a_lone_surrogate_in_a_message_is_still_sent(fake_openai):
+    reply = run(direct(fake_openai), ProviderRequest(({"role": "user", "content": "a\ud800b"},)))
+    assert reply.text == "Hello from fake"
+    assert fake_openai.requests[0]["messages"][0]["content"] == "a\ud800b"
+
+
+def test_thinking_and_tool_calls_stream_as_typed_events(fake_openai):
+    fake_openai.script(("reasoning", "let me think", [("call_1", "read_file", '{"path": "a"}')]))
+    reply = run(direct(fake_openai))
+    assert reply.thinking == "let me think" and reply.text == ""
+    assert "".join(c.arguments for c in reply.tool_calls) == '{"path": "a"}'
+    assert [c.name for c in reply.tool_calls if c.name] == ["read_file"]
+    assert reply.finish == "tool_calls"
+
+
+class _Lines:
+    """A response whose body is these SSE lines (httpx's `aiter_lines` gives them unended)."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.split("\n")
+        self.closed = False
+
+    async def aiter_lines(self):
+        for line in self.lines:
+            yield line
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def chunks(text: str) -> list:
+    async def go() -> list:
+        return [c async for c in _Events(_Lines(text))]
+    return asyncio.run(go())
+
+
+def delta(content: str) -> str:
+    return json.dumps({"choices": [{"index": 0, "delta": {"content": content}}]})
+
+
+def test_sse_comments_fields_and_multi_line_data_are_read_as_the_standard_says():
+    text = (": keep-alive\n\nevent: message\nid: 7\ndata: " + delta("a") + "\n\n"
+            'data: {"choices": [{"index": 0,\ndata:  "delta": {"content": "b"}}]}\n\n'
+            "retry: 10\n\ndata: " + delta("c"))  # the last event has no blank line after it
+    got = [c["choices"][0]["delta"]["content"] for c in chunks(text)]
+    assert got == ["a", "b", "c"]
+
+
+def test_done_ends_the_stream_even_if_more_follows():
+    assert len(chunks(f"data: {delta('a')}\n\ndata: [DONE]\n\ndata: {delta('b')}\n\n")) == 1
+
+
+def test_an_error_event_inside_the_stream_is_the_servers_words(fake_openai):
+    provider = direct(fake_openai)
+    events = _Events(_Lines('data: {"error": {"message": "slot unavailable"}}\n\n'))
+
+    async def go() -> None:
+        async for _ in events:
+            pass
+    with pytest.raises(Exception) as caught:
+        asyncio.run(go())
+    line = provider.translate(caught.value, HI, 0).user_line()
+    assert "slot unavailable" in line and "inside" not in line
+
+
+def test_a_model_repeating_itself_is_stopped_and_what_came_before_kept(fake_openai):
+    fake_openai.script(("chunks", ["Sure. "] + ["again "] * (REPEAT_LIMIT + 20)))
+    provider = direct(fake_openai)
+    seen: list[str] = []
+
+    async def go() -> None:
+        try:
+            await collect(provider, HI, WAIT_S, on_text=lambda d: seen.append(d.text))
+        finally:
+            await provider.aclose()
+    with pytest.raises(pe.ModelRepeating) as caught:
+        asyncio.run(go())
+    assert "kept repeating the same text" in caught.value.user_line()
+    assert seen[0] == "Sure. " and len(seen) < REPEAT_LIMIT + 1
+
+
+FAULTS = [
+    (("status", 401, AUTH_BODY), pe.ProviderAuthError, "refused the API key"),
+    (("status", 400, CONTEXT_OVERFLOW_BODY), pe.ContextOverflow, "8,192 tokens"),
+    (("status", 429, {"error": {"message": "slow down"}}, {"Retry-After": "7"}),
+     pe.RateLimited, "retry in 7 s"),
+    (("status", 503, {"error": {"message": "busy"}}), pe.Overloaded, "overloaded (503)"),
+    (("status", 404, {"error": {"message": "no such model"}}), pe.ModelNotFound,
+     "does not know the model 'openai/fake-model'"),
+    (("status", 500, {"error": {"message": "kaboom"}}), pe.ProviderUnavailable, "kaboom"),
+    (("status", 418, {"error": {"message": "a teapot"}}), pe.ProviderError,
+     "refused the request (HTTP 418): a teapot"),
+    (("drop",), pe.ProviderUnavailable, "closed it without answering"),
+    (("cut", "before"), pe.StreamBroken, "broke mid-answer"),
+    (("garbage", "before", "after"), pe.MalformedStream, "malformed stream"),
+]
+
+
+@pytest.mark.parametrize(("item", "kind", "words"), FAULTS, ids=[f[0][0] + str(f[0][1:2])
+                                                                for f in FAULTS])
+def test_both_carriers_say_the_same(fake_openai, item, kind, words):
+    """One translation: the direct client and litellm give the same line for each fault."""
+    lines = []
+    for provider in (direct(fake_openai, api_key="k"),
+                     LiteLLMProvider("openai/fake-model", "openai", fake_openai.base_url,
+                                     api_key="k")):
+        fake_openai.script(item)
+        with pytest.raises(pe.ProviderError) as caught:
+            run(provider)
+        assert isinstance(caught.value, kind), caught.value.user_line()
+        assert words in caught.value.user_line()
+        lines.append(caught.value.user_line())
+    assert lines[0] == lines[1]
+
+
+def test_an_html_error_page_is_told_by_its_title(fake_openai):
+    """Where litellm says only "Error code: 502", the direct client reads the page's title."""
+    fake_openai.script(("raw", 502, "text/html",
+                        b"<html><head><title>502 Bad Gateway</title></head></html>"))
+    with pytest.raises(pe.ProviderUnavailable) as caught:
+        run(direct(fake_openai))
+    assert caught.value.user_line() == (f"{fake_openai.base_url} failed with a server error: "
+                                        "502 Bad Gateway (retry later)")
+
+
+def test_cannot_connect_names_the_address():
+    provider = OpenAICompatProvider("openai/m", "openai", "http://127.0.0.1:9/v1")
+    with pytest.raises(pe.ProviderUnavailable) as caught:
+        run(provider)
+    assert caught.value.user_line().startswith("cannot connect to http://127.0.0.1:9/v1")
+
+
+def test_the_answer_streams_in_pieces_as_they_arrive(fake_openai):
+    fake_openai.script(("chunks", ["one ", "two ", "three"]))
+    provider = direct(fake_openai)
+    seen: list[TextDelta] = []
+
+    async def go() -> Reply:
+        try:
+            return await collect(provider, HI, WAIT_S, on_text=seen.append)
+        finally:
+            await provider.aclose()
+    assert asyncio.run(go()).text == "one two three"
+    assert [d.text for d in seen] == ["one ", "two ", "three"]
+
+
+FIRST_ASK = """import json, sys
+from picochat.cli import main
+try:
+    code = main.main(["ask", "hello there"])
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"litellm": "litellm" in sys.modules, "code": code}))
+"""
+
+
+def test_ask_against_an_openai_compatible_server_never_imports_litellm(fake, home: Path):
+    """The first request's wait was litellm's import (2-3 s): the direct client needs none."""
+    done = subprocess.run([sys.executable, "-c", FIRST_ASK], capture_output=True, text=True,
+                          env={**os.environ, **ENV}, cwd=home,
+                          timeout=120)
+    out = done.stdout.strip().splitlines()
+    assert "Hello from fake" in done.stdout, done.stderr
+    assert json.loads(out[-1]) == {"litellm": False, "code": 0}
+    assert fake.requests[0]["messages"][-1]["content"] == "hello there"
+
+
+@pytest.fixture
+def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
+    write_config(config_file, fake_openai.base_url)
+    return fake_openai
