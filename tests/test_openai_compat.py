@@ -207,6 +207,24 @@ def test_both_carriers_say_the_same(fake_openai, item, kind, words):
     assert lines[0] == lines[1]
 
 
+def test_a_422_is_the_same_refusal_from_both_carriers(fake_openai):
+    """litellm asks once more without the fields a 422 names, then returns nothing; the
+    direct client asks once. Both tell the server's words with the status."""
+    item = ("status", 422, {"error": {"message": "max_tokens is too large: 99999"}})
+    lines = []
+    for provider, times in ((direct(fake_openai, api_key="k"), 1),
+                            (LiteLLMProvider("openai/fake-model", "openai", fake_openai.base_url,
+                                             api_key="k"), 2)):
+        fake_openai.script(*[item] * times)
+        with pytest.raises(pe.BadProviderRequest) as caught:
+            run(provider)
+        lines.append(caught.value.user_line())
+    assert lines[0] == lines[1] == (
+        f"{fake_openai.base_url} refused the request (HTTP 422): max_tokens is too large: 99999 "
+        "(check this model's settings in the config, or the server's log)")
+    assert len(fake_openai.requests) == 3
+
+
 def test_an_html_error_page_is_told_by_its_title(fake_openai):
     """Where litellm says only "Error code: 502", the direct client reads the page's title."""
     fake_openai.script(("raw", 502, "text/html",

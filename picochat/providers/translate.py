@@ -29,9 +29,11 @@ log = logging.getLogger("picochat.providers")
 
 # An HTTP error status as the kind litellm's exception for it would name.
 STATUS_KINDS = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
-                404: "NotFoundError", 408: "Timeout", 422: "BadRequestError",
-                429: "RateLimitError", 500: "InternalServerError", 502: "BadGatewayError",
+                404: "NotFoundError", 408: "Timeout", 429: "RateLimitError", 500: "InternalServerError", 502: "BadGatewayError",
                 503: "ServiceUnavailableError", 504: "Timeout"}
+# litellm (with drop_params) answers a 422 by asking once more without the fields it names, then
+# returns nothing: that is told as the server's refusal in its words (`refusal`), by both carriers.
+UNPROCESSABLE = 422
 # A read or connect that took longer than allowed (litellm's Timeout, httpx's and asyncio's).
 _TIMEOUT_NAMES = frozenset({"Timeout", "TimeoutException", "APITimeoutError"})
 
@@ -87,6 +89,8 @@ class ErrorTranslator:
         transport = self.transport_error(exc, received)
         if transport is not None:
             return transport
+        if isinstance(exc, ServerAnswered) and exc.status_code == UNPROCESSABLE:
+            return self.refusal(self.redact(str(exc)), UNPROCESSABLE, request)
         kind = kinds(exc)
         raw = self.redact(_provider_words(_strip_prefixes(str(exc))))
         text = _short(raw)
@@ -192,12 +196,18 @@ class ErrorTranslator:
         raw = self.redact(pe.refusal_words(bytes(last.body), last.content_type))
         if pe.only_the_status(raw, last.status):  # "(HTTP 422): 422" tells nothing twice
             raw = ""
+        return self.refusal(raw, last.status, request)
+
+    def refusal(self, raw: str, status: int, request: ProviderRequest | None) -> pe.ProviderError:
+        """A refusal in the server's words `raw` ("" when it gave none) with its status: the
+        line for a 422, whichever carrier read it."""
+        where = self.where
         if raw and pe.looks_like_overflow(raw):
             return self.overflow(raw, request)
-        if raw and request.tools and pe.refuses_tools(raw):
+        if raw and request is not None and request.tools and pe.refuses_tools(raw):
             return self.no_tools(_short(raw))
         said = f": {_short(raw)}" if raw else ", with no reason given"
-        return pe.BadProviderRequest(f"{where} refused the request (HTTP {last.status}){said}",
+        return pe.BadProviderRequest(f"{where} refused the request (HTTP {status}){said}",
                                      "check this model's settings in the config, or the "
                                      "server's log")
 
