@@ -7,7 +7,10 @@
 Each case builds its own data in a temporary folder through the real storage API, runs
 several times, and prints a row: case, size, median, min, max, unit, the target and whether
 it was met, and where a naive way exists, its median and the ratio (the figure to quote: this
-machine is noisy). The last line is one JSON object with the same figures.
+machine is noisy). The terminal and process cases (tui-start, tui-send, ask, tui-open) run a
+floor beside picochat, run by run: a bare Textual app, or the standard library making the same
+request; their rows add the floor's median and picochat's ratio to it (median, min–max of the
+runs). The last line is one JSON object with the same figures.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ from typing import Any, Callable
 
 from tests.bench.timing import Figure
 
-MODULES = ("tests.bench.process_cases", "tests.bench.engine_cases", "tests.bench.ledger_cases",
-           "tests.bench.tui_cases", "tests.bench.estimate_cases", "tests.bench.statement_cases",
-           "tests.bench.redact_cases")
+MODULES = ("tests.bench.process_cases", "tests.bench.floor_cases", "tests.bench.engine_cases",
+           "tests.bench.ledger_cases", "tests.bench.tui_cases", "tests.bench.estimate_cases",
+           "tests.bench.statement_cases", "tests.bench.redact_cases")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ class Figure:
     case: str
     size: str
     samples: tuple[float, ...]
-    unit: str                      # "ms", "s", "msg/s", "MB", "×"
+    unit: str                      # "ms", "s", "msg/s", "MiB", "×"
     target: str = ""               # the target, as text
     met: bool | None = None        # None: no target to compare with
     baseline: str = ""             # what the naive way is
