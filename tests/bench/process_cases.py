@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -161,9 +162,13 @@ class Terminal:
                               capture_output=True, text=True, check=True).stdout
 
     def start(self) -> None:
+        """Start the app; its pane stays when it exits, so a crash leaves its last screen."""
         self.started = time.perf_counter()
         self.tmux("new-session", "-d", "-s", "b", "-x", str(SIZE[0]), "-y", str(SIZE[1]),
-                  self.shell)
+                  self.shell, ";", "set-option", "-w", "-t", "b", "remain-on-exit", "on")
+
+    def exited(self) -> bool:
+        return self.tmux("display", "-p", "-t", "b", "#{pane_dead}").strip() == "1"
 
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "b")
@@ -181,10 +186,18 @@ class Terminal:
         `ready` holds; raises naming `what` if it never does within `timeout` s."""
         start = self.started if since is None else since
         deadline = time.perf_counter() + timeout
+        check = time.perf_counter() + 0.5
         while True:
             text = self.screen()
             if ready(text):
                 return time.perf_counter() - start
+            if time.perf_counter() > check:  # now and then, not at every poll
+                check += 0.5
+                if self.exited():  # its last lines may have scrolled into the history
+                    last = self.tmux("capture-pane", "-p", "-t", "b", "-S", "-60")
+                    last = re.sub(r"\n{3,}", "\n\n", last.strip("\n"))
+                    raise RuntimeError(f"the app exited before {what} appeared; its last "
+                                       f"lines:\n{last}")
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"{what} never appeared on the screen within {timeout:.0f} s;"
                                    f" it shows:\n{text}")
@@ -216,7 +229,7 @@ class Terminal:
         launch; killed after 10 s) and remove the socket file (tmux leaves it behind)."""
         try:
             pid: int | None = self.pid() if self.started else None
-        except (subprocess.CalledProcessError, OSError, ValueError):
+        except (subprocess.CalledProcessError, OSError, ValueError, RuntimeError):
             pid = self._pid
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
         deadline = time.perf_counter() + 10
