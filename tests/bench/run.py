@@ -1,8 +1,9 @@
 """Run picochat's benchmarks and print their figures.
 
-    python -m tests.bench                 # every case, full sizes (several minutes)
+    python -m tests.bench                 # every case, full sizes (10 minutes or more)
     python -m tests.bench --quick         # small sizes, to check that every case runs
     python -m tests.bench --only restore budget --repeat 9 --json figures.json
+    python -m tests.bench --only tui-start tui-send ask tui-open   # issue 33's table
 
 Each case builds its own data in a temporary folder through the real storage API, runs
 several times, and prints a row: case, size, median, min, max, unit, the target and whether
