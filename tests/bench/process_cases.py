@@ -1,40 +1,53 @@
-"""The app as a user starts it: `picochat --version` as a whole process, and the chat screen's
-first frame in a real terminal (tmux), with a litellm model configured, so the measured path is
-the one where litellm must not be waited for. Nothing is ever sent: the model's base URL is a
-closed local port and litellm runs offline."""
+"""The app as a user starts it, seen from outside: `picochat --version` as a whole process, and
+what every terminal case shares: a private tmux server that runs one command in a 120×40
+window and is polled as a user's eyes would see it, the floor (a bare Textual app: a header, a
+scroll view and an input) that those cases run beside picochat, run by run, and RSS read from
+/proc once memory has stopped moving.
+
+Children import picochat from the tree this bench lives in (PYTHONPATH), whatever is installed."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
+from collections import deque
 from pathlib import Path
 from statistics import median
 from typing import Any, Callable
 
 from tests.bench.timing import Figure, times_ms
 
+ROOT = Path(__file__).resolve().parents[2]  # the tree under test
 SIZE = (120, 40)
-FAKE_MODEL_TOML = """default_model = "fake"
+PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "PICOCHAT_MODEL", "OPENAI_BASE_URL",
+                 "OPENAI_API_BASE", "OLLAMA_HOST", "OLLAMA_API_BASE")
+CLOSED_PORT = "http://127.0.0.1:9/v1"  # nothing listens: for cases that never send
+MODEL_TOML = """default_model = "fake"
 
 [models.fake]
 model = "openai/fake-model"
-api_base = "http://127.0.0.1:9/v1"
+api_base = "{api_base}"
 api_key_env = "BENCH_FAKE_KEY"
 token_limit = 8192
 """
+FAKE_KEY = "sk-bench"
+FLOOR_PLACEHOLDER = "bench-bare-input"
 BARE_APP = '''from textual.app import App
 from textual.containers import VerticalScroll
 from textual.widgets import Header, Input
 
 
 class Bare(App):
+    AUTO_FOCUS = "Input"  # as a chat app's prompt is: the scroll view would take it first
+
     def compose(self):
         yield Header()
         yield VerticalScroll()
@@ -56,7 +69,8 @@ _sockets = itertools.count()
 
 
 def picochat_command() -> list[str]:
-    """The installed console script when there is one (what users run), else `-m picochat`."""
+    """The installed console script when there is one (what users run), else `-m picochat`;
+    either imports picochat from ROOT, which `child_env` puts first on PYTHONPATH."""
     script = Path(sys.executable).with_name("picochat")
     return [str(script)] if script.exists() else [sys.executable, "-m", "picochat"]
 
@@ -68,16 +82,64 @@ def bytecode_env(folder: Path) -> dict[str, str]:
     return {"PYTHONPYCACHEPREFIX": str(folder / "pycache")}
 
 
+def child_env(folder: Path) -> dict[str, str]:
+    """What a child needs on top of the bench's own environment: bytecode under `folder` and
+    this tree's picochat first on the path."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**bytecode_env(folder), "PYTHONPATH": path}
+
+
 def python_env(folder: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, **bytecode_env(folder)}
+    """A whole environment for subprocess.run: the bench's, less what would change what is
+    measured (no bytecode writing, a real provider's key or base URL)."""
+    drop = {"PYTHONDONTWRITEBYTECODE", *PROVIDER_KEYS}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    return {**env, **child_env(folder)}
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+def model_env(folder: Path, api_base: str = CLOSED_PORT) -> dict[str, str]:
+    """Data and config folders under `folder`, the config naming an openai/ model at
+    `api_base` (the fake server; by default a closed port)."""
+    config = folder / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "config.toml").write_text(MODEL_TOML.format(api_base=api_base), encoding="utf-8")
+    return {"PICOCHAT_DATA_DIR": str(folder / "data"), "PICOCHAT_CONFIG_DIR": str(config),
+            "BENCH_FAKE_KEY": FAKE_KEY, **child_env(folder)}
+
+
+def rss_mib(pid: int) -> float:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        raise RuntimeError(f"the app (pid {pid}) exited while its memory was read") from None
+    for line in status.splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def settled_rss(pid: int, since: float, what: str, min_wait: float = 3.0, window: float = 1.5,
+                tolerance: float = 1.0, timeout: float = 45.0) -> tuple[float, float]:
+    """RSS in MiB once memory is flat: at least `min_wait` s after `since` (a perf_counter
+    time, e.g. the first frame), and moved by at most `tolerance` MiB over the last `window` s
+    (sampled every 0.1 s). Also returns when that was, in seconds after `since`. Raises,
+    naming `what`, if memory is still moving after `timeout` s."""
+    seen: deque[tuple[float, float]] = deque()
+    first = time.perf_counter()
+    while True:
+        now, rss = time.perf_counter(), rss_mib(pid)
+        seen.append((now, rss))
+        while len(seen) > 1 and seen[1][0] <= now - window:
+            seen.popleft()  # seen[0] stays the last sample at or before the window's start
+        values = [v for _, v in seen]
+        if (now - since >= min_wait and seen[0][0] <= now - window
+                and max(values) - min(values) <= tolerance):
+            return rss, now - since
+        if now - first > timeout:
+            raise RuntimeError(f"{what}: memory never settled within {timeout:.0f} s "
+                               f"(still moving: {min(values):.1f}–{max(values):.1f} MiB over "
+                               f"the last {window} s)")
+        time.sleep(0.1)
 
 
 class Terminal:
@@ -88,45 +150,97 @@ class Terminal:
         if shutil.which("tmux") is None:
             raise RuntimeError("tmux not found")
         self.socket = f"picochat-bench-{os.getpid()}-{next(_sockets)}"
+        unset = ["-u" + k for k in ("COLUMNS", "LINES", "PYTHONDONTWRITEBYTECODE",
+                                    *PROVIDER_KEYS)]
         assigns = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
-        self.shell = " ".join(["exec env -u COLUMNS -u LINES -u PYTHONDONTWRITEBYTECODE", *assigns,
-                               *map(shlex.quote, command)])
+        self.shell = " ".join(["exec env", *unset, *assigns, *map(shlex.quote, command)])
         self.started = 0.0
+        self._pid: int | None = None
 
     def tmux(self, *args: str) -> str:
         return subprocess.run(["tmux", "-f", "/dev/null", "-L", self.socket, *args],
                               capture_output=True, text=True, check=True).stdout
 
     def start(self) -> None:
+        """Start the app; its pane stays when it exits, so a crash leaves its last screen."""
         self.started = time.perf_counter()
         self.tmux("new-session", "-d", "-s", "b", "-x", str(SIZE[0]), "-y", str(SIZE[1]),
-                  self.shell)
+                  self.shell, ";", "set-option", "-w", "-t", "b", "remain-on-exit", "on")
+
+    def exited(self) -> bool:
+        return self.tmux("display", "-p", "-t", "b", "#{pane_dead}").strip() == "1"
 
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "b")
 
-    def wait_for(self, ready: Callable[[str], bool], timeout: float = 30.0) -> float:
-        """Seconds from just before `new-session` to the first screen where `ready` holds."""
+    def type(self, text: str) -> None:
+        """Type `text` literally, as keys."""
+        self.tmux("send-keys", "-t", "b", "-l", text)
+
+    def press(self, key: str) -> None:
+        self.tmux("send-keys", "-t", "b", key)
+
+    def wait_for(self, ready: Callable[[str], bool], what: str = "the expected screen",
+                 timeout: float = 30.0, since: float | None = None) -> float:
+        """Seconds from `since` (default: just before `new-session`) to the first screen where
+        `ready` holds; raises naming `what` if it never does within `timeout` s."""
+        start = self.started if since is None else since
         deadline = time.perf_counter() + timeout
+        check = time.perf_counter() + 0.5
         while True:
             text = self.screen()
             if ready(text):
-                return time.perf_counter() - self.started
+                return time.perf_counter() - start
+            if time.perf_counter() > check:  # now and then, not at every poll
+                check += 0.5
+                if self.exited():  # its last lines may have scrolled into the history
+                    last = self.tmux("capture-pane", "-p", "-t", "b", "-S", "-60")
+                    last = re.sub(r"\n{3,}", "\n\n", last.strip("\n"))
+                    raise RuntimeError(f"the app exited before {what} appeared; its last "
+                                       f"lines:\n{last}")
             if time.perf_counter() > deadline:
-                raise RuntimeError(f"the screen never got ready; it shows:\n{text}")
+                raise RuntimeError(f"{what} never appeared on the screen within {timeout:.0f} s;"
+                                   f" it shows:\n{text}")
             time.sleep(0.002)  # leave the CPU to the app between polls (2 cores here)
+
+    def echo(self, what: str, timeout: float = 10.0) -> float:
+        """Type one character (one the screen shows least, best not at all) and return the
+        seconds from `send-keys` until the screen shows it once more."""
+        before = self.screen()
+        char = min("xjkvqXJKVQ#%=+~", key=before.count)  # the rarest: best unused
+        start = time.perf_counter()
+        self.type(char)
+        count = before.count(char)
+        return self.wait_for(lambda text: text.count(char) > count,
+                             f"{what}: the typed {char!r}", timeout, since=start)
 
     def pid(self) -> int:
         """The app's pid: the shell execs env, which execs the program (checked)."""
-        pid = int(self.tmux("display", "-p", "-t", "b", "#{pane_pid}").strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        if b"python" not in cmdline and b"picochat" not in cmdline:
-            raise RuntimeError(f"pane pid {pid} is not the app: {cmdline!r}")
-        return pid
+        if self._pid is None:
+            pid = int(self.tmux("display", "-p", "-t", "b", "#{pane_pid}").strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"python" not in cmdline and b"picochat" not in cmdline:
+                raise RuntimeError(f"pane pid {pid} is not the app: {cmdline!r}")
+            self._pid = pid
+        return self._pid
 
     def close(self) -> None:
-        """Kill the server and remove its socket file (tmux leaves it behind on kill)."""
+        """Kill the server, wait until the app has exited (so it takes no CPU from the next
+        launch; killed after 10 s) and remove the socket file (tmux leaves it behind)."""
+        try:
+            pid: int | None = self.pid() if self.started else None
+        except (subprocess.CalledProcessError, OSError, ValueError, RuntimeError):
+            pid = self._pid
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        deadline = time.perf_counter() + 10
+        while pid is not None and Path(f"/proc/{pid}").exists():
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0:1]
+            if state == ["Z"]:
+                break  # exited; its parent reaps it
+            if time.perf_counter() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                deadline += 10
+            time.sleep(0.02)
         folder = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
         (folder / self.socket).unlink(missing_ok=True)
 
@@ -137,32 +251,34 @@ class Terminal:
         self.close()
 
 
-def fake_model_env(folder: Path) -> dict[str, str]:
-    """Data and config folders for a run, with the config naming a litellm model."""
-    config = folder / "config"
-    config.mkdir(parents=True, exist_ok=True)
-    (config / "config.toml").write_text(FAKE_MODEL_TOML, encoding="utf-8")
-    return {"PICOCHAT_DATA_DIR": str(folder / "data"), "PICOCHAT_CONFIG_DIR": str(config),
-            "BENCH_FAKE_KEY": "sk-bench", **bytecode_env(folder)}
-
-
 def chat_ready(text: str) -> bool:
     """The chat screen is up: status bar, prompt box (rounded border) and footer. The
-    context figures may still be counting (tiktoken loads after the first frame)."""
+    context figures may still be counting."""
     lines = text.splitlines()
     return (bool(lines) and "picochat ·" in lines[0] and "F1 Help" in text
             and any(line.lstrip().startswith("╰") for line in lines[-6:]))
 
 
-def litellm_ready_at(log: Path) -> float | None:
-    """Wall-clock time of the log's `litellm_warm_up` line: litellm imported and its first
-    (mock) call made, ok or failed; the log's asctime has 1 ms resolution."""
-    if not log.exists():
-        return None
-    for line in log.read_text(encoding="utf-8").splitlines():
-        if "litellm_warm_up" in line:
-            return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    return None
+def floor_ready(text: str) -> bool:
+    return FLOOR_PLACEHOLDER in text
+
+
+def floor_app(folder: Path) -> list[str]:
+    """The command that runs the floor: a bare Textual app, written under `folder`."""
+    script = folder / "bare_app.py"
+    script.write_text(BARE_APP, encoding="utf-8")
+    return [sys.executable, str(script)]
+
+
+def bare_app(folder: Path) -> Callable[[], float]:
+    """One launch of the floor to its first frame, in seconds."""
+    command = floor_app(folder)
+
+    def run() -> float:
+        with Terminal(command, child_env(folder)) as term:
+            term.start()
+            return term.wait_for(floor_ready, "the bare app's input")
+    return run
 
 
 def version(ctx: Any) -> list[Figure]:
@@ -184,73 +300,6 @@ def version(ctx: Any) -> list[Figure]:
                    met, "python -c pass", tuple(b / 1000 for b in baseline), extra=flags)]
 
 
-ISSUE_BARE_S = 0.18  # the bare app's first frame on the machine where the targets were set
-
-
-def bare_app(folder: Path) -> Callable[[], float]:
-    """One launch of a bare Textual app (a header, a scroll view and an input) to its first
-    frame: this machine's speed, taken right beside each timed run so drift cancels out."""
-    script = folder / "bare_app.py"
-    script.write_text(BARE_APP, encoding="utf-8")
-
-    def run() -> float:
-        with Terminal([sys.executable, str(script)], bytecode_env(folder)) as term:
-            term.start()
-            return term.wait_for(lambda text: "bench-bare-input" in text)
-    return run
-
-
-def at_this_speed(target_s: float, seconds: tuple[float, ...],
-                  bare: tuple[float, ...]) -> tuple[str, dict[str, Any]]:
-    """The target scaled by how much slower the bare app starts here than where the target
-    was set, as a note and JSON fields: absolute seconds on a noisy 2-core machine say little."""
-    scale = median(bare) / ISSUE_BARE_S
-    scaled = target_s * scale
-    met = median(seconds) <= scaled
-    note = (f"bare Textual app {median(bare):.2f} s here, {ISSUE_BARE_S} s where the target was "
-            f"set: at this machine's speed the target is ≤ {scaled:.2f} s, "
-            f"{'met' if met else 'missed'} ({median(seconds) / median(bare):.2f}× the bare app)")
-    return note, {"machine_scale": round(scale, 2), "target_at_this_speed_s": round(scaled, 3),
-                  "met_at_this_speed": met}
-
-
-def tui_start(ctx: Any) -> list[Figure]:
-    """Launch to a usable screen, as the terminal shows it; litellm must load behind it."""
-    repeat = max(5, ctx.repeat)
-    env = fake_model_env(ctx.folder)
-    log = Path(env["PICOCHAT_DATA_DIR"]) / "picochat.log"
-    bare_run = bare_app(ctx.folder)
-    frames, rss, ready_after, bare = [], [], [], []
-    for i in range(repeat + 1):  # the first run creates the database: untimed
-        log.unlink(missing_ok=True)
-        with Terminal(picochat_command(), env) as term:
-            wall = time.time()
-            term.start()
-            frame = term.wait_for(chat_ready)
-            rss_first = rss_mb(term.pid())
-            deadline = time.perf_counter() + 30
-            while (ready := litellm_ready_at(log)) is None and time.perf_counter() < deadline:
-                time.sleep(0.05)
-        bare_s = bare_run()
-        if i == 0:
-            continue
-        frames.append(frame)
-        bare.append(bare_s)
-        rss.append(rss_first)
-        ready_after.append(ready - wall if ready is not None else float("inf"))
-    early = any(r <= f for r, f in zip(ready_after, frames))
-    note, scaled = at_this_speed(0.35, tuple(frames), tuple(bare))
-    extra = {"rss_at_first_frame_mb": round(median(rss), 1),
-             "litellm_ready_s": round(median(ready_after), 2),
-             "litellm_warm_up_done_at_first_frame": early, **scaled}
-    return [Figure("TUI start to first frame, prompt ready (tmux)", "litellm model, "
-                   "empty session", tuple(frames), "s", "≤ 0.35 s", median(frames) <= 0.35,
-                   "bare Textual app", tuple(bare),
-                   note=f"{note}; litellm warm-up done {extra['litellm_ready_s']} s after launch",
-                   extra=extra)]
-
-
 CASES = {
     "version": version,
-    "tui-start": tui_start,
 }
