@@ -425,6 +425,24 @@ class SessionWorker:
                             self.budget(projection), projection, cp, self.summary_model,
                             number, self.files_line())
 
+    def info_if_counted(self) -> ContextUsage | None:
+        """`info()` when its figures need no encoding that is not loaded (the texts every
+        request carries were counted by an earlier run, or the encoding is loaded); else
+        None, and the caller loads it off its event loop (`tokens.load`, 0.25 s) first."""
+        try:
+            with tokens.without_loading():
+                return self.info()
+        except tokens.NotLoaded:
+            return None
+
+    async def counted_info(self) -> ContextUsage:
+        """`info()`, the encoding loaded in a thread first if its figures need it."""
+        usage = self.info_if_counted()
+        if usage is None:
+            await asyncio.to_thread(tokens.load)
+            usage = self.info()
+        return usage
+
     def files_line(self) -> str:
         """Where read_file may read, for /info; why it is off; "" when it is not enabled."""
         access = self.file_access

@@ -27,7 +27,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, OptionList, TextArea
 from textual.worker import Worker, WorkerState
 
-from picochat import crashpoints, tokens
+from picochat import crashpoints, token_counts, tokens
 from picochat.config import Config
 from picochat.errors import PicochatError
 from picochat.logs import Reporter, report_log_off_to, where_details
@@ -116,7 +116,10 @@ class PicochatApp(App[None]):
         self.config = config
         self.paths = paths
         self.worker = self.sessions.worker(session, model, provider, config)
-        self._counting = True   # tiktoken still loading: the figures wait for it
+        if paths is not None:  # counts an earlier run kept: the figures need no encoding
+            token_counts.read(paths.data_dir)
+        self._counting = True   # no figures yet: the transcript, or the encoding, comes first
+        self._loading_tokens = False
         self._bar: StatusBar | None = None
         self._conversation: Conversation | None = None
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
@@ -159,7 +162,8 @@ class PicochatApp(App[None]):
 
     async def on_mount(self) -> None:
         """The first frame shows the prompt at once; the transcript mounts right after it, and
-        the figures once tiktoken's encoding has loaded in a thread (0.3-0.8 s) after that."""
+        the figures with it, from counts an earlier run kept (else once tiktoken's encoding
+        has loaded in a thread, 0.3-0.8 s)."""
         for note in self._theme_notes:
             self.notify(literal(note), severity="warning", timeout=10)
         # a log that cannot be written is a notice, never Python's traceback behind Textual
@@ -197,24 +201,29 @@ class PicochatApp(App[None]):
             self._handle_exception(exc)  # CLI's one line and exit 1, as from compose
         finally:
             self.transcript_ready.set()  # turns and commands typed meanwhile go on from here
-            # then tiktoken and litellm, in threads: started earlier, their imports held the
-            # GIL while the transcript mounted (a turn sent meanwhile waits for them anyway)
-            self.warm_tokens()
+            self.refresh_status()  # the figures, or "counting…" while the encoding loads
+            # then litellm, in a thread: started earlier, its import held the GIL while the
+            # transcript mounted (a turn sent meanwhile waits for it anyway)
             self.warm_up()
 
-    @work(group="warm-up", thread=True, exit_on_error=False)
-    def warm_tokens(self) -> None:
-        tokens.count_text("warm")
-        self.call_from_thread(self._tokens_ready)
+    def load_tokens(self) -> None:
+        """Load tiktoken's encoding in a thread, once: when the figures need it, or when the
+        user starts typing, so that it is there by Enter (a send counts the message). Never
+        while the app sits idle on figures an earlier run counted: it holds ~48 MiB."""
+        if self._loading_tokens or tokens.loaded():
+            return
+        self._loading_tokens = True
+        self._load_tokens()
+
+    @work(group="tokens", thread=True, exit_on_error=False)
+    def _load_tokens(self) -> None:
+        tokens.load()
+        self.call_from_thread(self.refresh_status)
 
     @property
     def ready(self) -> bool:
         """The transcript is on screen and the figures are counted."""
         return self.transcript_ready.is_set() and not self._counting
-
-    def _tokens_ready(self) -> None:
-        self._counting = False
-        self.refresh_status()
 
     def load_themes(self) -> list[str]:
         folders = [bundled_dir()] + ([self.paths.user_themes_dir] if self.paths else [])
@@ -270,6 +279,8 @@ class PicochatApp(App[None]):
     async def on_unmount(self) -> None:
         crashpoints.reached("quitting")
         report_log_off_to(self._log_reporter)  # the screen is going: say it as before
+        if self.paths is not None:  # counted this run: the next start needs no encoding
+            token_counts.write(self.paths.data_dir)
         self._gc.stop()
         unsaved = await self.worker.close(within_s=SHUTDOWN_WAIT_S)
         typed = self._typed_at_exit or ""
@@ -346,12 +357,18 @@ class PicochatApp(App[None]):
         if bar is None or not bar.is_attached:  # not yet mounted, or the app shuts down
             return
         bar.queued = self.worker.queued
-        if self._counting:  # tiktoken still loading: everything but the figures
+        # the figures once the transcript is up, and only if counting them needs no wait for
+        # tiktoken's encoding (else it loads in a thread, and this runs again)
+        usage = self.worker.info_if_counted() if self.transcript_ready.is_set() else None
+        self._counting = usage is None
+        if usage is None:  # everything but the figures
             bar.session_name = self.session.name
             bar.set_model(self.worker.model)
             bar.used = None
+            if self.transcript_ready.is_set():
+                self.load_tokens()
         else:
-            bar.set_usage(self.usage())
+            bar.set_usage(usage)
 
     def _queue_changed(self) -> None:
         """The worker's queue grew or shrank: the bar shows the count (told, not polled)."""
@@ -466,7 +483,10 @@ class PicochatApp(App[None]):
     # --- input ----------------------------------------------------------------------------------
 
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
-        self.query_one(SlashHints).show_for(event.text_area.text)
+        text = event.text_area.text
+        self.query_one(SlashHints).show_for(text)
+        if text and not self._loading_tokens:  # a message is coming: its count needs the
+            self.call_after_refresh(self.load_tokens)  # encoding (the key is shown first)
 
     def on_prompt_walk(self, event: Prompt.Walk) -> None:
         self.query_one(SlashHints).walk(event.step)

@@ -139,8 +139,9 @@ class Conversation(Vertical):
         for text, kind in kept:
             await chat.add_notice(text, kind)
         if not newest:  # an empty session: who answers, how to reach a real model, the keys
+            room = (await worker.counted_info()).room  # no wait once an earlier run counted
             await chat.add(Welcome(worker.model, worker.limits.window,
-                                   worker.info().room.ledger // LONG_LINE_TOKENS))
+                                   room.ledger // LONG_LINE_TOKENS))
 
     # --- sending ---------------------------------------------------------------------------------
 
