@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, TypeVar
 
 from picochat import tokens
 from picochat.budget import (
@@ -32,21 +32,12 @@ from picochat.budget import (
     pin_cap,
     pins_cost,
 )
-from picochat.compaction.candidate import RETRY, SummaryRejected
-from picochat.compaction.compact import (
-    CompactMode,
-    CompactOutcome,
-    CompactRequest,
-    compact_context,
-)
-from picochat.compaction.compactor import SummaryModel
 from picochat.compaction.report import numbers
 from picochat.config import CompactionConfig, Config
-from picochat.context_usage import ContextPanel, ContextUsage, context_series
 from picochat.errors import PicochatError, PinRefused
 from picochat.job_queue import JobQueue
-from picochat.messages import (Checkpoint, Message, NewMessage, Pin, Session, TriggerReason)
-from picochat.prepare import prepare
+from picochat.messages import (Checkpoint, Message, NewMessage, Pin, PreparedMessage,
+                               Session, TriggerReason)
 from picochat.models import (
     SUMMARY_MODEL_KEY,
     ResolvedModel,
@@ -62,7 +53,6 @@ from picochat.storage.store import Store, UncompactResult, UndoResult, last_turn
 from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
 from picochat.traits import MIN_LEARNED_WINDOW, TraitsLearner, remembered
-from picochat.turn import TurnRun, append_new, internal_error, settle
 from picochat.unsent import Unsent, forget, kept_answers
 from picochat.turn_events import (
     CUT_AT_LIMIT,
@@ -79,6 +69,14 @@ from picochat.turn_events import (
     TurnOutcome,
     TurnStarted,
 )
+
+if TYPE_CHECKING:
+    # Imported where used: a turn, a compaction and the /info card load their modules (the
+    # fact ledger's regular expressions among them) when first needed, not before the app's
+    # first frame.
+    from picochat.compaction.compact import CompactMode, CompactOutcome
+    from picochat.compaction.compactor import SummaryModel
+    from picochat.context_usage import ContextPanel, ContextUsage
 
 # What a front end drives a session with: the worker, and the events its turns stream. (The
 # front ends also read the store, the budget and compaction's report directly: issue 32's thin
@@ -138,6 +136,14 @@ def turn_to_undo(context: Sequence[Message]) -> LastTurn | None:
         return None
     question = next((m.content for m in context if m.seq in seqs and m.role == "user"), None)
     return LastTurn(tuple(sorted(seqs)), question)
+
+
+def prepare(new: NewMessage) -> PreparedMessage:
+    """prepare.prepare, imported with the first message to prepare: its statements' regular
+    expressions are not for a start that recovers no draft."""
+    from picochat import prepare as preparing
+
+    return preparing.prepare(new)
 
 
 def not_started(handle: TurnHandle) -> TurnFailed:
@@ -340,6 +346,8 @@ class SessionWorker:
         return self.submit(run)
 
     def submit_turn(self, text: str) -> TurnHandle:
+        from picochat.turn import TurnRun, internal_error
+
         handle = TurnHandle(text)
 
         async def run() -> TurnOutcome:
@@ -373,6 +381,8 @@ class SessionWorker:
     async def _keep_unsent(self, handle: TurnHandle) -> TurnFailed:
         """The app is quitting with this message still queued: it is saved, as a turn stopped
         before any answer is (the user typed it and pressed Enter), and not sent."""
+        from picochat.turn import append_new, settle
+
         user_seq = None
         try:
             user_seq = (await settle(self.store, append_new, self.store, self.session_id,
@@ -417,6 +427,8 @@ class SessionWorker:
 
     def info(self) -> ContextUsage:
         """The /info card, from the very budget auto compaction reads."""
+        from picochat.context_usage import ContextUsage
+
         snapshot = self.store.context_snapshot(self.session_id)
         projection = project(snapshot)
         cp = snapshot.checkpoint  # numbered as the checkpoint panel numbers it ("Summary 3")
@@ -493,6 +505,8 @@ class SessionWorker:
     async def panel(self) -> ContextPanel:
         """The checkpoint panel's figures; the whole log it reads for the sparkline is read
         on the store's thread."""
+        from picochat.context_usage import ContextPanel, context_series
+
         usage = self.info()  # the budget and the pins, from one read of the context
 
         def read() -> tuple[list[Checkpoint], Session, list[Message]]:
@@ -630,15 +644,17 @@ class SessionWorker:
         return turn_to_undo(rows)
 
     async def compact_now(self, reason: TriggerReason, *, focus: str | None = None,
-                          mode: CompactMode = CompactMode.SUMMARY,
+                          mode: CompactMode | None = None,
                           everything: bool = False) -> CompactOutcome:
         """Compact now (not queued: for `compact()` and a running turn), with this session's
-        prompt, tools, limits and summarizer."""
+        prompt, tools, limits and summarizer (`mode`: a summary unless said)."""
+        from picochat.compaction.compact import CompactMode, CompactRequest, compact_context
+
         request = CompactRequest(
             session_id=self.session_id, reason=reason, limits=self.limits,
             system_prompt=self.system_prompt, tools=self.offered_tools, focus=focus,
             everything=everything,
-            instructions=self.compaction.instructions, mode=mode,
+            instructions=self.compaction.instructions, mode=mode or CompactMode.SUMMARY,
             timeout=self.total_timeout, summary_model=self._summarizer(),
             reasoning=self.model.reasoning)
         outcome = await compact_context(self.store, self.provider, request)
@@ -649,6 +665,8 @@ class SessionWorker:
         """`[context_compaction] summary_model` as the compactor takes it; its provider is
         opened on the first summary. Its own window bounds the transcript (the agent's
         token_limit is the chat context's, not the summarizer's)."""
+        from picochat.compaction.compactor import SummaryModel
+
         if self.summary_model is None:
             return None
         if self._summary_provider is None:
@@ -660,6 +678,8 @@ class SessionWorker:
         """Count the summaries rejected in a row (a real checkpoint resets the count). While
         the chat model writes them, a rejection's hint names the setting that hands the job
         to another model, so every front end's failure line says what to do about it."""
+        from picochat.compaction.candidate import RETRY, SummaryRejected
+
         if outcome.compacted and not outcome.degraded:
             self.rejected_in_a_row = 0
             return

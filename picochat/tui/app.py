@@ -38,7 +38,7 @@ from picochat.opening import open_model
 from picochat.providers.base import Provider
 from picochat.catalog import FirstScreen, SessionCatalog
 from picochat.storage.store import Store
-from picochat.tui import commands, slash
+from picochat.tui import slash
 from picochat.tui.chat import ChatView
 from picochat.tui.conversation import Conversation, as_typed
 from picochat.tui.copyable import PinRequested
@@ -49,7 +49,6 @@ from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.safe import clean, literal
 from picochat.tui.signals import QuitSignals
-from picochat.tui.screens import CardScreen
 from picochat.tui.themes import bundled_dir, install_themes, save_theme
 from picochat.tui.status import StatusBar
 from picochat.unsent import Unsent, keep_at_quit, restored_note, take
@@ -518,6 +517,8 @@ class PicochatApp(App[None]):
         await self.run_command(text)
 
     async def run_command(self, text: str) -> None:
+        from picochat.tui import commands  # with the first command: not before the frame
+
         await commands.run(self, text)
 
     def on_prompt_scroll(self, event: Prompt.Scroll) -> None:
@@ -576,6 +577,8 @@ class PicochatApp(App[None]):
             self.notify(literal("Nothing to select yet"))
 
     def action_info(self) -> None:
+        from picochat.tui.screens import CardScreen
+
         self.push_screen(CardScreen("Context (/info)", self.usage().rows()))
 
     def action_checkpoints(self) -> None:
@@ -591,6 +594,8 @@ class PicochatApp(App[None]):
     async def on_pin_requested(self, event: PinRequested) -> None:
         """alt+p on a selected message: pinned as /pin would, said in the transcript."""
         event.stop()  # queued behind a running turn: never awaited here, or keys would wait
+        from picochat.tui import commands
+
         self.run_worker(commands.pin(self, seq=event.seq), group="commands",
                         exit_on_error=False)
 
@@ -612,6 +617,8 @@ class PicochatApp(App[None]):
         return True
 
     def action_help(self) -> None:
+        from picochat.tui.screens import CardScreen
+
         self.push_screen(CardScreen("Keys and commands", help_rows(self.BINDINGS)))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

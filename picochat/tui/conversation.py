@@ -40,8 +40,8 @@ from picochat.session import (
     TurnHandle,
     TurnStarted,
 )
+from picochat.summary_contract import LONG_LINE_TOKENS
 from picochat.tui import status
-from picochat.statements import LONG_LINE_TOKENS
 from picochat.tui.chat import PAGE, AnswerStream, ChatView, ToolBlock, UserMessage
 from picochat.tui.pending import Pending
 from picochat.tui.safe import literal
