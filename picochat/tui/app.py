@@ -159,22 +159,13 @@ class PicochatApp(App[None]):
                 and self.focused is not None and chat in self.focused.ancestors_with_self):
             self.query_one(Prompt).focus()  # the chat is about to be hidden under the panel
 
-    async def on_mount(self) -> None:
-        """The first frame shows the prompt at once; the transcript mounts right after it, and
-        the figures with it, from counts an earlier run kept (else once tiktoken's encoding
-        has loaded in a thread, 0.3-0.8 s)."""
-        for note in self._theme_notes:
-            self.notify(literal(note), severity="warning", timeout=10)
-        # a log that cannot be written is a notice, never Python's traceback behind Textual
-        self._log_reporter = report_log_off_to(self._log_off_notice)
+    def on_mount(self) -> None:
+        """The first frame shows the bar, the prompt and the keys at once; all else comes
+        right after it (`open_transcript`): the worker's start (a read on the store's thread),
+        the notices, the transcript, and the figures, from counts an earlier run kept (else
+        once tiktoken's encoding has loaded in a thread, 0.3-0.8 s)."""
         if self.signals is not None:
             self.signals.on_loop()
-        self.worker.on_queue_change(self._queue_changed)
-        await self.worker.start()
-        for note in self.worker.recovered_notes():
-            self.notify(literal(note), severity="warning", timeout=10)
-        if self.worker.reads_files and not self.worker.file_access.on:
-            self.notify(literal(self.worker.file_access.off_reason or ""), timeout=10)
         self._gc.start()
         prompt = self.query_one(Prompt)
         self.watch(self.query_one(SlashHints), "is_open",
@@ -191,7 +182,17 @@ class PicochatApp(App[None]):
     @work(group="open", exit_on_error=False)
     async def open_transcript(self) -> None:
         first, self._first = self._first, None
+        for note in self._theme_notes:
+            self.notify(literal(note), severity="warning", timeout=10)
+        # a log that cannot be written is a notice, never Python's traceback behind Textual
+        self._log_reporter = report_log_off_to(self._log_off_notice)
         try:
+            self.worker.on_queue_change(self._queue_changed)
+            await self.worker.start()  # answers a killed picochat was writing are saved first
+            for note in self.worker.recovered_notes():
+                self.notify(literal(note), severity="warning", timeout=10)
+            if self.worker.reads_files and not self.worker.file_access.on:
+                self.notify(literal(self.worker.file_access.off_reason or ""), timeout=10)
             await self.reload(first=first)
             self.query_one(Prompt).recall_earlier(
                 first.prompts if first else await self.sessions.user_prompts())
