@@ -21,6 +21,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if session is not None and not session.strip():  # else "" would mean the latest session
         parser.error("--session is empty: give a session id or name, or leave it out for the "
                      "most recent session")
+    if args.command is None:  # the chat app: no collection of start-up's objects (idle_gc)
+        from picochat.tui.idle_gc import hold_until_first_frame
+
+        hold_until_first_frame()
     try:
         from picochat.logs import log_level
 

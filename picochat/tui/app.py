@@ -166,7 +166,6 @@ class PicochatApp(App[None]):
         once tiktoken's encoding has loaded in a thread, 0.3-0.8 s)."""
         if self.signals is not None:
             self.signals.on_loop()
-        self._gc.start()
         prompt = self.query_one(Prompt)
         self.watch(self.query_one(SlashHints), "is_open",
                    lambda is_open: setattr(prompt, "hints_open", is_open))
@@ -182,6 +181,7 @@ class PicochatApp(App[None]):
     @work(group="open", exit_on_error=False)
     async def open_transcript(self) -> None:
         first, self._first = self._first, None
+        self._gc.start()  # collection back on: start-up's objects were not garbage
         for note in self._theme_notes:
             self.notify(literal(note), severity="warning", timeout=10)
         # a log that cannot be written is a notice, never Python's traceback behind Textual
