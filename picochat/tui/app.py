@@ -69,6 +69,17 @@ class OneLine(Exception):
         return literal(f"picochat: {self.error.user_line()}")
 
 
+class KeysFooter(Footer):
+    """Textual's footer, with its keys in the first frame. Textual's composes empty until the
+    screen's first bindings refresh (after the focus moves), which put the keys in a later
+    frame, behind the transcript's mounting (0.15-0.3 s later here); the app's keys are known
+    from the start, and a later refresh recomposes them as before."""
+
+    def compose(self) -> ComposeResult:
+        self._bindings_ready = True
+        return super().compose()
+
+
 PANEL_BESIDE_CHAT_FROM = 76  # columns
 FULL_FOOTER_FROM = 100       # columns
 DATABASE_GONE = ("The database file {path} was deleted or replaced while picochat ran: what "
@@ -145,7 +156,7 @@ class PicochatApp(App[None]):
             yield CheckpointPanel(id="panel")
         yield SlashHints(id="hints")
         yield Prompt(id="prompt")  # earlier prompts, for up, are read after the first frame
-        yield Footer()
+        yield KeysFooter()
 
     def on_resize(self, event: events.Resize) -> None:
         """Under FULL_FOOTER_FROM columns the footer drops its spacing and the palette item
