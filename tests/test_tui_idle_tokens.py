@@ -1,5 +1,5 @@
 """An app sitting idle holds no tokenizer (issue 33): tiktoken's o200k encoding (~48 MiB, 0.25 s
-to load) is loaded when a message is coming, not at start. The context's figures of an idle
+to load) is loaded when a message is coming, not at start, with the modules a turn runs on. The context's figures of an idle
 app come from counts an earlier run kept beside the database, and they are the figures the
 encoding gives once it has loaded: never a guess.
 
@@ -58,9 +58,11 @@ async def drive(app):
             await pilot.pause()
             out["idle_loaded"] = tokens.loaded()
             out["idle_tiktoken_imported"] = "tiktoken" in sys.modules
+            out["idle_turn_imported"] = "picochat.turn" in sys.modules
             out["idle"] = shown(app)
             await pilot.press("h")  # a message is coming: the encoding loads meanwhile
             await until(pilot, tokens.loaded, "the encoding never loaded")
+            out["typing_turn_imported"] = "picochat.turn" in sys.modules  # loaded before it
             await until(pilot, lambda: app.ready, "never ready after the load")
             out["typing"] = shown(app)
             out["prompt"] = app.focused.text
@@ -104,6 +106,8 @@ def test_an_idle_app_holds_no_encoding_and_its_figures_are_the_counted_ones(home
 
     second = run_app("second")
     assert second["idle_loaded"] is False and second["idle_tiktoken_imported"] is False
+    # typing loads what the send will run on, so that Enter waits for neither
+    assert second["idle_turn_imported"] is False and second["typing_turn_imported"] is True
     # before the load, the figures are the counted ones (never an estimate), and they stay
     assert second["idle"] == {**first, "counted": None}
     assert second["typing"] == first

@@ -37,6 +37,7 @@ from picochat.models import ResolvedModel
 from picochat.opening import open_model
 from picochat.providers.base import Provider
 from picochat.catalog import FirstScreen, SessionCatalog
+from picochat.session import ready_for_turns
 from picochat.storage.store import Store
 from picochat.tui import slash
 from picochat.tui.chat import ChatView
@@ -130,6 +131,7 @@ class PicochatApp(App[None]):
             token_counts.read(paths.data_dir)
         self._counting = True   # no figures yet: the transcript, or the encoding, comes first
         self._loading_tokens = False
+        self._preparing = False  # what a send runs on is loading, or loaded
         self._bar: StatusBar | None = None
         self._conversation: Conversation | None = None
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
@@ -218,9 +220,9 @@ class PicochatApp(App[None]):
             self.warm_up()
 
     def load_tokens(self) -> None:
-        """Load tiktoken's encoding in a thread, once: when the figures need it, or when the
-        user starts typing, so that it is there by Enter (a send counts the message). Never
-        while the app sits idle on figures an earlier run counted: it holds ~48 MiB."""
+        """Load tiktoken's encoding in a thread, once, when the figures need it (a text no
+        earlier run counted); else it loads when the user starts typing (`prepare_to_send`).
+        Never while the app sits idle on figures an earlier run counted: it holds ~48 MiB."""
         if self._loading_tokens or tokens.loaded():
             return
         self._loading_tokens = True
@@ -229,6 +231,20 @@ class PicochatApp(App[None]):
     @work(group="tokens", thread=True, exit_on_error=False)
     def _load_tokens(self) -> None:
         tokens.load()
+        self.call_from_thread(self.refresh_status)
+
+    def prepare_to_send(self) -> None:
+        """A message is coming (the user typed): in a thread, once, what its send runs on, the
+        encoding and a turn's modules (session.ready_for_turns), so that Enter waits for
+        neither; a send made sooner waits only for what is left of it."""
+        if self._preparing:
+            return
+        self._preparing = self._loading_tokens = True
+        self._prepare_to_send()
+
+    @work(group="tokens", thread=True, exit_on_error=False)
+    def _prepare_to_send(self) -> None:
+        ready_for_turns()
         self.call_from_thread(self.refresh_status)
 
     @property
@@ -496,8 +512,8 @@ class PicochatApp(App[None]):
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
         text = event.text_area.text
         self.query_one(SlashHints).show_for(text)
-        if text and not self._loading_tokens:  # a message is coming: its count needs the
-            self.call_after_refresh(self.load_tokens)  # encoding (the key is shown first)
+        if text and not self._preparing:  # a message is coming (the key is drawn first)
+            self.call_after_refresh(self.prepare_to_send)
 
     def on_prompt_walk(self, event: Prompt.Walk) -> None:
         self.query_one(SlashHints).walk(event.step)
