@@ -24,6 +24,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, OptionList, TextArea
 from textual.worker import Worker, WorkerState
 
@@ -86,6 +87,9 @@ FULL_FOOTER_FROM = 100       # columns
 DATABASE_GONE = ("The database file {path} was deleted or replaced while picochat ran: what "
                  "you send now would be saved where no one will look. Quit (ctrl+q) and start "
                  "picochat again; nothing is sent until then")
+# A pause this long in the user's typing starts loading what the send will run on (the encoding
+# and a turn's modules, 0.3 s, holding the GIL for 0.1 s of it): in a pause no key waits for it.
+TYPING_PAUSE_S = 0.3
 SHUTDOWN_WAIT_S = 1.0        # quitting waits this long at most for another picochat's lock
                              # (under signals.EXIT_WITHIN_S, so what it could not save is kept)
 
@@ -132,6 +136,7 @@ class PicochatApp(App[None]):
         self._counting = True   # no figures yet: the transcript, or the encoding, comes first
         self._loading_tokens = False
         self._preparing = False  # what a send runs on is loading, or loaded
+        self._typing_pause: Timer | None = None
         self._bar: StatusBar | None = None
         self._conversation: Conversation | None = None
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
@@ -234,9 +239,11 @@ class PicochatApp(App[None]):
         self.call_from_thread(self.refresh_status)
 
     def prepare_to_send(self) -> None:
-        """A message is coming (the user typed): in a thread, once, what its send runs on, the
-        encoding and a turn's modules (session.ready_for_turns), so that Enter waits for
-        neither; a send made sooner waits only for what is left of it."""
+        """A message is coming (the user typed, then paused): in a thread, once, what its send
+        runs on, the encoding and a turn's modules (session.ready_for_turns), so that Enter
+        waits for neither. Started on a pause, not the first key: the encoding's Rust core
+        holds the GIL for ~0.1 s while it is built, and a key typed meanwhile would wait for
+        it. A message sent with no pause loads them on its way (0.3 s)."""
         if self._preparing:
             return
         self._preparing = self._loading_tokens = True
@@ -512,8 +519,11 @@ class PicochatApp(App[None]):
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
         text = event.text_area.text
         self.query_one(SlashHints).show_for(text)
-        if text and not self._preparing:  # a message is coming (the key is drawn first)
-            self.call_after_refresh(self.prepare_to_send)
+        if text and not self._preparing:  # a message is coming: at the next pause
+            if self._typing_pause is None:
+                self._typing_pause = self.set_timer(TYPING_PAUSE_S, self.prepare_to_send)
+            else:
+                self._typing_pause.reset()
 
     def on_prompt_walk(self, event: Prompt.Walk) -> None:
         self.query_one(SlashHints).walk(event.step)
