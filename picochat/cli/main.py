@@ -21,10 +21,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if session is not None and not session.strip():  # else "" would mean the latest session
         parser.error("--session is empty: give a session id or name, or leave it out for the "
                      "most recent session")
-    if args.command is None:  # the chat app: no collection of start-up's objects (idle_gc)
-        from picochat.tui.idle_gc import hold_until_first_frame
+    chat_app = args.command is None
+    if chat_app:  # no collection of start-up's objects: the app's first frame turns it back on
+        from picochat.tui import idle_gc
 
-        hold_until_first_frame()
+        idle_gc.hold_until_first_frame()
     try:
         from picochat.logs import log_level
 
@@ -51,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exc.exit_status
         err(f"internal error ({type(exc).__name__}); {_log_internal_error(args, exc)}")
         return 1
+    finally:
+        if chat_app:  # back on whatever happened before the first frame
+            idle_gc.release_hold()
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

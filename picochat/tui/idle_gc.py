@@ -35,6 +35,15 @@ def hold_until_first_frame() -> None:
         _held = True
 
 
+def release_hold() -> None:
+    """Collection back on, if `hold_until_first_frame` turned it off (the app's first frame,
+    or the CLI's end whatever happened before it)."""
+    global _held
+    if _held:
+        _held = False
+        gc.enable()
+
+
 class IdleCollector:
     def __init__(self) -> None:
         self._saved: tuple[int, int, int] | None = None
@@ -44,10 +53,7 @@ class IdleCollector:
     def start(self) -> None:
         """Right after the first frame: collection as this app wants it (and back on if it
         was held off while the app started)."""
-        global _held
-        if _held:
-            _held = False
-            gc.enable()
+        release_hold()
         if self._saved is None:
             young, middle, old = gc.get_threshold()
             self._saved = (young, middle, WANTED if old == NEVER else old)  # another app's
