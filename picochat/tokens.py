@@ -179,7 +179,7 @@ def count_message(
     """What one chat message costs in a request: frame, role, content, tool-call JSON and
     the thinking sent back with it (`reasoning_content`, for DeepSeek). `remember`: as
     count_text's, for a message every request carries."""
-    total = (PER_MESSAGE_TOKENS + count_text(role, remember=True)
+    total = (PER_MESSAGE_TOKENS + count_text(role, remember=remember)
              + count_text(content or "", remember=remember))
     if reasoning:
         total += count_text(reasoning)
