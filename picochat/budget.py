@@ -408,6 +408,8 @@ def measure(limits: BudgetLimits, draft: RequestDraft, provider: str = "", model
 
 
 # --- cached counts of the parts that are not stored per message ----------------------------------
+# Counted with remember=True: the figures of an app just started come from counts an earlier run
+# kept (tokens.remembered), with no encoding loaded.
 
 
 @lru_cache(maxsize=1)
@@ -416,18 +418,19 @@ def _summary_framing() -> int:
     note: what a compacted context holds besides prose, facts and the tail."""
     note = ("- (1,000 older exact facts, from messages up to #100000, were dropped to fit; "
             "history_search finds them in the raw history)")
-    return tokens.count_message("user", summary_block(f"\n\n## Exact Facts\n{note}", True))
+    return tokens.count_message("user", summary_block(f"\n\n## Exact Facts\n{note}", True),
+                                remember=True)
 
 
 @lru_cache(maxsize=64)
 def pins_tokens(block: str | None) -> int:
     """The pins message's tokens; counted once per set of pins."""
-    return tokens.count_message("user", block) if block else 0
+    return tokens.count_message("user", block, remember=True) if block else 0
 
 
 @lru_cache(maxsize=64)
 def _system_tokens(system_prompt: str) -> int:
-    return tokens.count_message("system", system_prompt) if system_prompt else 0
+    return tokens.count_message("system", system_prompt, remember=True) if system_prompt else 0
 
 
 @lru_cache(maxsize=256)
@@ -435,4 +438,4 @@ def summary_tokens(summary: str | None, searchable: bool = False) -> int:
     """A summary block's tokens; counted once per summary text (summaries are bounded)."""
     if summary is None:
         return 0
-    return tokens.count_message("user", summary_block(summary, searchable))
+    return tokens.count_message("user", summary_block(summary, searchable), remember=True)

@@ -19,7 +19,6 @@ from picochat.budget import (
     pin_cap,
 )
 from picochat.compaction.report import DEGRADED_NOTE, POINTERS_NOTE, headline
-from picochat.ledger import counts
 from picochat.messages import Checkpoint, Message, Session
 from picochat.models import ResolvedModel, WindowSource
 from picochat.pins import pin_label
@@ -60,6 +59,8 @@ class ContextUsage:
         return compaction_room(self.budget.limits, self.budget.parts.fixed)
 
     def as_dict(self) -> dict[str, Any]:
+        from picochat.ledger import counts  # its regular expressions: not for the figures
+
         lim, cp, parts = self.budget.limits, self.checkpoint, self.budget.parts
         facts = counts(cp.ledger if cp else None)
         return {
@@ -151,6 +152,8 @@ class ContextUsage:
                 rows.append(("", POINTERS_NOTE))
             rows.append(("Compacted", f"{cp.tokens_before:,} → {cp.tokens_after:,} tokens, "
                                       "when it was written"))
+            from picochat.ledger import counts
+
             facts = counts(cp.ledger)
             rows.append(("Exact facts", f"{facts.kept:,} kept"
                          + (f", {facts.dropped:,} dropped to fit (history_search finds them)"

@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, TypeVar
 
 from picochat import tokens
 from picochat.budget import (
@@ -32,21 +32,12 @@ from picochat.budget import (
     pin_cap,
     pins_cost,
 )
-from picochat.compaction.candidate import RETRY, SummaryRejected
-from picochat.compaction.compact import (
-    CompactMode,
-    CompactOutcome,
-    CompactRequest,
-    compact_context,
-)
-from picochat.compaction.compactor import SummaryModel
 from picochat.compaction.report import numbers
 from picochat.config import CompactionConfig, Config
-from picochat.context_usage import ContextPanel, ContextUsage, context_series
 from picochat.errors import PicochatError, PinRefused
 from picochat.job_queue import JobQueue
-from picochat.messages import (Checkpoint, Message, NewMessage, Pin, Session, TriggerReason)
-from picochat.prepare import prepare
+from picochat.messages import (Checkpoint, Message, NewMessage, Pin, PreparedMessage,
+                               Session, TriggerReason)
 from picochat.models import (
     SUMMARY_MODEL_KEY,
     ResolvedModel,
@@ -62,7 +53,6 @@ from picochat.storage.store import Store, UncompactResult, UndoResult, last_turn
 from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
 from picochat.traits import MIN_LEARNED_WINDOW, TraitsLearner, remembered
-from picochat.turn import TurnRun, append_new, internal_error, settle
 from picochat.unsent import Unsent, forget, kept_answers
 from picochat.turn_events import (
     CUT_AT_LIMIT,
@@ -80,6 +70,14 @@ from picochat.turn_events import (
     TurnStarted,
 )
 
+if TYPE_CHECKING:
+    # Imported where used: a turn, a compaction and the /info card load their modules (the
+    # fact ledger's regular expressions among them) when first needed, not before the app's
+    # first frame.
+    from picochat.compaction.compact import CompactMode, CompactOutcome
+    from picochat.compaction.compactor import SummaryModel
+    from picochat.context_usage import ContextPanel, ContextUsage
+
 # What a front end drives a session with: the worker, and the events its turns stream. (The
 # front ends also read the store, the budget and compaction's report directly: issue 32's thin
 # App is to narrow that.)
@@ -88,6 +86,7 @@ __all__ = [
     "TextDelta", "CompactionStarted", "Compacted", "Notice", "RetryWaiting", "ToolRan",
     "TurnFinished", "TurnFailed", "TurnCancelled", "CUT_AT_LIMIT", "remembered",
     "summary_model_advice", "note_opened", "TOTAL_TIMEOUT_S", "MIN_LEARNED_WINDOW", "LastTurn",
+    "ready_for_turns",
 ]
 log = logging.getLogger("picochat.session")
 T = TypeVar("T")
@@ -138,6 +137,25 @@ def turn_to_undo(context: Sequence[Message]) -> LastTurn | None:
         return None
     question = next((m.content for m in context if m.seq in seqs and m.role == "user"), None)
     return LastTurn(tuple(sorted(seqs)), question)
+
+
+def prepare(new: NewMessage) -> PreparedMessage:
+    """prepare.prepare, imported with the first message to prepare: its statements' regular
+    expressions are not for a start that recovers no draft."""
+    from picochat import prepare as preparing
+
+    return preparing.prepare(new)
+
+
+def ready_for_turns() -> None:
+    """Load ahead what a turn runs on (for a thread, once a message is coming): the modules of
+    a turn and of a compaction, whose imports compile the statements' and the fact ledger's
+    regular expressions (~50 ms), and the encoding the message is counted with (0.25 s)."""
+    import picochat.compaction.compact  # noqa: F401
+    import picochat.prepare  # noqa: F401
+    import picochat.turn  # noqa: F401
+
+    tokens.load()
 
 
 def not_started(handle: TurnHandle) -> TurnFailed:
@@ -340,6 +358,8 @@ class SessionWorker:
         return self.submit(run)
 
     def submit_turn(self, text: str) -> TurnHandle:
+        from picochat.turn import TurnRun, internal_error
+
         handle = TurnHandle(text)
 
         async def run() -> TurnOutcome:
@@ -373,6 +393,8 @@ class SessionWorker:
     async def _keep_unsent(self, handle: TurnHandle) -> TurnFailed:
         """The app is quitting with this message still queued: it is saved, as a turn stopped
         before any answer is (the user typed it and pressed Enter), and not sent."""
+        from picochat.turn import append_new, settle
+
         user_seq = None
         try:
             user_seq = (await settle(self.store, append_new, self.store, self.session_id,
@@ -417,6 +439,8 @@ class SessionWorker:
 
     def info(self) -> ContextUsage:
         """The /info card, from the very budget auto compaction reads."""
+        from picochat.context_usage import ContextUsage
+
         snapshot = self.store.context_snapshot(self.session_id)
         projection = project(snapshot)
         cp = snapshot.checkpoint  # numbered as the checkpoint panel numbers it ("Summary 3")
@@ -424,6 +448,24 @@ class SessionWorker:
         return ContextUsage(snapshot.session, self.model, self.compaction.enabled,
                             self.budget(projection), projection, cp, self.summary_model,
                             number, self.files_line())
+
+    def info_if_counted(self) -> ContextUsage | None:
+        """`info()` when its figures need no encoding that is not loaded (the texts every
+        request carries were counted by an earlier run, or the encoding is loaded); else
+        None, and the caller loads it off its event loop (`tokens.load`, 0.25 s) first."""
+        try:
+            with tokens.without_loading():
+                return self.info()
+        except tokens.NotLoaded:
+            return None
+
+    async def counted_info(self) -> ContextUsage:
+        """`info()`, the encoding loaded in a thread first if its figures need it."""
+        usage = self.info_if_counted()
+        if usage is None:
+            await asyncio.to_thread(tokens.load)
+            usage = self.info()
+        return usage
 
     def files_line(self) -> str:
         """Where read_file may read, for /info; why it is off; "" when it is not enabled."""
@@ -475,6 +517,8 @@ class SessionWorker:
     async def panel(self) -> ContextPanel:
         """The checkpoint panel's figures; the whole log it reads for the sparkline is read
         on the store's thread."""
+        from picochat.context_usage import ContextPanel, context_series
+
         usage = self.info()  # the budget and the pins, from one read of the context
 
         def read() -> tuple[list[Checkpoint], Session, list[Message]]:
@@ -612,15 +656,17 @@ class SessionWorker:
         return turn_to_undo(rows)
 
     async def compact_now(self, reason: TriggerReason, *, focus: str | None = None,
-                          mode: CompactMode = CompactMode.SUMMARY,
+                          mode: CompactMode | None = None,
                           everything: bool = False) -> CompactOutcome:
         """Compact now (not queued: for `compact()` and a running turn), with this session's
-        prompt, tools, limits and summarizer."""
+        prompt, tools, limits and summarizer (`mode`: a summary unless said)."""
+        from picochat.compaction.compact import CompactMode, CompactRequest, compact_context
+
         request = CompactRequest(
             session_id=self.session_id, reason=reason, limits=self.limits,
             system_prompt=self.system_prompt, tools=self.offered_tools, focus=focus,
             everything=everything,
-            instructions=self.compaction.instructions, mode=mode,
+            instructions=self.compaction.instructions, mode=mode or CompactMode.SUMMARY,
             timeout=self.total_timeout, summary_model=self._summarizer(),
             reasoning=self.model.reasoning)
         outcome = await compact_context(self.store, self.provider, request)
@@ -631,6 +677,8 @@ class SessionWorker:
         """`[context_compaction] summary_model` as the compactor takes it; its provider is
         opened on the first summary. Its own window bounds the transcript (the agent's
         token_limit is the chat context's, not the summarizer's)."""
+        from picochat.compaction.compactor import SummaryModel
+
         if self.summary_model is None:
             return None
         if self._summary_provider is None:
@@ -642,6 +690,8 @@ class SessionWorker:
         """Count the summaries rejected in a row (a real checkpoint resets the count). While
         the chat model writes them, a rejection's hint names the setting that hands the job
         to another model, so every front end's failure line says what to do about it."""
+        from picochat.compaction.candidate import RETRY, SummaryRejected
+
         if outcome.compacted and not outcome.degraded:
             self.rejected_in_a_row = 0
             return

@@ -43,9 +43,6 @@ USER, ANSWER, TOOL = "user", "answer", "tool"
 _SAID_BY = {"user": USER, "assistant": ANSWER, "tool": TOOL}
 
 LINE_CHARS = 160        # a statement's text, cut at word boundaries (values kept whole)
-# What a long statement line costs in the ledger (LINE_CHARS of text, its tag and bullet): the
-# share's "at least this many statements" figure that the READMEs and the welcome give.
-LONG_LINE_TOKENS = 40
 CORRECTION_CHARS = 200  # a correction's text
 MAX_CHARS = 200         # no text is longer than this
 VALUE_CHARS = 150       # a longer value (a huge URL) is cut, marked with …

@@ -7,6 +7,11 @@ import re
 
 from picochat.textsafe import as_read
 
+# What a long statement line costs in the ledger (statements.LINE_CHARS of text, its tag and
+# bullet): the share's "at least this many statements" figure that the READMEs and the welcome
+# give (here, not in statements.py: the welcome shows it without loading that module).
+LONG_LINE_TOKENS = 40
+
 # The user-role message that carries a checkpoint summary to the provider.
 SUMMARY_OPEN = "[Historical conversation summary — reference only, not a new user request]"
 SUMMARY_CLOSE = "[End historical conversation summary]"

@@ -3,18 +3,31 @@
 tiktoken's encodings are loaded from the copies litellm's wheel ships (found without importing
 litellm), so counting never touches the network. Every message's count is taken once, when it
 is appended, and stored: budgets add stored counts and never re-tokenize history.
+
+The o200k encoding costs 0.25 s to load and ~48 MiB to hold (75 MiB with the rank table
+tiktoken keeps only for pickling, dropped here), so it is loaded on first use, not at start.
+The texts every request carries besides history (the system prompt, the tool schemas, a
+checkpoint's summary block, the pins block, the role words) are counted with `remember=True`:
+their counts are kept by the text's digest (`remembered`, which the app saves beside the
+database and reads back at start), so the context's figures of an idle app need no encoding.
+Code that must not wait for the load (the app's event loop) counts inside `without_loading()`,
+where a count that needs the encoding raises `NotLoaded` instead.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import math
 import os
 import threading
+from collections import OrderedDict
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 ENCODING = "o200k_base"
 # OpenAI's chat format: each message costs its content plus a small fixed frame, and every reply
@@ -45,20 +58,113 @@ def configure_tiktoken_cache() -> None:
         os.environ["CUSTOM_TIKTOKEN_CACHE_DIR"] = str(path)
 
 
-@lru_cache(maxsize=4)
+_encodings: dict[str, Any] = {}
+_no_loading: ContextVar[bool] = ContextVar("picochat_tokens_no_loading", default=False)
+
+
+class NotLoaded(Exception):
+    """A count needs an encoding that is not loaded, inside `without_loading()`."""
+
+
+@contextmanager
+def without_loading() -> Iterator[None]:
+    """Counts made inside raise NotLoaded rather than load an encoding (0.25 s, holding the
+    GIL for half of it): for the app's event loop, which shows "counting…" meanwhile."""
+    token = _no_loading.set(True)
+    try:
+        yield
+    finally:
+        _no_loading.reset(token)
+
+
+def loaded(name: str = ENCODING) -> bool:
+    return name in _encodings
+
+
+def load(name: str = ENCODING) -> None:
+    """Load the encoding now (a thread's way to have it ready before it is needed)."""
+    _encoding(name)
+
+
 def _encoding(name: str) -> Any:
+    enc = _encodings.get(name)
+    if enc is not None:
+        return enc
+    if _no_loading.get():
+        raise NotLoaded(name)
     with _lock:
-        configure_tiktoken_cache()
-        import tiktoken
+        if name not in _encodings:
+            configure_tiktoken_cache()
+            import tiktoken
 
-        return tiktoken.get_encoding(name)
+            enc = tiktoken.get_encoding(name)
+            # The rank table (bytes -> rank) is a copy of what the Rust core already holds,
+            # kept by tiktoken only to pickle the encoding, which picochat never does: freed
+            # right after the load (27 MiB of 75; later it would leave holes, not free pages).
+            # encode and decode read the core alone.
+            if isinstance(getattr(enc, "_mergeable_ranks", None), dict):
+                enc._mergeable_ranks = {}
+            _encodings[name] = enc
+        return _encodings[name]
 
 
-def count_text(text: str, encoding: str = ENCODING) -> int:
-    """Tokens in `text`; special-token strings typed by a user count as plain text."""
+def count_text(text: str, encoding: str = ENCODING, remember: bool = False) -> int:
+    """Tokens in `text`; special-token strings typed by a user count as plain text.
+    `remember`: a text that comes back in every request (a system prompt, tool schemas, a
+    summary block, the pins block) is counted once and its count kept by its digest."""
+    global _memo_changed
     if not text:
         return 0
+    if remember and encoding == ENCODING:
+        key = _digest(text)
+        with _memo_lock:
+            known = _memo.get(key)
+            if known is not None:
+                _memo.move_to_end(key)
+                return known
+        n = len(_encoding(encoding).encode(text, disallowed_special=()))
+        with _memo_lock:
+            _memo[key], _memo_changed = n, True
+            while len(_memo) > MEMO_SIZE:
+                _memo.popitem(last=False)
+        return n
     return len(_encoding(encoding).encode(text, disallowed_special=()))
+
+
+# --- counts remembered across runs ---------------------------------------------------------------
+# Digest -> o200k count of the texts counted with remember=True, the least recently used first.
+# A few hundred entries of ~40 bytes each: the system prompts, tool lists, pins blocks and
+# summaries of the sessions opened lately.
+MEMO_SIZE = 512
+_memo: OrderedDict[str, int] = OrderedDict()
+_memo_lock = threading.Lock()
+_memo_changed = False
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def remembered() -> dict[str, int] | None:
+    """The remembered counts (oldest first) when some were added since the last call, else
+    None: what to save."""
+    global _memo_changed
+    with _memo_lock:
+        if not _memo_changed:
+            return None
+        _memo_changed = False
+        return dict(_memo)
+
+
+def remember(counts: Mapping[str, int]) -> None:
+    """Counts saved by an earlier run (from `remembered`), ahead of this run's own."""
+    with _memo_lock:
+        for key, n in reversed(list(counts.items())):  # each to the front: the oldest ends first
+            if key not in _memo:
+                _memo[key] = n
+                _memo.move_to_end(key, last=False)
+        while len(_memo) > MEMO_SIZE:
+            _memo.popitem(last=False)
 
 
 def count_message(
@@ -68,10 +174,13 @@ def count_message(
     tool_call_id: str | None = None,
     name: str | None = None,
     reasoning: str | None = None,
+    remember: bool = False,
 ) -> int:
     """What one chat message costs in a request: frame, role, content, tool-call JSON and
-    the thinking sent back with it (`reasoning_content`, for DeepSeek)."""
-    total = PER_MESSAGE_TOKENS + count_text(role) + count_text(content or "")
+    the thinking sent back with it (`reasoning_content`, for DeepSeek). `remember`: as
+    count_text's, for a message every request carries."""
+    total = (PER_MESSAGE_TOKENS + count_text(role, remember=remember)
+             + count_text(content or "", remember=remember))
     if reasoning:
         total += count_text(reasoning)
     if tool_calls:
@@ -108,7 +217,7 @@ def count_tools(tools: Iterable[Mapping[str, Any]]) -> int:
 
 @lru_cache(maxsize=64)
 def _count_tools_json(text: str, n: int) -> int:
-    return count_text(text) + PER_MESSAGE_TOKENS * n
+    return count_text(text, remember=True) + PER_MESSAGE_TOKENS * n
 
 
 # --- other model families ------------------------------------------------------------------------

@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Union
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Union
 
-from picochat.compaction.compact import CompactOutcome
 from picochat.errors import PicochatError
 from picochat.messages import TriggerReason
 from picochat.providers.base import TextDelta, ThinkingDelta, Usage
 from picochat.providers.errors import ProviderError
+
+if TYPE_CHECKING:  # compaction (and the fact ledger under it) loads with the first compaction
+    from picochat.compaction.compact import CompactOutcome
 
 
 class TurnCancelled(PicochatError):

@@ -386,7 +386,7 @@ def test_the_ledger_share_holds_as_many_statements_as_the_readmes_say(tmp_path, 
     from picochat.models import resolve_model
     from picochat.providers.offline import OfflineProvider
     from picochat.session import SessionWorker
-    from picochat.statements import LONG_LINE_TOKENS
+    from picochat.summary_contract import LONG_LINE_TOKENS
     from tests.fixtures.statements_corpus import SENTENCES
 
     config = Config(models={"w": ModelConfig("w", "offline", token_limit=window)})

@@ -494,8 +494,10 @@ async def test_a_long_session_opens_with_the_newest_and_loads_older_on_scroll_up
         def shown() -> list[int]:
             return [w.seq for w in chat.children if getattr(w, "seq", None) is not None]
 
-        # laid out and at the bottom, as the reader first sees it
-        await settle(pilot, app, lambda: bool(shown()) and 0 < chat.max_scroll_y <= chat.scroll_y)
+        # opened (not in the middle of its mount, whose end scrolls to the bottom), laid out
+        # and at the bottom, as the reader first sees it
+        await settle(pilot, app, lambda: app.transcript_ready.is_set() and bool(shown())
+                     and 0 < chat.max_scroll_y <= chat.scroll_y)
         # two screens' worth (each message here is a margin row and a text row), not a page
         opened = len(shown())
         assert 2 * chat.size.height <= 2 * opened <= 2 * chat.size.height + 2 < 2 * PAGE

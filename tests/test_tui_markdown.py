@@ -134,6 +134,32 @@ def test_full_collections_wait_for_an_idle_moment(monkeypatch):
     assert gc.get_threshold() == saved
 
 
+def test_collection_is_off_while_the_app_starts_and_back_on_after_its_first_frame():
+    """`picochat` turns collection off before it imports the app (start-up's objects are not
+    garbage); the app's first frame turns it back on, and so does the CLI's end if the app
+    never got that far. A collector someone else turned off stays off."""
+    assert gc.isenabled()
+    idle_gc.hold_until_first_frame()
+    collector = idle_gc.IdleCollector()
+    try:
+        assert not gc.isenabled()
+        collector.start()  # the first frame
+        assert gc.isenabled()
+    finally:
+        collector.stop()
+        idle_gc.release_hold()
+    idle_gc.hold_until_first_frame()
+    idle_gc.release_hold()  # the CLI's end
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        idle_gc.hold_until_first_frame()
+        idle_gc.release_hold()
+        assert not gc.isenabled()  # not ours to turn on
+    finally:
+        gc.enable()
+
+
 async def test_a_streamed_answer_ends_as_the_same_text_in_any_chunking(store):
     from picochat.tui.answer import AssistantMessage, CodeFence, ProseBlock
     from tests.helpers.tui import SIZE, make_app

@@ -1,5 +1,7 @@
 """What each CLI command does. Every command goes through the same `App` context: paths, the
-validated config and the store, opened lazily so a command touches only what it needs."""
+validated config and the store, opened lazily so a command touches only what it needs.
+Modules a command alone needs (render and the fact ledger under it, the app, litellm) are
+imported in it: the app's first frame waits for no module it does not show."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from picochat import render
 from picochat.compaction import report
 from picochat.config import Config, effective_config_text, load_config
 from picochat.config_starter import write_starter_config
@@ -384,6 +385,8 @@ class _Stdout:
 
 
 def cmd_sessions(app: App) -> int:
+    from picochat import render
+
     sessions = app.store.list_sessions() if app.has_database else []  # none: create nothing
     if app.opt("names"):  # for shell completion: one name a line, those a shell can take
         write_stdout("".join(f"{s.name}\n" for s in sessions
@@ -401,6 +404,8 @@ def _active_checkpoint(app: App, session: Session) -> Any:
 
 
 def cmd_history(app: App) -> int:
+    from picochat import render
+
     session = app.session()
     messages = app.store.history(session.id)
     active = _active_checkpoint(app, session)
@@ -413,6 +418,8 @@ def cmd_history(app: App) -> int:
 
 
 def cmd_checkpoints(app: App) -> int:
+    from picochat import render
+
     session = app.session()
     checkpoints = app.store.checkpoints(session.id)
     active = session.active_context_checkpoint_id
@@ -552,6 +559,7 @@ def cmd_pin(app: App) -> int:
 
 
 def cmd_pins(app: App) -> int:
+    from picochat import render
     from picochat.budget import pin_cap, pins_cost
     from picochat.pins import pin_label
 

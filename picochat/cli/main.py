@@ -21,6 +21,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if session is not None and not session.strip():  # else "" would mean the latest session
         parser.error("--session is empty: give a session id or name, or leave it out for the "
                      "most recent session")
+    chat_app = args.command is None
+    if chat_app:  # no collection of start-up's objects: the app's first frame turns it back on
+        from picochat.tui import idle_gc
+
+        idle_gc.hold_until_first_frame()
     try:
         from picochat.logs import log_level
 
@@ -47,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exc.exit_status
         err(f"internal error ({type(exc).__name__}); {_log_internal_error(args, exc)}")
         return 1
+    finally:
+        if chat_app:  # back on whatever happened before the first frame
+            idle_gc.release_hold()
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

@@ -24,10 +24,11 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, OptionList, TextArea
 from textual.worker import Worker, WorkerState
 
-from picochat import crashpoints, tokens
+from picochat import crashpoints, token_counts, tokens
 from picochat.config import Config
 from picochat.errors import PicochatError
 from picochat.logs import Reporter, report_log_off_to, where_details
@@ -37,8 +38,9 @@ from picochat.models import ResolvedModel
 from picochat.opening import open_model
 from picochat.providers.base import Provider
 from picochat.catalog import FirstScreen, SessionCatalog
+from picochat.session import ready_for_turns
 from picochat.storage.store import Store
-from picochat.tui import commands, slash
+from picochat.tui import slash
 from picochat.tui.chat import ChatView
 from picochat.tui.conversation import Conversation, as_typed
 from picochat.tui.copyable import PinRequested
@@ -49,7 +51,6 @@ from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.safe import clean, literal
 from picochat.tui.signals import QuitSignals
-from picochat.tui.screens import CardScreen
 from picochat.tui.themes import bundled_dir, install_themes, save_theme
 from picochat.tui.status import StatusBar
 from picochat.unsent import Unsent, keep_at_quit, restored_note, take
@@ -70,11 +71,25 @@ class OneLine(Exception):
         return literal(f"picochat: {self.error.user_line()}")
 
 
+class KeysFooter(Footer):
+    """Textual's footer, with its keys in the first frame. Textual's composes empty until the
+    screen's first bindings refresh (after the focus moves), which put the keys in a later
+    frame, behind the transcript's mounting (0.15-0.3 s later here); the app's keys are known
+    from the start, and a later refresh recomposes them as before."""
+
+    def compose(self) -> ComposeResult:
+        self._bindings_ready = True
+        return super().compose()
+
+
 PANEL_BESIDE_CHAT_FROM = 76  # columns
 FULL_FOOTER_FROM = 100       # columns
 DATABASE_GONE = ("The database file {path} was deleted or replaced while picochat ran: what "
                  "you send now would be saved where no one will look. Quit (ctrl+q) and start "
                  "picochat again; nothing is sent until then")
+# A pause this long in the user's typing starts loading what the send will run on (the encoding
+# and a turn's modules, 0.3 s, holding the GIL for 0.1 s of it): in a pause no key waits for it.
+TYPING_PAUSE_S = 0.3
 SHUTDOWN_WAIT_S = 1.0        # quitting waits this long at most for another picochat's lock
                              # (under signals.EXIT_WITHIN_S, so what it could not save is kept)
 
@@ -116,7 +131,12 @@ class PicochatApp(App[None]):
         self.config = config
         self.paths = paths
         self.worker = self.sessions.worker(session, model, provider, config)
-        self._counting = True   # tiktoken still loading: the figures wait for it
+        if paths is not None:  # counts an earlier run kept: the figures need no encoding
+            token_counts.read(paths.data_dir)
+        self._counting = True   # no figures yet: the transcript, or the encoding, comes first
+        self._loading_tokens = False
+        self._preparing = False  # what a send runs on is loading, or loaded
+        self._typing_pause: Timer | None = None
         self._bar: StatusBar | None = None
         self._conversation: Conversation | None = None
         self.transcript_ready = asyncio.Event()  # the transcript is on screen
@@ -143,7 +163,7 @@ class PicochatApp(App[None]):
             yield CheckpointPanel(id="panel")
         yield SlashHints(id="hints")
         yield Prompt(id="prompt")  # earlier prompts, for up, are read after the first frame
-        yield Footer()
+        yield KeysFooter()
 
     def on_resize(self, event: events.Resize) -> None:
         """Under FULL_FOOTER_FROM columns the footer drops its spacing and the palette item
@@ -157,22 +177,13 @@ class PicochatApp(App[None]):
                 and self.focused is not None and chat in self.focused.ancestors_with_self):
             self.query_one(Prompt).focus()  # the chat is about to be hidden under the panel
 
-    async def on_mount(self) -> None:
-        """The first frame shows the prompt at once; the transcript mounts right after it, and
-        the figures once tiktoken's encoding has loaded in a thread (0.3-0.8 s) after that."""
-        for note in self._theme_notes:
-            self.notify(literal(note), severity="warning", timeout=10)
-        # a log that cannot be written is a notice, never Python's traceback behind Textual
-        self._log_reporter = report_log_off_to(self._log_off_notice)
+    def on_mount(self) -> None:
+        """The first frame shows the bar, the prompt and the keys at once; all else comes
+        right after it (`open_transcript`): the worker's start (a read on the store's thread),
+        the notices, the transcript, and the figures, from counts an earlier run kept (else
+        once tiktoken's encoding has loaded in a thread, 0.3-0.8 s)."""
         if self.signals is not None:
             self.signals.on_loop()
-        self.worker.on_queue_change(self._queue_changed)
-        await self.worker.start()
-        for note in self.worker.recovered_notes():
-            self.notify(literal(note), severity="warning", timeout=10)
-        if self.worker.reads_files and not self.worker.file_access.on:
-            self.notify(literal(self.worker.file_access.off_reason or ""), timeout=10)
-        self._gc.start()
         prompt = self.query_one(Prompt)
         self.watch(self.query_one(SlashHints), "is_open",
                    lambda is_open: setattr(prompt, "hints_open", is_open))
@@ -188,7 +199,18 @@ class PicochatApp(App[None]):
     @work(group="open", exit_on_error=False)
     async def open_transcript(self) -> None:
         first, self._first = self._first, None
+        self._gc.start()  # collection back on: start-up's objects were not garbage
+        for note in self._theme_notes:
+            self.notify(literal(note), severity="warning", timeout=10)
+        # a log that cannot be written is a notice, never Python's traceback behind Textual
+        self._log_reporter = report_log_off_to(self._log_off_notice)
         try:
+            self.worker.on_queue_change(self._queue_changed)
+            await self.worker.start()  # answers a killed picochat was writing are saved first
+            for note in self.worker.recovered_notes():
+                self.notify(literal(note), severity="warning", timeout=10)
+            if self.worker.reads_files and not self.worker.file_access.on:
+                self.notify(literal(self.worker.file_access.off_reason or ""), timeout=10)
             await self.reload(first=first)
             self.query_one(Prompt).recall_earlier(
                 first.prompts if first else await self.sessions.user_prompts())
@@ -197,24 +219,45 @@ class PicochatApp(App[None]):
             self._handle_exception(exc)  # CLI's one line and exit 1, as from compose
         finally:
             self.transcript_ready.set()  # turns and commands typed meanwhile go on from here
-            # then tiktoken and litellm, in threads: started earlier, their imports held the
-            # GIL while the transcript mounted (a turn sent meanwhile waits for them anyway)
-            self.warm_tokens()
+            self.refresh_status()  # the figures, or "counting…" while the encoding loads
+            # then litellm, in a thread: started earlier, its import held the GIL while the
+            # transcript mounted (a turn sent meanwhile waits for it anyway)
             self.warm_up()
 
-    @work(group="warm-up", thread=True, exit_on_error=False)
-    def warm_tokens(self) -> None:
-        tokens.count_text("warm")
-        self.call_from_thread(self._tokens_ready)
+    def load_tokens(self) -> None:
+        """Load tiktoken's encoding in a thread, once, when the figures need it (a text no
+        earlier run counted); else it loads when the user starts typing (`prepare_to_send`).
+        Never while the app sits idle on figures an earlier run counted: it holds ~48 MiB."""
+        if self._loading_tokens or tokens.loaded():
+            return
+        self._loading_tokens = True
+        self._load_tokens()
+
+    @work(group="tokens", thread=True, exit_on_error=False)
+    def _load_tokens(self) -> None:
+        tokens.load()
+        self.call_from_thread(self.refresh_status)
+
+    def prepare_to_send(self) -> None:
+        """A message is coming (the user typed, then paused): in a thread, once, what its send
+        runs on, the encoding and a turn's modules (session.ready_for_turns), so that Enter
+        waits for neither. Started on a pause, not the first key: the encoding's Rust core
+        holds the GIL for ~0.1 s while it is built, and a key typed meanwhile would wait for
+        it. A message sent with no pause loads them on its way (0.3 s)."""
+        if self._preparing:
+            return
+        self._preparing = self._loading_tokens = True
+        self._prepare_to_send()
+
+    @work(group="tokens", thread=True, exit_on_error=False)
+    def _prepare_to_send(self) -> None:
+        ready_for_turns()
+        self.call_from_thread(self.refresh_status)
 
     @property
     def ready(self) -> bool:
         """The transcript is on screen and the figures are counted."""
         return self.transcript_ready.is_set() and not self._counting
-
-    def _tokens_ready(self) -> None:
-        self._counting = False
-        self.refresh_status()
 
     def load_themes(self) -> list[str]:
         folders = [bundled_dir()] + ([self.paths.user_themes_dir] if self.paths else [])
@@ -270,6 +313,8 @@ class PicochatApp(App[None]):
     async def on_unmount(self) -> None:
         crashpoints.reached("quitting")
         report_log_off_to(self._log_reporter)  # the screen is going: say it as before
+        if self.paths is not None:  # counted this run: the next start needs no encoding
+            token_counts.write(self.paths.data_dir)
         self._gc.stop()
         unsaved = await self.worker.close(within_s=SHUTDOWN_WAIT_S)
         typed = self._typed_at_exit or ""
@@ -346,12 +391,18 @@ class PicochatApp(App[None]):
         if bar is None or not bar.is_attached:  # not yet mounted, or the app shuts down
             return
         bar.queued = self.worker.queued
-        if self._counting:  # tiktoken still loading: everything but the figures
+        # the figures once the transcript is up, and only if counting them needs no wait for
+        # tiktoken's encoding (else it loads in a thread, and this runs again)
+        usage = self.worker.info_if_counted() if self.transcript_ready.is_set() else None
+        self._counting = usage is None
+        if usage is None:  # everything but the figures
             bar.session_name = self.session.name
             bar.set_model(self.worker.model)
             bar.used = None
+            if self.transcript_ready.is_set():
+                self.load_tokens()
         else:
-            bar.set_usage(self.usage())
+            bar.set_usage(usage)
 
     def _queue_changed(self) -> None:
         """The worker's queue grew or shrank: the bar shows the count (told, not polled)."""
@@ -466,7 +517,13 @@ class PicochatApp(App[None]):
     # --- input ----------------------------------------------------------------------------------
 
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
-        self.query_one(SlashHints).show_for(event.text_area.text)
+        text = event.text_area.text
+        self.query_one(SlashHints).show_for(text)
+        if text and not self._preparing:  # a message is coming: at the next pause
+            if self._typing_pause is None:
+                self._typing_pause = self.set_timer(TYPING_PAUSE_S, self.prepare_to_send)
+            else:
+                self._typing_pause.reset()
 
     def on_prompt_walk(self, event: Prompt.Walk) -> None:
         self.query_one(SlashHints).walk(event.step)
@@ -498,6 +555,8 @@ class PicochatApp(App[None]):
         await self.run_command(text)
 
     async def run_command(self, text: str) -> None:
+        from picochat.tui import commands  # with the first command: not before the frame
+
         await commands.run(self, text)
 
     def on_prompt_scroll(self, event: Prompt.Scroll) -> None:
@@ -556,6 +615,8 @@ class PicochatApp(App[None]):
             self.notify(literal("Nothing to select yet"))
 
     def action_info(self) -> None:
+        from picochat.tui.screens import CardScreen
+
         self.push_screen(CardScreen("Context (/info)", self.usage().rows()))
 
     def action_checkpoints(self) -> None:
@@ -571,6 +632,8 @@ class PicochatApp(App[None]):
     async def on_pin_requested(self, event: PinRequested) -> None:
         """alt+p on a selected message: pinned as /pin would, said in the transcript."""
         event.stop()  # queued behind a running turn: never awaited here, or keys would wait
+        from picochat.tui import commands
+
         self.run_worker(commands.pin(self, seq=event.seq), group="commands",
                         exit_on_error=False)
 
@@ -592,6 +655,8 @@ class PicochatApp(App[None]):
         return True
 
     def action_help(self) -> None:
+        from picochat.tui.screens import CardScreen
+
         self.push_screen(CardScreen("Keys and commands", help_rows(self.BINDINGS)))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

@@ -40,8 +40,8 @@ from picochat.session import (
     TurnHandle,
     TurnStarted,
 )
+from picochat.summary_contract import LONG_LINE_TOKENS
 from picochat.tui import status
-from picochat.statements import LONG_LINE_TOKENS
 from picochat.tui.chat import PAGE, AnswerStream, ChatView, ToolBlock, UserMessage
 from picochat.tui.pending import Pending
 from picochat.tui.safe import literal
@@ -139,8 +139,9 @@ class Conversation(Vertical):
         for text, kind in kept:
             await chat.add_notice(text, kind)
         if not newest:  # an empty session: who answers, how to reach a real model, the keys
+            room = (await worker.counted_info()).room  # no wait once an earlier run counted
             await chat.add(Welcome(worker.model, worker.limits.window,
-                                   worker.info().room.ledger // LONG_LINE_TOKENS))
+                                   room.ledger // LONG_LINE_TOKENS))
 
     # --- sending ---------------------------------------------------------------------------------
 

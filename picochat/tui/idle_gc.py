@@ -6,6 +6,11 @@ automatic full collections stalled the event loop 60-175 ms at a time while a 20
 answer streamed, longer as it grew. So the app keeps the young generations automatic (they
 are cheap), freezes what start-up built (modules, litellm: never garbage), and runs the full
 collection itself once nothing has run for a moment, when CPython would have wanted one.
+
+While the app starts (imports, the first screen), nothing it allocates is garbage, yet
+CPython's collections walked it over and over: 35-50 ms of the launch to the first frame. The
+CLI turns collection off for that (`hold_until_first_frame`), and the app turns it back on
+right after its first frame (`IdleCollector.start`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,26 @@ WANTED = 10             # young collections since the last full one before one i
 IDLE_S = 1.0            # nothing running for this long counts as idle
 BACKSTOP = 100 * WANTED  # young collections after which a full one runs even while busy
 
+_held = False  # collection off since the app's launch, until its first frame
+
+
+def hold_until_first_frame() -> None:
+    """No collection until the app has drawn its first frame (for `picochat`, before it
+    imports the app)."""
+    global _held
+    if gc.isenabled():
+        gc.disable()
+        _held = True
+
+
+def release_hold() -> None:
+    """Collection back on, if `hold_until_first_frame` turned it off (the app's first frame,
+    or the CLI's end whatever happened before it)."""
+    global _held
+    if _held:
+        _held = False
+        gc.enable()
+
 
 class IdleCollector:
     def __init__(self) -> None:
@@ -26,6 +51,9 @@ class IdleCollector:
         self._freeze = False
 
     def start(self) -> None:
+        """Right after the first frame: collection as this app wants it (and back on if it
+        was held off while the app started)."""
+        release_hold()
         if self._saved is None:
             young, middle, old = gc.get_threshold()
             self._saved = (young, middle, WANTED if old == NEVER else old)  # another app's

@@ -24,14 +24,12 @@ from picochat.compaction.report import (
     headline,
     numbers,
 )
-from picochat.ledger import FACTS_HEADING, facts_line
 from picochat.messages import Checkpoint
 from picochat.tui.answer import ProseBlock
 from picochat.tui.context_chart import ContextChart
 from picochat.tui.markdown import Block
 from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import clean, literal
-from picochat.tui.screens import ConfirmScreen
 
 UNDO_KEY = "ctrl+z"  # not a letter: a letter typed after F2 is the start of a message
 
@@ -52,6 +50,8 @@ def use_line(cp: Checkpoint, active: Checkpoint | None, by_id: dict[str, Checkpo
 
 
 def checkpoint_lines(cp: Checkpoint, number: int, use: str, cleared_at: int = 0) -> str:
+    from picochat.ledger import facts_line  # the ledger loads when a summary is shown
+
     created = dt.datetime.fromtimestamp(cp.created_at / 1000, dt.timezone.utc).strftime(
         "%Y-%m-%d %H:%M UTC")
     lines = [headline(cp, number, cleared_at), use,
@@ -68,6 +68,8 @@ def summary_source(cp: Checkpoint) -> str:
     """The Markdown the panel renders for a checkpoint's text. Tier one's turns, kept word for
     word, go in a fence: as Markdown their lines would run together into one paragraph, and
     what they hold (headings, tables) would be rendered as if it were the summary's."""
+    from picochat.ledger import FACTS_HEADING
+
     text = clean(cp.summary)
     if not cp.pointers:
         return text
@@ -228,6 +230,8 @@ class CheckpointPanel(VerticalScroll):
         async def answered(yes: bool | None) -> None:
             if yes:
                 await self.app.run_action("slash('uncompact')")
+
+        from picochat.tui.screens import ConfirmScreen
 
         self.app.push_screen(ConfirmScreen(question), answered)
 

@@ -16,16 +16,18 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.content import Content
 from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widget import Widget
 
-from picochat.context_usage import ContextUsage
 from picochat.models import ResolvedModel
 from picochat.textsafe import clean
+
+if TYPE_CHECKING:  # the figures come after the first frame, and their module with them
+    from picochat.context_usage import ContextUsage
 
 ANSWERING, COMPACTING, WAITING = "answering", "compacting", "waiting"
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
