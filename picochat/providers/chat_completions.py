@@ -11,6 +11,7 @@ it is litellm's object or the wire's JSON (`part`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from typing import Any, AsyncIterator, Mapping
@@ -81,11 +82,16 @@ class ChatCompletionsProvider(Provider):
         self.api_key_env = api_key_env or keys.named_after(provider_kind)
         self.extra = dict(extra or {})
         self.keeps_thinking = wants_thinking_back(provider_kind, api_base)
-        self.max_output = model_map.max_output_tokens(model)
         redact.register(api_key)  # masked in every error line and log record from now on
         self.read_timeout = read_timeout
 
     # --- what the model gets ---------------------------------------------------------------
+
+    @functools.cached_property
+    def max_output(self) -> int | None:
+        """The model's output limit from litellm's map: read at the first request, not when
+        the provider is made (the map is a 1 MB JSON, 20-40 ms before the first frame)."""
+        return model_map.max_output_tokens(self.info.model)
 
     def _max_tokens(self, asked: int | None) -> int | None:
         """The request's answer cap: never above the model's output limit (a reserve of 16,384

@@ -63,8 +63,10 @@ class OpenAICompatProvider(ChatCompletionsProvider):
     # --- the connection --------------------------------------------------------------------
 
     async def warm_up(self) -> None:
-        """Import httpx and build the client off the event loop (0.2 s, once)."""
+        """Import httpx, build the client and read the model's output limit off the event loop
+        (0.2 s, once)."""
         await self._client_now()
+        await asyncio.to_thread(lambda: self.max_output)
 
     async def _client_now(self) -> Any:
         """This loop's client (a client's connections belong to the loop that opened them)."""
