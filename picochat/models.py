@@ -30,7 +30,7 @@ from picochat.errors import ConfigError
 from picochat.messages import ModelTraits, model_key
 from picochat.providers import keys, ollama
 from picochat.providers.base import Provider
-from picochat.providers.model_map import model_map
+from picochat.providers.model_map import entry
 
 DEFAULT_WINDOW = 128_000
 OFFLINE = "offline"
@@ -233,15 +233,14 @@ def provider_kind(model: str) -> str:
         return OFFLINE
     if "/" in model:
         return model.split("/", 1)[0]
-    info = model_map().get(model) or {}
+    info = entry(model) or {}
     return str(info.get("litellm_provider") or "openai")
 
 
 def lookup_window(model: str) -> int | None:
     """The input window from litellm's bundled map, trying the name with and without prefix."""
-    table = model_map()
     for key in (model, model.split("/", 1)[1] if "/" in model else None):
-        info = table.get(key) if key else None
+        info = entry(key) if key else None
         if info:
             value = info.get("max_input_tokens") or info.get("max_tokens")
             if isinstance(value, int) and value > 0:
@@ -258,9 +257,8 @@ _REASONING_NAME = re.compile(r"qwq|(?<![a-z0-9])r1(?![0-9])|think|reason|qwen3|g
 def supports_reasoning(model: str) -> bool:
     """litellm's bundled map says the model reasons (`supports_reasoning`), or its name is one
     of a local reasoning model."""
-    table = model_map()
     for key in (model, model.split("/", 1)[1] if "/" in model else None):
-        info = table.get(key) if key else None
+        info = entry(key) if key else None
         if info and info.get("supports_reasoning") is True:
             return True
     return bool(_REASONING_NAME.search(model))
