@@ -281,3 +281,42 @@ def test_ask_against_an_openai_compatible_server_never_imports_litellm(fake, hom
 def fake(fake_openai: FakeOpenAI, config_file: Path) -> FakeOpenAI:
     write_config(config_file, fake_openai.base_url)
     return fake_openai
+
+
+def test_hostile_chunks_are_no_answer_and_no_call():
+    """Fields of the wrong type are ignored, never turned into text or nameless tool calls."""
+    from picochat.providers.chat_completions import _calls, part
+
+    assert _calls("read_file") == [] and _calls(7) == [] and _calls(None) == []
+    assert _calls([{"index": 0, "function": {"name": "t"}}, "junk", 3]) == [
+        {"index": 0, "function": {"name": "t"}}]
+    assert part(["a list"], "choices") is None and part("text", "choices") is None
+
+
+def test_a_stream_of_wrong_shapes_is_no_answer_and_the_probe_decides(fake_openai):
+    """Chunks that are lists or strings, or carry a string for `tool_calls` and a number for
+    `content`, are no answer: nothing reaches the screen, no tool runs, and the unstreamed
+    probe's answer (here: the server's overflow error) is what the user is told."""
+    lines = "\n\n".join([
+        "data: [1, 2]", 'data: "text"',
+        'data: {"choices": [{"delta": {"content": 5, "tool_calls": "rm -rf /"}}]}',
+        'data: {"choices": [{"delta": {"tool_calls": ["junk", 3]}, "finish_reason": "stop"}]}',
+        "data: [DONE]"]) + "\n\n"
+
+    class Hostile(OpenAICompatProvider):
+        async def _open(self, body, request):
+            return _Events(_Lines(lines))
+
+    fake_openai.script(("status", 400, CONTEXT_OVERFLOW_BODY))  # what the probe hears
+    seen: list[str] = []
+    provider = Hostile("openai/fake-model", "openai", fake_openai.base_url)
+
+    async def go() -> None:
+        try:
+            await collect(provider, HI, WAIT_S, on_text=lambda d: seen.append(d.text))
+        finally:
+            await provider.aclose()
+    with pytest.raises(pe.ContextOverflow) as caught:
+        asyncio.run(go())
+    assert seen == [] and "8,192 tokens" in caught.value.user_line()
+    assert fake_openai.requests[0]["stream"] is False  # the probe asked unstreamed

@@ -198,7 +198,7 @@ class ChatCompletionsProvider(Provider):
                         if isinstance(piece, TextDelta):
                             received += len(piece.text)  # answer text: thinking is not kept
                         yield piece
-                for call in part(delta, "tool_calls") or ():
+                for call in _calls(part(delta, "tool_calls")):
                     heard = True
                     yield _tool_call_delta(call)
                 if part(choice, "finish_reason"):
@@ -254,8 +254,8 @@ class ChatCompletionsProvider(Provider):
             yield ThinkingDelta(thought)
         for piece in [*split.feed(text if isinstance(text, str) else ""), *split.flush()]:
             yield piece
-        for index, call in enumerate((part(message, "tool_calls") if message is not None
-                                      else None) or ()):
+        for index, call in enumerate(_calls(part(message, "tool_calls")
+                                            if message is not None else None)):
             yield _tool_call_delta(call, index)
         usage = _usage(response)
         if usage is not None:
@@ -300,6 +300,14 @@ def _usage(reply: Any) -> Usage | None:
                      int(part(usage, "completion_tokens") or 0))
     except (TypeError, ValueError):  # a server's figures that are not numbers: none at all
         return None
+
+
+def _calls(value: Any) -> list[Any]:
+    """A delta's tool calls: a list of objects or mappings; anything else a server sends in
+    their place (a string, a number) is no call at all."""
+    if not isinstance(value, (list, tuple)):
+        return []
+    return [c for c in value if isinstance(c, Mapping) or hasattr(c, "function")]
 
 
 def _tool_call_delta(call: Any, index: int | None = None) -> ToolCallDelta:
