@@ -21,6 +21,7 @@ from picochat.providers import errors as pe
 from picochat.providers.base import ProviderRequest, Reply, TextDelta, collect
 from picochat.providers.keys import PLACEHOLDER
 from picochat.providers.litellm_provider import LiteLLMProvider
+from picochat.providers.translate import ServerAnswered
 from picochat.providers.openai_compat import (
     REPEAT_LIMIT,
     OpenAICompatProvider,
@@ -108,15 +109,17 @@ def test_thinking_and_tool_calls_stream_as_typed_events(fake_openai):
 
 
 class _Lines:
-    """A response whose body is these SSE lines (httpx's `aiter_lines` gives them unended)."""
+    """A response whose body is this text, arriving in pieces of `size` bytes (so an event, a
+    line end or a UTF-8 character may straddle two pieces)."""
 
-    def __init__(self, text: str) -> None:
-        self.lines = text.split("\n")
+    def __init__(self, text: str, size: int = 7) -> None:
+        self.body = text.encode("utf-8")
+        self.size = size
         self.closed = False
 
-    async def aiter_lines(self):
-        for line in self.lines:
-            yield line
+    async def aiter_bytes(self):
+        for at in range(0, len(self.body), self.size):
+            yield self.body[at:at + self.size]
 
     async def aclose(self) -> None:
         self.closed = True
@@ -138,6 +141,22 @@ def test_sse_comments_fields_and_multi_line_data_are_read_as_the_standard_says()
             "retry: 10\n\ndata: " + delta("c"))  # the last event has no blank line after it
     got = [c["choices"][0]["delta"]["content"] for c in chunks(text)]
     assert got == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 64])
+def test_line_ends_are_cr_lf_and_crlf_only_and_a_bom_is_dropped(size):
+    """U+2028, U+2029 and U+0085 are raw inside JSON strings (llama.cpp, vLLM send them so):
+    they are text, never a line end; CRLF split across two pieces is one line end."""
+    said = "line\u2028sep\u2029para\x85next ✓"
+    text = ("\ufeffdata: " + delta("first") + "\r\n\r\n" + "data: " + delta(said) + "\r\r"
+            + "data: " + delta("last") + "\n\n")
+    events = _Events(_Lines(text, size))
+
+    async def go() -> list:
+        return [c async for c in events]
+    got = [c["choices"][0]["delta"]["content"] for c in asyncio.run(go())]
+    assert got == ["first", said, "last"]
+    assert events.response.closed  # read to its end and closed: the connection is reused
 
 
 def test_done_ends_the_stream_even_if_more_follows():
@@ -175,6 +194,8 @@ def test_a_model_repeating_itself_is_stopped_and_what_came_before_kept(fake_open
 
 FAULTS = [
     (("status", 401, AUTH_BODY), pe.ProviderAuthError, "refused the API key"),
+    (("status", 403, {"error": {"message": "model gpt-x is not allowed for this project"}}),
+     pe.ProviderError, "refused the request (HTTP 403): model gpt-x is not allowed"),
     (("status", 400, CONTEXT_OVERFLOW_BODY), pe.ContextOverflow, "8,192 tokens"),
     (("status", 429, {"error": {"message": "slow down"}}, {"Retry-After": "7"}),
      pe.RateLimited, "retry in 7 s"),
@@ -320,3 +341,86 @@ def test_a_stream_of_wrong_shapes_is_no_answer_and_the_probe_decides(fake_openai
         asyncio.run(go())
     assert seen == [] and "8,192 tokens" in caught.value.user_line()
     assert fake_openai.requests[0]["stream"] is False  # the probe asked unstreamed
+
+
+def test_a_redirect_names_where_it_points(fake_openai):
+    fake_openai.script(("status", 301, {}, {"Location": "https://llm.example/v1/chat/completions"}))
+    with pytest.raises(pe.ProviderError) as caught:
+        run(direct(fake_openai))
+    assert caught.value.user_line() == (
+        f"{fake_openai.base_url} answered HTTP 301: redirected to "
+        "https://llm.example/v1/chat/completions (set api_base to the address it names, if "
+        "that is the model's server)")
+
+
+def test_an_html_page_with_200_is_not_a_chat_stream(fake_openai):
+    fake_openai.script(("raw", 200, "text/html", b"<html><title>Router login</title></html>"))
+    with pytest.raises(pe.ProviderUnavailable) as caught:
+        run(direct(fake_openai))
+    assert caught.value.user_line() == (
+        f"{fake_openai.base_url} answered HTTP 200 with text/html, not a chat stream: Router "
+        "login (is api_base the address of the model's API (often ending in /v1)?)")
+
+
+def test_a_server_that_ignores_stream_still_answers(fake_openai):
+    whole = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "whole"},
+                          "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 9, "completion_tokens": 1}}
+    fake_openai.script(("raw", 200, "application/json", json.dumps(whole).encode()))
+    reply = run(direct(fake_openai))
+    assert (reply.text, reply.finish, reply.usage.prompt_tokens) == ("whole", "stop", 9)
+
+
+def test_an_error_in_a_200_json_body_is_the_servers_words(fake_openai):
+    body = {"error": {"message": "model is still loading"}}
+    fake_openai.script(("raw", 200, "application/json", json.dumps(body).encode()))
+    with pytest.raises(pe.ProviderError) as caught:
+        run(direct(fake_openai))
+    assert "model is still loading" in caught.value.user_line()
+    assert "inside" not in caught.value.user_line()
+
+
+def test_server_words_about_connections_are_not_cannot_connect(fake_openai):
+    provider = direct(fake_openai)
+    line = provider.translate(ServerAnswered(None, "Connection refused by upstream"), HI,
+                              None).user_line()
+    assert not line.startswith("cannot connect") and "Connection refused by upstream" in line
+
+
+@pytest.mark.parametrize("payload", ['{"choices": {"0": 1}}', '{"choices": 5}',
+                                     '{"usage": {"prompt_tokens": Infinity}, "choices": []}',
+                                     '{"n": ' + "9" * 5000 + "}", "[" * 100_000])
+def test_hostile_json_is_a_malformed_stream_not_an_internal_error(fake_openai, payload):
+    events = _Events(_Lines(f"data: {payload}\n\ndata: {delta('x')}\n\n"))
+
+    class Hostile(OpenAICompatProvider):
+        async def _open(self, body, request):
+            return events
+
+    provider = Hostile("openai/fake-model", "openai", fake_openai.base_url)
+    try:
+        reply = run(provider)
+    except pe.ProviderError as caught:
+        assert isinstance(caught, pe.MalformedStream), caught.user_line()
+    else:
+        assert reply.text == "x"  # a chunk of the wrong shape is no answer, then the answer
+
+
+def test_a_client_that_cannot_be_built_is_one_line(fake_openai, monkeypatch):
+    monkeypatch.setenv("SSL_CERT_FILE", "/nonexistent/ca.pem")
+    provider = direct(fake_openai)
+    monkeypatch.setattr(provider, "_new_client", lambda: (_ for _ in ()).throw(
+        FileNotFoundError(2, "No such file or directory")))
+    asyncio.run(provider.warm_up())  # never raises
+    with pytest.raises(pe.ProviderUnavailable) as caught:
+        run(provider)
+    assert caught.value.user_line().startswith(
+        f"cannot set up a connection to {fake_openai.base_url}: FileNotFoundError")
+
+
+def test_proxies_from_the_environment_are_used_and_metered(fake_openai, monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    client = direct(fake_openai)._new_client()
+    proxied = [t for t in client._mounts.values() if t is not None]
+    assert proxied and all(getattr(t, "_picochat_bounded", False) for t in proxied)
+    assert getattr(client._transport, "_picochat_bounded", False)

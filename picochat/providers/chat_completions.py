@@ -182,7 +182,7 @@ class ChatCompletionsProvider(Provider):
                     else:  # litellm's own count: the budget's estimate is as good, and honest
                         log.info("stream_usage_not_reported model=%s", self.info.model)
                 choices = part(chunk, "choices")
-                if not choices:
+                if not isinstance(choices, (list, tuple)) or not choices:
                     continue
                 choice = choices[0]
                 delta = part(choice, "delta") or {}
@@ -244,7 +244,7 @@ class ChatCompletionsProvider(Provider):
                 raise error from None
         log.info("empty_stream_probed model=%s outcome=answered", self.info.model)
         choices = part(response, "choices")
-        choice = choices[0] if choices else None
+        choice = choices[0] if isinstance(choices, (list, tuple)) and choices else None
         message = part(choice, "message") if choice is not None else None
         text = part(message, "content") if message is not None else None
         thought = part(message, "reasoning_content") if message is not None else None
@@ -298,7 +298,7 @@ def _usage(reply: Any) -> Usage | None:
     try:
         return Usage(int(part(usage, "prompt_tokens") or 0),
                      int(part(usage, "completion_tokens") or 0))
-    except (TypeError, ValueError):  # a server's figures that are not numbers: none at all
+    except (TypeError, ValueError, OverflowError):  # figures that are not counts: none
         return None
 
 

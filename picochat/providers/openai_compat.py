@@ -64,9 +64,12 @@ class OpenAICompatProvider(ChatCompletionsProvider):
 
     async def warm_up(self) -> None:
         """Import httpx, build the client and read the model's output limit off the event loop
-        (0.2 s, once)."""
-        await self._client_now()
-        await asyncio.to_thread(lambda: self.max_output)
+        (0.2 s, once). Never raises: a client that cannot be built is said by the request."""
+        try:
+            await self._client_now()
+            await asyncio.to_thread(lambda: self.max_output)
+        except Exception as exc:
+            log.info("client_warm_up failed kind=%s", type(exc).__name__)
 
     async def _client_now(self) -> Any:
         """This loop's client (a client's connections belong to the loop that opened them)."""
@@ -78,10 +81,15 @@ class OpenAICompatProvider(ChatCompletionsProvider):
         return self._client
 
     def _new_client(self) -> Any:
+        """A client as litellm's: proxies from the environment (HTTP(S)_PROXY, NO_PROXY),
+        SSL_VERIFY honoured, no redirects followed; every transport it may use metered."""
         import httpx
 
-        transport = http_bounds.bound_transport(httpx.AsyncHTTPTransport(retries=0))
-        return httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(self.read_timeout))
+        client = httpx.AsyncClient(timeout=httpx.Timeout(self.read_timeout), verify=_verify())
+        for transport in (getattr(client, "_transport", None),
+                          *getattr(client, "_mounts", {}).values()):
+            http_bounds.bound_transport(transport)
+        return client
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
@@ -109,48 +117,135 @@ class OpenAICompatProvider(ChatCompletionsProvider):
     # --- the carrier -----------------------------------------------------------------------
 
     async def _send(self, body: dict[str, Any]) -> Any:
-        """The response to one request, its body not yet read; an error status raised."""
-        client = await self._client_now()
+        """The response to one request, its body not yet read; an error status (a redirect
+        too: litellm's client followed none either) raised."""
+        try:
+            client = await self._client_now()
+        except Exception as exc:  # SSL_CERT_FILE naming no file, a bad proxy variable, ...
+            log.warning("client_setup_failed kind=%s", type(exc).__name__)
+            raise pe.ProviderUnavailable(
+                f"cannot set up a connection to {self.api_base}: {type(exc).__name__}: {exc}",
+                "check SSL_CERT_FILE, SSL_VERIFY and the proxy variables") from None
         sent = client.build_request("POST", self.url, content=self._payload(body),
                                     headers=self._headers())
         response = await client.send(sent, stream=True)
-        if response.status_code >= 400:
+        if response.status_code >= 300:
             raise await _refusal(response)
         return response
 
     async def _open(self, body: dict[str, Any], request: ProviderRequest) -> Any:
-        return _Events(await self._send(body))
+        response = await self._send(body)
+        kind = response.headers.get("content-type", "").lower()
+        if "json" in kind and "event-stream" not in kind:  # the server did not stream
+            return _Whole(await _json_body(response))
+        if not kind.startswith("text/event-stream") and kind:
+            words = pe.refusal_words(await _body(response, http_bounds.ERROR_BODY_KEPT), kind)
+            raise pe.ProviderUnavailable(
+                f"{self.api_base} answered HTTP {response.status_code} with {kind.split(';')[0]}"
+                f", not a chat stream{': ' + words if words else ''}",
+                "is api_base the address of the model's API (often ending in /v1)?")
+        return _Events(response)
 
     async def _fetch(self, body: dict[str, Any], request: ProviderRequest) -> Any:
-        response = await self._send(body)
-        try:
-            return json.loads(await response.aread())
-        finally:
-            await response.aclose()
+        return await _json_body(await self._send(body))
 
     def _errors(self) -> ErrorTranslator:
         return ErrorTranslator(self.info, self.api_base, self.api_key_env, self._redact,
                                self.request_tokens, carrier="picochat")
 
 
-async def _refusal(response: Any) -> ServerAnswered:
-    """An error response as the exception the translation reads: its status, its headers and
-    the server's words from the start of its body (at most ERROR_BODY_KEPT bytes are read)."""
+def _verify() -> Any:
+    """SSL_VERIFY as litellm reads it: false turns checking off, a file is the CA bundle."""
+    value = os.environ.get("SSL_VERIFY", "").strip()
+    if value.lower() in ("false", "0", "no", "off"):
+        return False
+    return value if value and os.path.isfile(value) else True
+
+
+async def _body(response: Any, limit: int) -> bytes:
+    """At most `limit` bytes of a response's body (the rest is not read); closed after."""
     body = bytearray()
     try:
         async for chunk in response.aiter_bytes():
-            body += chunk[:http_bounds.ERROR_BODY_KEPT - len(body)]
-            if len(body) >= http_bounds.ERROR_BODY_KEPT:
+            body += chunk[:limit - len(body)]
+            if len(body) >= limit:
                 break
     except Exception as exc:  # the status is the answer; a body cut short still has words
-        log.info("refusal_body_unread kind=%s", type(exc).__name__)
+        log.info("response_body_unread kind=%s", type(exc).__name__)
     finally:
         await response.aclose()
+    return bytes(body)
+
+
+async def _json_body(response: Any) -> Any:
+    """A whole JSON reply, bounded like one stream event; an `error` in it is the server's."""
+    try:
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > http_bounds.MAX_EVENT_BYTES:
+                raise http_bounds.EventTooLarge(http_bounds.MAX_EVENT_BYTES)
+    finally:
+        await response.aclose()
+    reply = _parse(bytes(body).decode("utf-8", "replace"))
+    if isinstance(reply, dict) and reply.get("error") is not None:
+        raise ServerAnswered(None, pe.refusal_words(bytes(body), "application/json"))
+    return reply
+
+
+def _parse(payload: str) -> Any:
+    """JSON, or the error the translation names a malformed stream (a number of 5,000 digits
+    and nesting past the recursion limit are no JSON a chat server sends)."""
+    try:
+        return json.loads(payload)
+    except json.JSONDecodeError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise json.JSONDecodeError(f"not a chat chunk ({type(exc).__name__})", payload[:80],
+                                   0) from None
+
+
+async def _refusal(response: Any) -> ServerAnswered:
+    """An error response as the exception the translation reads: its status, its headers and
+    the server's words from the start of its body (at most ERROR_BODY_KEPT bytes are read);
+    a redirect names where it points."""
+    body = await _body(response, http_bounds.ERROR_BODY_KEPT)
     content_type = response.headers.get("content-type", "")
-    words = pe.refusal_words(bytes(body), content_type)
+    words = pe.refusal_words(body, content_type)
     if pe.only_the_status(words, response.status_code):
         words = ""
+    if response.status_code < 400:
+        words = f"redirected to {response.headers.get('location') or 'another address'}"
     return ServerAnswered(response.status_code, words, response.headers)
+
+
+class _Whole:
+    """A whole (unstreamed) reply read as a stream of one chunk: a server that ignored
+    `stream` still answers."""
+
+    def __init__(self, reply: Any) -> None:
+        self.reply = reply
+
+    async def _one(self) -> AsyncIterator[Any]:
+        reply = self.reply
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            first = choices[0]
+            yield {"choices": [{"index": 0, "delta": first.get("message") or {},
+                                "finish_reason": first.get("finish_reason")}],
+                   "usage": reply.get("usage")}
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._one()
+
+    async def aclose(self) -> None:
+        pass
+
+
+_EOL = re.compile(rb"\r\n|\r|\n")
+_BOM = b"\xef\xbb\xbf"
+DRAIN_BYTES = 64 << 10  # read after [DONE] so the connection can be used again
+DRAIN_S = 1.0
 
 
 class _Events:
@@ -164,9 +259,29 @@ class _Events:
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._chunks()
 
+    async def _lines(self) -> AsyncIterator[str]:
+        """The body's lines, split on CR, LF and CRLF only: never on U+2028 or U+0085, which
+        JSON carries raw inside a model's text (str.splitlines, httpx's way, cut an event
+        there); a leading BOM is dropped. A line's length is bounded by the transport's meter."""
+        pending, first = b"", True
+        async for chunk in self.response.aiter_bytes():
+            data = pending + chunk if pending else chunk
+            held = data.endswith(b"\r")  # maybe half of a CRLF split across two chunks
+            *lines, pending = _EOL.split(data[:-1] if held else data)
+            if held:
+                pending += b"\r"
+            for line in lines:
+                if first:
+                    line, first = line.removeprefix(_BOM), False
+                yield line.decode("utf-8", "replace")
+        for line in _EOL.split(pending) if pending else ():
+            yield (line.removeprefix(_BOM) if first else line).decode("utf-8", "replace")
+            first = False
+
     async def _chunks(self) -> AsyncIterator[Any]:
         data: list[str] = []
-        async for line in self.response.aiter_lines():
+        lines = self._lines()
+        async for line in lines:
             if line:
                 name, _, value = line.partition(":")
                 if name == "data":
@@ -176,13 +291,16 @@ class _Events:
                 continue
             payload, data = "\n".join(data), []
             if payload.strip() == "[DONE]":
+                await _drain(lines)
+                await self.aclose()  # read to its end: the connection goes back to the pool
                 return
             yield self._chunk(payload)
         if data and "\n".join(data).strip() != "[DONE]":  # a last event with no blank line
             yield self._chunk("\n".join(data))
+        await self.aclose()
 
     def _chunk(self, payload: str) -> Any:
-        chunk = json.loads(payload)  # not JSON: a malformed stream (providers.translate)
+        chunk = _parse(payload)  # not JSON: a malformed stream (providers.translate)
         if isinstance(chunk, dict) and chunk.get("error") is not None:
             raise ServerAnswered(None, pe.refusal_words(payload.encode(), "application/json"))
         self._watch(chunk)
@@ -191,7 +309,8 @@ class _Events:
     def _watch(self, chunk: Any) -> None:
         """litellm's loop check: the same text (over 2 characters) REPEAT_LIMIT times."""
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
-        delta = choices[0].get("delta") if choices and isinstance(choices[0], dict) else None
+        delta = choices[0].get("delta") if isinstance(choices, list) and choices and \
+            isinstance(choices[0], dict) else None
         text = delta.get("content") if isinstance(delta, dict) else None
         if not isinstance(text, str) or len(text) <= 2:
             self._repeats = 0
@@ -203,3 +322,17 @@ class _Events:
 
     async def aclose(self) -> None:
         await self.response.aclose()
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """The rest of a body after [DONE], read (a little, briefly) so its connection goes back
+    to the pool; a server that keeps it open past that just has it closed."""
+    read = 0
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            async for line in lines:
+                read += len(line) + 1
+                if read > DRAIN_BYTES:
+                    break
+    except TimeoutError:
+        pass

@@ -28,8 +28,7 @@ from picochat.providers.base import ModelInfo, ProviderRequest
 log = logging.getLogger("picochat.providers")
 
 # An HTTP error status as the kind litellm's exception for it would name.
-STATUS_KINDS = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
-                404: "NotFoundError", 408: "Timeout", 429: "RateLimitError", 500: "InternalServerError", 502: "BadGatewayError",
+STATUS_KINDS = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 408: "Timeout", 429: "RateLimitError", 500: "InternalServerError", 502: "BadGatewayError",
                 503: "ServiceUnavailableError", 504: "Timeout"}
 # litellm (with drop_params) answers a 422 by asking once more without the fields it names, then
 # returns nothing: that is told as the server's refusal in its words (`refusal`), by both carriers.
@@ -91,6 +90,10 @@ class ErrorTranslator:
             return transport
         if isinstance(exc, ServerAnswered) and exc.status_code == UNPROCESSABLE:
             return self.refusal(self.redact(str(exc)), UNPROCESSABLE, request)
+        if isinstance(exc, ServerAnswered) and 300 <= (exc.status_code or 0) < 400:
+            return pe.ProviderError(f"{where} answered HTTP {exc.status_code}: "
+                                    f"{self.redact(str(exc))}", "set api_base to the address "
+                                    "it names, if that is the model's server")
         kind = kinds(exc)
         raw = self.redact(_provider_words(_strip_prefixes(str(exc))))
         text = _short(raw)
@@ -347,8 +350,9 @@ def _stream_failure(fault: str, where: str, api_base: str | None,
 
 
 def _is_connection_failure(exc: BaseException) -> bool:
-    """litellm reports a refused connection as an InternalServerError; look at the cause."""
-    if _TIMEOUT_NAMES & kinds(exc):
+    """litellm reports a refused connection as an InternalServerError; look at the cause. A
+    server's own words ("Connection refused by upstream") are its answer, not ours."""
+    if _TIMEOUT_NAMES & kinds(exc) or isinstance(exc, ServerAnswered):
         return False
     if any(isinstance(e, ConnectionError) or {"ConnectError", "APIConnectionError"} & kinds(e)
            for e in _chain(exc)):
