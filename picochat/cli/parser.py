@@ -56,6 +56,10 @@ environment:
   OLLAMA_HOST, OLLAMA_API_BASE
                        where Ollama listens (default 127.0.0.1:11434)
   TIKTOKEN_CACHE_DIR   tokenizer files (default: those that come with litellm)
+  HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE
+                       proxies and CA certificates for model servers
+  SSL_VERIFY           false turns certificate checks off; a file path is the
+                       CA bundle (as litellm reads it)
 
 `picochat COMMAND --help` explains a command; `picochat paths` shows where
 picochat keeps its files.
