@@ -39,10 +39,11 @@ def direct(fake: FakeOpenAI, **kwargs) -> OpenAICompatProvider:
     return OpenAICompatProvider("openai/fake-model", "openai", fake.base_url, **kwargs)
 
 
-def run(provider, request: ProviderRequest = HI) -> Reply:
+def run(provider, request: ProviderRequest = HI, on_text=None) -> Reply:
+    """One call through `collect`, as a turn makes it; the provider closed after."""
     async def go() -> Reply:
         try:
-            return await collect(provider, request, WAIT_S)
+            return await collect(provider, request, WAIT_S, on_text=on_text)
         finally:
             await provider.aclose()
     return asyncio.run(go())
@@ -181,13 +182,8 @@ def test_a_model_repeating_itself_is_stopped_and_what_came_before_kept(fake_open
     provider = direct(fake_openai)
     seen: list[str] = []
 
-    async def go() -> None:
-        try:
-            await collect(provider, HI, WAIT_S, on_text=lambda d: seen.append(d.text))
-        finally:
-            await provider.aclose()
     with pytest.raises(pe.ModelRepeating) as caught:
-        asyncio.run(go())
+        run(provider, on_text=lambda d: seen.append(d.text))
     assert "kept repeating the same text" in caught.value.user_line()
     assert seen[0] == "Sure. " and len(seen) < REPEAT_LIMIT + 1
 
@@ -267,13 +263,7 @@ def test_the_answer_streams_in_pieces_as_they_arrive(fake_openai):
     fake_openai.script(("chunks", ["one ", "two ", "three"]))
     provider = direct(fake_openai)
     seen: list[TextDelta] = []
-
-    async def go() -> Reply:
-        try:
-            return await collect(provider, HI, WAIT_S, on_text=seen.append)
-        finally:
-            await provider.aclose()
-    assert asyncio.run(go()).text == "one two three"
+    assert run(provider, on_text=seen.append).text == "one two three"
     assert [d.text for d in seen] == ["one ", "two ", "three"]
 
 
@@ -332,13 +322,8 @@ def test_a_stream_of_wrong_shapes_is_no_answer_and_the_probe_decides(fake_openai
     seen: list[str] = []
     provider = Hostile("openai/fake-model", "openai", fake_openai.base_url)
 
-    async def go() -> None:
-        try:
-            await collect(provider, HI, WAIT_S, on_text=lambda d: seen.append(d.text))
-        finally:
-            await provider.aclose()
     with pytest.raises(pe.ContextOverflow) as caught:
-        asyncio.run(go())
+        run(provider, on_text=lambda d: seen.append(d.text))
     assert seen == [] and "8,192 tokens" in caught.value.user_line()
     assert fake_openai.requests[0]["stream"] is False  # the probe asked unstreamed
 

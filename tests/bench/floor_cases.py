@@ -191,20 +191,15 @@ def tui_start(ctx: Any) -> list[Figure]:
         before = len(fake.requests)
         for i in range(warm + runs):
             run: dict[str, float] = {}
-            with app.terminal() as term:
-                run.update(app_run(term, chat_ready, "picochat's chat screen", ""))
-            with app.terminal("-m", "offline") as term:
-                run.update(app_run(term, chat_ready, "picochat's chat screen (offline model)",
-                                   "off_"))
-            with Terminal(floor_cmd, floor_env) as term:
-                run.update(app_run(term, floor_ready, "the bare app", "f_"))
-            with app.terminal() as term:
-                run.update(quiet_run(term, chat_ready, "picochat's chat screen", ""))
-            with app.terminal("-m", "offline") as term:
-                run.update(quiet_run(term, chat_ready, "picochat's chat screen (offline model)",
-                                     "off_"))
-            with Terminal(floor_cmd, floor_env) as term:
-                run.update(quiet_run(term, floor_ready, "the bare app", "f_"))
+            for measure in (app_run, quiet_run):  # keys typed, then a launch left alone
+                for launch, ready, what, prefix in (
+                        (app.terminal, chat_ready, "picochat's chat screen", ""),
+                        (lambda: app.terminal("-m", "offline"), chat_ready,
+                         "picochat's chat screen (offline model)", "off_"),
+                        (lambda: Terminal(floor_cmd, floor_env), floor_ready, "the bare app",
+                         "f_")):
+                    with launch() as term:
+                        run.update(measure(term, ready, what, prefix))
             if i >= warm:
                 for key, value in run.items():
                     if key in got:
