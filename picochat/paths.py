@@ -18,6 +18,7 @@ class Paths:
     data_dir: Path
     config_file: Path
     log_file: Path
+    cache_dir: Path | None = None  # files that only save time (the tokenizer's rank table)
 
     @property
     def database(self) -> Path:
@@ -56,4 +57,5 @@ def resolve_paths(data_dir: str | None = None, config_file: str | None = None) -
         log = data / "picochat.log"
     else:
         log = Path(platformdirs.user_log_dir(APP)) / "picochat.log"
-    return Paths(data_dir=data, config_file=config, log_file=log)
+    cache = data / "cache" if data_dir or env_data else Path(platformdirs.user_cache_dir(APP))
+    return Paths(data_dir=data, config_file=config, log_file=log, cache_dir=cache)

@@ -1,4 +1,5 @@
-"""The token counts the app remembers between runs, in a small file beside the database.
+"""The token counts the app remembers between runs, in a small file beside the database, and
+the tokenizer's rank table, kept in the cache folder (`RankTableFiles`, read by `bpe`).
 
 The context's figures add stored message counts to the counts of a few texts every request
 carries (the system prompt, the tool schemas, a summary block, the pins block), which only the
@@ -16,8 +17,8 @@ import logging
 import re
 from pathlib import Path
 
-from picochat import tokens
-from picochat.fsutil import atomic_write_text
+from picochat import bpe, tokens
+from picochat.fsutil import atomic_write_bytes, atomic_write_text, make_private_dir
 
 log = logging.getLogger("picochat.tokens")
 
@@ -61,3 +62,33 @@ def write(data_dir: Path) -> None:
             {"version": VERSION, "encoding": tokens.ENCODING, "counts": counts}))
     except OSError as exc:
         log.warning("token_counts_not_saved kind=%s", type(exc).__name__)
+
+
+# --- the tokenizer's rank tables -----------------------------------------------------------------
+
+class RankTableFiles:
+    """bpe's rank tables as `<encoding>.ranks` files in the cache folder (folder 0700)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            return (self.folder / f"{name}.ranks").read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.info("rank_table_unreadable kind=%s", type(exc).__name__)
+            return None
+
+    def write(self, name: str, data: bytes) -> None:
+        try:
+            make_private_dir(self.folder)
+            atomic_write_bytes(self.folder / f"{name}.ranks", data)
+        except OSError as exc:  # a cache: the next process parses again
+            log.info("rank_table_not_saved kind=%s", type(exc).__name__)
+
+
+def keep_rank_tables(cache_dir: Path | None) -> None:
+    """Rank tables read from and saved to `cache_dir` (the front ends' paths.cache_dir)."""
+    bpe.keep_tables_in(RankTableFiles(cache_dir) if cache_dir is not None else None)

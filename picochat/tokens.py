@@ -4,8 +4,9 @@ tiktoken's encodings are loaded from the copies litellm's wheel ships (found wit
 litellm), so counting never touches the network. Every message's count is taken once, when it
 is appended, and stored: budgets add stored counts and never re-tokenize history.
 
-The o200k encoding costs 0.25 s to load and ~48 MiB to hold (75 MiB with the rank table
-tiktoken keeps only for pickling, dropped here), so it is loaded on first use, not at start.
+The o200k encoding costs 0.25-0.35 s to load and ~48 MiB to hold (75 MiB with the rank table
+tiktoken keeps only for pickling, dropped here), so it is loaded on first use, not at start;
+a short text counted before that is counted from the rank table alone (`bpe`, 0.1 s).
 The texts every request carries besides history (the system prompt, the tool schemas, a
 checkpoint's summary block, the pins block, the role words) are counted with `remember=True`:
 their counts are kept by the text's digest (`remembered`, which the app saves beside the
@@ -17,17 +18,16 @@ where a count that needs the encoding raises `NotLoaded` instead.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import math
-import os
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from picochat import bpe
 
 ENCODING = "o200k_base"
 # OpenAI's chat format: each message costs its content plus a small fixed frame, and every reply
@@ -36,26 +36,6 @@ PER_MESSAGE_TOKENS = 4
 REPLY_PRIMING_TOKENS = 3
 
 _lock = threading.Lock()
-
-
-def bundled_tiktoken_dir() -> Path | None:
-    """litellm's bundled tiktoken cache, located without importing litellm (2 s saved)."""
-    spec = importlib.util.find_spec("litellm")
-    if not spec or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "litellm_core_utils" / "tokenizers"
-    return path if path.is_dir() else None
-
-
-def configure_tiktoken_cache() -> None:
-    """Point tiktoken (and litellm, which would overwrite the variable) at the bundled files."""
-    if os.environ.get("TIKTOKEN_CACHE_DIR"):
-        os.environ.setdefault("CUSTOM_TIKTOKEN_CACHE_DIR", os.environ["TIKTOKEN_CACHE_DIR"])
-        return
-    path = bundled_tiktoken_dir()
-    if path is not None:
-        os.environ["TIKTOKEN_CACHE_DIR"] = str(path)
-        os.environ["CUSTOM_TIKTOKEN_CACHE_DIR"] = str(path)
 
 
 _encodings: dict[str, Any] = {}
@@ -94,18 +74,34 @@ def _encoding(name: str) -> Any:
         raise NotLoaded(name)
     with _lock:
         if name not in _encodings:
-            configure_tiktoken_cache()
             import tiktoken
 
-            enc = tiktoken.get_encoding(name)
-            # The rank table (bytes -> rank) is a copy of what the Rust core already holds,
-            # kept by tiktoken only to pickle the encoding, which picochat never does: freed
-            # right after the load (27 MiB of 75; later it would leave holes, not free pages).
+            table = bpe.table(name)  # the parsed rank file, from the cache folder when saved
+            enc = tiktoken.Encoding(name, pat_str=table.pat_str, mergeable_ranks=table.ranks,
+                                    special_tokens=table.special_tokens)
+            # The rank table (bytes -> rank) is a copy of what the Rust core now holds, kept by
+            # tiktoken only to pickle the encoding, which picochat never does: freed right
+            # after the load (27 MiB of 75; later it would leave holes, not free pages).
             # encode and decode read the core alone.
             if isinstance(getattr(enc, "_mergeable_ranks", None), dict):
                 enc._mergeable_ranks = {}
             _encodings[name] = enc
+            bpe.release(name)
         return _encodings[name]
+
+
+def _count(text: str, name: str) -> int:
+    """Tokens in `text`: by the core once it is loaded; before that, a short text from the
+    rank table alone (`bpe`, exact, 0.1 s to load where the core takes 0.35 s)."""
+    enc = _encodings.get(name)
+    if enc is None and len(text) <= bpe.SHORT_TEXT_CHARS:
+        table = bpe.loaded(name)
+        if table is None and not _no_loading.get():
+            table = bpe.table(name)
+        n = bpe.count(text, table) if table is not None else None
+        if n is not None:
+            return n
+    return len((enc or _encoding(name)).encode(text, disallowed_special=()))
 
 
 def count_text(text: str, encoding: str = ENCODING, remember: bool = False) -> int:
@@ -122,13 +118,13 @@ def count_text(text: str, encoding: str = ENCODING, remember: bool = False) -> i
             if known is not None:
                 _memo.move_to_end(key)
                 return known
-        n = len(_encoding(encoding).encode(text, disallowed_special=()))
+        n = _count(text, encoding)
         with _memo_lock:
             _memo[key], _memo_changed = n, True
             while len(_memo) > MEMO_SIZE:
                 _memo.popitem(last=False)
         return n
-    return len(_encoding(encoding).encode(text, disallowed_special=()))
+    return _count(text, encoding)
 
 
 # --- counts remembered across runs ---------------------------------------------------------------

@@ -206,6 +206,7 @@ def test_paths_lists_each_file_once_a_line(capsys, home):
         "database": str(home / "data" / "picochat.db"),
         "log": str(home / "data" / "picochat.log"),
         "themes": str(home / "config" / "themes"),
+        "cache": str(home / "data" / "cache"),
     }
     assert not (home / "data").exists() and not (home / "config").exists()
 
@@ -216,7 +217,8 @@ def test_paths_follows_the_flags_and_prints_json(capsys, home, tmp_path):
     assert result.status == 0, result.stderr
     assert json.loads(result.stdout) == {
         "config": str(tmp_path / "c" / "my.toml"), "database": str(tmp_path / "d" / "picochat.db"),
-        "log": str(tmp_path / "d" / "picochat.log"), "themes": str(tmp_path / "c" / "themes")}
+        "log": str(tmp_path / "d" / "picochat.log"), "themes": str(tmp_path / "c" / "themes"),
+        "cache": str(tmp_path / "d" / "cache")}
 
 
 def test_paths_works_while_the_config_is_broken(capsys, config_file):

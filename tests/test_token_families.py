@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from picochat import tokens
+from picochat import bpe, tokens
 from picochat.budget import Calibration, RequestDraft, budget_limits, measure
 from picochat.config import Config, ModelConfig
 from picochat.messages import Message
@@ -22,7 +22,7 @@ tokenizers = pytest.importorskip("tokenizers")  # a litellm dependency
 
 
 def bundled(name: str):
-    path = tokens.bundled_tiktoken_dir() / name
+    path = bpe.bundled_tiktoken_dir() / name
     return tokenizers.Tokenizer.from_file(str(path))
 
 

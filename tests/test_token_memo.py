@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from picochat import budget, token_counts, tokens
+from picochat import bpe, budget, token_counts, tokens
 from picochat.budget import RequestDraft
 from picochat.messages import Pin
 from picochat.projection import ContextProjection
@@ -58,7 +58,9 @@ def test_remembered_counts_are_the_counts(memo):
 def test_without_the_encoding_only_remembered_counts_are_given(memo, monkeypatch):
     system, history = "You are terse.", "not a text any request carries"
     expected = tokens.count_message("system", system, remember=True)
-    monkeypatch.setattr(tokens, "_encodings", {})  # as in a process that has not loaded it
+    # as in a process that has loaded neither the encoding nor the rank table (bpe)
+    monkeypatch.setattr(tokens, "_encodings", {})
+    monkeypatch.setattr(bpe, "_tables", {})
     with tokens.without_loading():
         assert tokens.count_message("system", system, remember=True) == expected
         with pytest.raises(tokens.NotLoaded):
@@ -79,6 +81,7 @@ def test_the_request_parts_an_idle_app_shows_need_no_encoding(memo, monkeypatch)
         cached.cache_clear()
     tokens._count_tools_json.cache_clear()
     monkeypatch.setattr(tokens, "_encodings", {})
+    monkeypatch.setattr(bpe, "_tables", {})
     with tokens.without_loading():
         assert draft.parts() == counted
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from picochat import token_counts
 from picochat.compaction import report
 from picochat.config import Config, effective_config_text, load_config
 from picochat.config_starter import write_starter_config
@@ -61,6 +62,7 @@ class App:
     def store(self) -> Store:
         if self._store is None:
             setup_logging(self.paths.log_file, self.opt("log_level") or logging.INFO)
+            token_counts.keep_rank_tables(self.paths.cache_dir)
             log.debug("command=%s", self.args.command or "app")
             self._store = open_store(self.paths.database)
         return self._store
@@ -614,7 +616,7 @@ def cmd_paths(app: App) -> int:
     """Where the files are, as this command line resolves them; nothing is created."""
     paths = app.paths
     where = {"config": paths.config_file, "database": paths.database, "log": paths.log_file,
-             "themes": paths.user_themes_dir}
+             "themes": paths.user_themes_dir, "cache": paths.cache_dir}
     if app.opt("json"):
         dump_json({label: str(path) for label, path in where.items()})
     else:

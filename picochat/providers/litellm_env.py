@@ -11,7 +11,7 @@ import os
 import threading
 from types import ModuleType
 
-from picochat import tokens
+from picochat import bpe
 from picochat.providers import http_bounds
 from picochat.providers.redact import RedactingFilter
 
@@ -35,7 +35,7 @@ def import_litellm() -> ModuleType:
             return _module
         for key, value in _OFFLINE_ENV.items():
             os.environ.setdefault(key, value)
-        tokens.configure_tiktoken_cache()
+        bpe.configure_tiktoken_cache()
         ours = logging.getLogger("picochat")  # has a handler: NullHandler or the log file
         for name in _LOGGERS:
             lg = logging.getLogger(name)

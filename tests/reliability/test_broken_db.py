@@ -177,7 +177,7 @@ def seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
                  ("ask", "--session", "other", "a second session")):
         r = picochat(data, *args)
         assert r.status == 0, r.stderr
-    assert listing(data) == {DB, "picochat.log"}
+    assert listing(data) == {DB, "picochat.log", "cache"}  # cache: the tokenizer's rank table
     return data / DB
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from picochat import tokens
+from picochat import bpe
 from tests.helpers.fakes.openai import FakeOpenAI, transcript_of
 
 MB = 1 << 20
@@ -51,7 +51,7 @@ def ok(*args: str | bytes, stdin: bytes | None = None, timeout: float = HANG,
 
 def tiktoken_count(text: str) -> int:
     """o200k, straight from tiktoken (not through picochat's counting)."""
-    tokens.configure_tiktoken_cache()  # the bundled files: no network
+    bpe.configure_tiktoken_cache()  # the bundled files: no network
     import tiktoken
 
     return len(tiktoken.get_encoding("o200k_base").encode(text, disallowed_special=()))
