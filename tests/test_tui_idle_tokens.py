@@ -1,7 +1,8 @@
-"""An app sitting idle holds no tokenizer (issue 33): tiktoken's o200k encoding (~48 MiB, 0.25 s
-to load) is loaded when a message is coming, not at start, with the modules a turn runs on. The context's figures of an idle
-app come from counts an earlier run kept beside the database, and they are the figures the
-encoding gives once it has loaded: never a guess.
+"""An app sitting idle holds no tokenizer (issue 33). When a message is coming, what counts it
+loads with the modules a turn runs on: for a short message only the rank table (bpe, 5 MiB),
+for a long one tiktoken's whole o200k encoding (~50 MiB, 0.35 s). The context's figures of an
+idle app come from counts an earlier run kept beside the database, and they are the figures
+counting gives once it can: never a guess.
 
 Each run is a fresh process (`picochat` as a user starts it, on the headless driver), since
 this one has loaded the encoding already.
@@ -37,13 +38,18 @@ async def until(pilot, holds, what):
 def shown(app):
     bar = app.query_one(StatusBar)
     return {"used": bar.used, "threshold": bar.threshold,
-            "counted": app.worker.info().budget.used_tokens if tokens.loaded() else None}
+            "counted": app.worker.info().budget.used_tokens
+                       if tokens.loaded() or tokens.table_loaded() else None}
 
 async def drive(app):
     out = {}
     async with app.run_test(size=(110, 30)) as pilot:
         await until(pilot, lambda: app.ready, "never ready")
-        if PHASE == "first":  # a pin and a summary: every part of the figures but the tail
+        if PHASE == "long":  # a long message is coming: the whole encoding loads for it
+            app.query_one("#prompt").load_text("word " * 4000)
+            await until(pilot, tokens.loaded, "the encoding never loaded for a long message")
+            out["long_loaded"] = tokens.loaded()
+        elif PHASE == "first":  # a pin and a summary: every part of the figures but the tail
             await app.run_command("/pin the staging port is 8443")
             await app.run_command("/compact")
             await until(pilot, lambda: app.ready and app.worker.info().checkpoint is not None,
@@ -57,12 +63,16 @@ async def drive(app):
                                                for w in app.workers), "warm-up never ended")
             await pilot.pause()
             out["idle_loaded"] = tokens.loaded()
+            out["idle_table"] = tokens.table_loaded()
             out["idle_tiktoken_imported"] = "tiktoken" in sys.modules
             out["idle_turn_imported"] = "picochat.turn" in sys.modules
             out["idle"] = shown(app)
-            await pilot.press("h")  # a message is coming: the encoding loads meanwhile
-            await until(pilot, tokens.loaded, "the encoding never loaded")
+            await pilot.press("h")  # a message is coming: what counts it loads meanwhile
+            await until(pilot, lambda: tokens.table_loaded() and not app._loading_tokens,
+                        "the rank table never loaded")
             out["typing_turn_imported"] = "picochat.turn" in sys.modules  # loaded before it
+            out["typing_loaded"] = tokens.loaded()  # a short message needs no more
+            out["typing_tiktoken_imported"] = "tiktoken" in sys.modules
             await until(pilot, lambda: app.ready, "never ready after the load")
             out["typing"] = shown(app)
             out["prompt"] = app.focused.text
@@ -106,17 +116,24 @@ def test_an_idle_app_holds_no_encoding_and_its_figures_are_the_counted_ones(home
 
     second = run_app("second")
     assert second["idle_loaded"] is False and second["idle_tiktoken_imported"] is False
-    # typing loads what the send will run on, so that Enter waits for neither
+    assert second["idle_table"] is False
+    # typing loads what the send will run on, so that Enter waits for neither; for a short
+    # message that is the rank table, not tiktoken
     assert second["idle_turn_imported"] is False and second["typing_turn_imported"] is True
+    assert second["typing_loaded"] is False and second["typing_tiktoken_imported"] is False
     # before the load, the figures are the counted ones (never an estimate), and they stay
     assert second["idle"] == {**first, "counted": None}
     assert second["typing"] == first
     assert second["prompt"] == "h"
 
 
-def test_without_kept_counts_the_figures_wait_for_the_encoding(home: Path):
-    """A first start (nothing kept yet): the figures come once the encoding has loaded, and
-    they are exact."""
+def test_without_kept_counts_the_figures_wait_for_the_rank_table(home: Path):
+    """A first start (nothing kept yet): the figures come once the texts are counted, and
+    they are exact; short texts need the rank table only, not the whole encoding."""
     out = run_app("second")
-    assert out["idle_loaded"] is True  # the figures needed it
+    assert out["idle_table"] is True and out["idle_loaded"] is False  # the figures needed it
     assert out["idle"]["used"] == out["idle"]["counted"]
+
+
+def test_a_long_message_coming_loads_the_whole_encoding(home: Path):
+    assert run_app("long")["long_loaded"] is True

@@ -136,6 +136,7 @@ class PicochatApp(App[None]):
         self._counting = True   # no figures yet: the transcript, or the encoding, comes first
         self._loading_tokens = False
         self._preparing = False  # what a send runs on is loading, or loaded
+        self._typed_chars = 0    # the prompt's length at its last change
         self._typing_pause: Timer | None = None
         self._bar: StatusBar | None = None
         self._conversation: Conversation | None = None
@@ -225,9 +226,11 @@ class PicochatApp(App[None]):
             self.warm_up()
 
     def load_tokens(self) -> None:
-        """Load tiktoken's encoding in a thread, once, when the figures need it (a text no
-        earlier run counted); else it loads when the user starts typing (`prepare_to_send`).
-        Never while the app sits idle on figures an earlier run counted: it holds ~48 MiB."""
+        """Load in a thread what the figures need counted (a text no earlier run counted):
+        the rank table first (10 ms, 5 MiB), which counts any short text; the whole encoding
+        (~50 MiB) only if a text is too long for it. Else they load when the user starts
+        typing (`prepare_to_send`). Never while the app sits idle on figures an earlier run
+        counted."""
         if self._loading_tokens or tokens.loaded():
             return
         self._loading_tokens = True
@@ -235,24 +238,36 @@ class PicochatApp(App[None]):
 
     @work(group="tokens", thread=True, exit_on_error=False)
     def _load_tokens(self) -> None:
-        tokens.load()
-        self.call_from_thread(self.refresh_status)
+        try:
+            if tokens.table_loaded():  # and still a text to count: a long one
+                tokens.load()
+            else:
+                tokens.load_table()
+        finally:
+            self.call_from_thread(self._tokens_loaded)
+
+    def _tokens_loaded(self) -> None:
+        self._loading_tokens = False
+        self.refresh_status()  # counted now; else the next step loads
 
     def prepare_to_send(self) -> None:
         """A message is coming (the user typed, then paused): in a thread, once, what its send
-        runs on, the encoding and a turn's modules (session.ready_for_turns), so that Enter
-        waits for neither. Started on a pause, not the first key: the encoding's Rust core
-        holds the GIL for ~0.1 s while it is built, and a key typed meanwhile would wait for
-        it. A message sent with no pause loads them on its way (0.3 s)."""
+        runs on, a turn's modules and what counts the message (session.ready_for_turns: the
+        rank table, or the whole encoding for a long message), so that Enter waits for
+        neither. Started on a pause, not the first key: the imports hold the GIL in bursts,
+        and a key typed meanwhile would wait. A message sent with no pause loads them on its
+        way."""
         if self._preparing:
             return
         self._preparing = self._loading_tokens = True
-        self._prepare_to_send()
+        self._prepare_to_send(self._typed_chars)
 
     @work(group="tokens", thread=True, exit_on_error=False)
-    def _prepare_to_send(self) -> None:
-        ready_for_turns()
-        self.call_from_thread(self.refresh_status)
+    def _prepare_to_send(self, message_chars: int) -> None:
+        try:
+            ready_for_turns(message_chars)
+        finally:
+            self.call_from_thread(self._tokens_loaded)
 
     @property
     def ready(self) -> bool:
@@ -519,6 +534,7 @@ class PicochatApp(App[None]):
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
         text = event.text_area.text
         self.query_one(SlashHints).show_for(text)
+        self._typed_chars = len(text)  # how long the coming message is, for prepare_to_send
         if text and not self._preparing:  # a message is coming: at the next pause
             if self._typing_pause is None:
                 self._typing_pause = self.set_timer(TYPING_PAUSE_S, self.prepare_to_send)

@@ -255,7 +255,7 @@ def tui_start(ctx: Any) -> list[Figure]:
         row("TUI RSS after one key, before any send", "typed_rss", size, "MiB", "≤ 80 MiB",
             median(got["typed_rss"]) <= 80,
             note="a key typed at the first frame, then memory flat: a message is coming, so "
-            "the token encoding (48 MiB) loads at the pause"),
+            "a turn's modules and the token rank table (5 MiB) load at the pause"),
         row("TUI RSS after one key, before any send", "off_typed_rss", offline, "MiB",
             "≤ 80 MiB", median(got["off_typed_rss"]) <= 80),
     ]
