@@ -160,6 +160,26 @@ def test_collection_is_off_while_the_app_starts_and_back_on_after_its_first_fram
         gc.enable()
 
 
+def test_what_start_up_built_is_not_walked_by_the_first_collection_after_the_frame():
+    """Held off during start-up, everything built sat in the young generation, and the first
+    young collection after the frame walked it all (9 ms, when the first keys arrive). The
+    first frame freezes it instead; the app's end unfreezes."""
+    idle_gc.hold_until_first_frame()
+    collector = idle_gc.IdleCollector()
+    try:
+        built = [[i] for i in range(20_000)]  # start-up's objects: tracked, not garbage
+        assert gc.get_count()[0] >= 20_000
+        frozen_before = gc.get_freeze_count()
+        collector.start()
+        assert gc.get_freeze_count() >= frozen_before + 20_000
+        assert gc.get_count()[0] < 1_000  # the young generation starts empty
+        assert len(built) == 20_000
+    finally:
+        collector.stop()
+        idle_gc.release_hold()
+    assert gc.get_freeze_count() == 0
+
+
 async def test_a_streamed_answer_ends_as_the_same_text_in_any_chunking(store):
     from picochat.tui.answer import AssistantMessage, CodeFence, ProseBlock
     from tests.helpers.tui import SIZE, make_app
