@@ -100,6 +100,39 @@ def should_compact(enabled: bool, context_tokens: int, threshold: int) -> bool:
     return enabled and context_tokens > threshold
 
 
+# --- the warning before it --------------------------------------------------------------------
+# Compaction announced, never a surprise (issue 34): past SOFT_SHARE of the point where it runs
+# (auto-compaction on) or where the next request no longer fits (off: the same point, the
+# window less the answer's reserve), the app says how many turns of the recent size are left.
+SOFT_SHARE = 0.85
+RECENT_TURNS = 3  # the turns whose average size the forecast assumes for the next ones
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """How near the compaction point the context is, once past the soft point."""
+
+    in_turns: int | None  # the turn that reaches it, if turns stay the recent size: 1 is the
+    #                       next one; None: no turn to judge by yet
+    auto: bool            # auto-compaction on (else: the window fills there)
+
+
+def compaction_forecast(used: int, threshold: int, auto: bool,
+                        recent_turns: Sequence[int]) -> Forecast | None:
+    """None below SOFT_SHARE of `threshold`; else which turn reaches it if turns stay the size
+    of the last RECENT_TURNS (`recent_turns`: their sizes in the model's tokens, oldest first).
+    """
+    if threshold <= 0 or used < SOFT_SHARE * threshold:
+        return None
+    if used >= threshold:
+        return Forecast(1, auto)
+    sizes = [n for n in recent_turns[-RECENT_TURNS:] if n > 0]
+    if not sizes:
+        return Forecast(None, auto)
+    average = sum(sizes) / len(sizes)
+    return Forecast(math.floor((threshold - used) / average) + 1, auto)
+
+
 # --- what a compaction leaves --------------------------------------------------------------------
 
 AFTER_SHARE = 0.6   # a compaction leaves the context at most this share of the threshold...

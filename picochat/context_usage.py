@@ -12,13 +12,17 @@ from typing import Any, Sequence
 from picochat import tokens
 from picochat.budget import (
     AFTER_SHARE,
+    RECENT_TURNS,
     CompactionRoom,
     ContextBudget,
+    Forecast,
     UsageSource,
+    compaction_forecast,
     compaction_room,
     pin_cap,
 )
 from picochat.compaction.report import DEGRADED_NOTE, POINTERS_NOTE, headline
+from picochat.cutpoints import group_turns
 from picochat.messages import Checkpoint, Message, Session
 from picochat.models import ResolvedModel, WindowSource
 from picochat.pins import pin_label
@@ -29,6 +33,18 @@ USAGE_SOURCES = {
     UsageSource.PROVIDER: "provider-reported",
     UsageSource.PROVIDER_AND_ESTIMATE: "provider-reported + tail estimate",
 }
+
+
+def forecast_text(forecast: Forecast) -> str:
+    """The warning's words: "compacting in about 3 turns" (auto-compaction on), "the window
+    fills in about 3 turns" (off); the next turn's, and before any turn, said so."""
+    what = "compacting" if forecast.auto else "the window fills"
+    n = forecast.in_turns
+    if n is None:
+        return f"{what} soon"
+    if n <= 1:
+        return f"{what} at the next turn"
+    return f"{what} in about {n} turns"
 
 
 def _source(budget: ContextBudget) -> str:
@@ -58,6 +74,14 @@ class ContextUsage:
         keep_recent)."""
         return compaction_room(self.budget.limits, self.budget.parts.fixed)
 
+    @property
+    def forecast(self) -> Forecast | None:
+        """Past the soft point: which turn reaches the compaction point (the bar's warning)."""
+        lim = self.budget.limits
+        sizes = [tokens.scale(turn.tokens, lim.token_factor)
+                 for turn in group_turns(self.projection.raw)[-RECENT_TURNS:]]
+        return compaction_forecast(self.budget.used_tokens, lim.threshold, self.enabled, sizes)
+
     def as_dict(self) -> dict[str, Any]:
         from picochat.ledger import counts  # its regular expressions: not for the figures
 
@@ -86,6 +110,10 @@ class ContextUsage:
             "auto_compaction_enabled": self.enabled,
             "used_tokens": self.budget.used_tokens,
             "remaining_tokens": self.budget.remaining_tokens,
+            # past the soft point (85 % of the threshold): the turn that reaches it, 1 = next
+            "compaction_in_turns": (forecast.in_turns if (forecast := self.forecast)
+                                    else None),
+            "compaction_warning": forecast_text(forecast) if forecast else None,
             "usage_source": self.budget.usage_source,
             "token_factor": lim.token_factor,
             "parts": {"system": parts.system, "tools": parts.tools, "summary": parts.summary,
@@ -141,7 +169,8 @@ class ContextUsage:
             ("Pins", self._pins()),
             *((("Files", self.files),) if self.files else ()),
             ("Used", f"{b.used_tokens:,}  ({_source(b)})"),
-            ("Left before auto", f"{b.remaining_tokens:,}"),
+            ("Left before auto", f"{b.remaining_tokens:,}"
+             + (f"  ({forecast_text(forecast)})" if (forecast := self.forecast) else "")),
         ]
         cleared_at = self.session.context_floor_seq
         if cp is not None:

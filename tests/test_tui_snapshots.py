@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from picochat.config import CompactionConfig, Config, UiConfig
+from picochat.config import CompactionConfig, Config, ModelConfig, UiConfig
 from picochat.models import resolve_model
 from picochat.providers.base import ModelInfo, Provider
 from picochat.providers.offline import OfflineProvider
@@ -226,3 +226,31 @@ class Unanswered(Provider):
     async def stream(self, request):
         await asyncio.get_running_loop().create_future()  # never done; cancelled at exit
         yield  # an async generator, like every provider's stream
+
+
+WARN_CONFIG = Config(models={"tiny": ModelConfig(name="tiny", model="offline",
+                                                 token_limit=3000)},
+                     context_compaction=CompactionConfig(reserve_tokens=1000,
+                                                         keep_recent_tokens=300))
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+def test_compaction_warning_in_the_bar(snap_compare, fixed_store, size):
+    """Past 85 % of the auto-compaction point (issue 34): the bar and one notice say it is
+    coming, that ctrl+k compacts now, and how to steer it."""
+    session = fixed_store.create_session("demo")
+    for i in range(19):
+        append_message(fixed_store, session.id, "user", f"Service {i} listens on port "
+                       f"{8000 + i}. " * 6, turn_id=f"t{i}")
+        append_message(fixed_store, session.id, "assistant", f"Noted: service {i} on "
+                       f"{8000 + i}.", turn_id=f"t{i}")
+    app = PicochatApp(fixed_store, session, resolve_model(WARN_CONFIG, "tiny"),
+                      OfflineProvider(0), WARN_CONFIG)
+    usage = app.worker.info()
+    assert 0.85 <= usage.budget.used_tokens / usage.budget.limits.threshold < 1  # the setup
+
+    def shown(app) -> bool:
+        return ("compacting" in str(app.query_one(StatusBar).render())
+                and any("/compact FOCUS" in str(n.message) for n in app._notifications))
+
+    assert snap(snap_compare, app, size=size, shown=shown)

@@ -112,6 +112,9 @@ class PicochatApp(App[None]):
         Binding("f2", "checkpoints", "Checkpoints", key_display="F2", priority=True),
         Binding("f3", "info", "Info", key_display="F3", priority=True),
         Binding("alt+up", "select_messages", "Select", key_display="alt+↑"),
+        # priority: the prompt (a TextArea) would take it as "delete to the end of the line"
+        Binding("ctrl+k", "compact_now", "Compact now", key_display="ctrl+k", priority=True,
+                show=False),
         Binding("ctrl+q", "quit", "Quit", key_display="ctrl+q", priority=True),
     ]
 
@@ -137,6 +140,7 @@ class PicochatApp(App[None]):
         self._loading_tokens = False
         self._preparing = False  # what a send runs on is loading, or loaded
         self._typed_chars = 0    # the prompt's length at its last change
+        self._warned = False     # the compaction warning was given for this crossing
         self._typing_pause: Timer | None = None
         self._bar: StatusBar | None = None
         self._conversation: Conversation | None = None
@@ -418,6 +422,25 @@ class PicochatApp(App[None]):
                 self.load_tokens()
         else:
             bar.set_usage(usage)
+            self._warn_once(usage)
+
+    def _warn_once(self, usage: Any) -> None:
+        """Compaction coming (past the soft point, budget.SOFT_SHARE): one notice per crossing;
+        back under it (a compaction, /clear), the next crossing says it again."""
+        forecast = usage.forecast
+        if forecast is None:
+            self._warned = False
+            return
+        if self._warned:
+            return
+        self._warned = True
+        from picochat.context_usage import forecast_text
+
+        log.info("compaction_warning session=%s in_turns=%s auto=%s", self.session.id,
+                 forecast.in_turns, forecast.auto)
+        self.notify(literal(f"{forecast_text(forecast).capitalize()}: ctrl+k compacts now, "
+                            "/compact FOCUS steers what the summary keeps"),
+                    title="Context", severity="warning", timeout=10)
 
     def _queue_changed(self) -> None:
         """The worker's queue grew or shrank: the bar shows the count (told, not polled)."""
@@ -629,6 +652,11 @@ class PicochatApp(App[None]):
         self._show_chat()  # a selection in a hidden chat would move and copy unseen
         if not self.query_one(ChatView).select_last():
             self.notify(literal("Nothing to select yet"))
+
+    def action_compact_now(self) -> None:
+        """ctrl+k: /compact, as if typed (queued behind a running turn)."""
+        self._show_chat()
+        self.command("/compact")
 
     def action_info(self) -> None:
         from picochat.tui.screens import CardScreen

@@ -87,6 +87,7 @@ class Figures:
     threshold: int  # auto compaction runs above it (the window less the answer's reserve)
     window: int
     auto_compact: bool = True
+    warning: str = ""  # past the soft point: "compacting in about 3 turns" (context_usage)
 
     @property
     def ratio(self) -> float:
@@ -99,6 +100,10 @@ def gauge_text(figures: Figures | None, level: int = 0) -> str:
     if figures is None:
         return ("counting the context…", "counting…", "counting…", "…", "")[level]
     f, pct = figures, f"{100 * figures.ratio:.0f}%"
+    if f.warning and not (f.auto_compact and f.ratio > 1):  # compaction coming: said first
+        return (f"context {pct} full · {f.warning} · ctrl+k compacts now · window {f.window:,}",
+                f"{pct} · {f.warning} · ctrl+k compacts now", f"{pct} · {f.warning}",
+                pct, "")[level]
     if level == 0:
         if f.auto_compact and f.ratio > 1:  # "189% full" read as broken; the next turn compacts
             return (f"context {f.used:,} tokens, over the {f.threshold:,} auto-compact point · "
@@ -198,6 +203,7 @@ class StatusBar(Widget):
     threshold: reactive[int] = reactive(0)
     window: reactive[int] = reactive(0)
     auto_compact: reactive[bool] = reactive(True)
+    warning: reactive[str] = reactive("")  # compaction coming (Figures.warning)
     session_name: reactive[str] = reactive("")
     model_name: reactive[str] = reactive("")
     offline: reactive[bool] = reactive(False)
@@ -234,7 +240,7 @@ class StatusBar(Widget):
     def figures(self) -> Figures | None:
         if self.used is None:
             return None
-        return Figures(self.used, self.threshold, self.window, self.auto_compact)
+        return Figures(self.used, self.threshold, self.window, self.auto_compact, self.warning)
 
     def render(self) -> Content:
         width = self.size.width
@@ -261,6 +267,13 @@ class StatusBar(Widget):
         b, lim = usage.budget, usage.budget.limits
         self.used, self.threshold, self.window = b.used_tokens, lim.threshold, lim.window
         self.auto_compact = usage.enabled
+        forecast = usage.forecast
+        if forecast is None:
+            self.warning = ""
+        else:
+            from picochat.context_usage import forecast_text  # loaded with the figures
+
+            self.warning = forecast_text(forecast)
         self.session_name = usage.session.name
         self.set_model(usage.model)
 
