@@ -241,13 +241,25 @@ class ContextUsage:
 @dataclass(frozen=True)
 class ContextPanel:
     """What the checkpoint panel shows: every checkpoint, which is in force, the context's
-    size at each user turn (the sparkline) and the pins, read together."""
+    size at each user turn (the sparkline) and the pins, read together; and the last summary
+    the gate refused since the last one it passed."""
 
     checkpoints: tuple[Checkpoint, ...]
     active_id: str | None
     series: tuple[int, ...]
     floor_seq: int
     pins: tuple[str, ...]
+    refused: RefusedSummary | None = None
+
+
+@dataclass(frozen=True)
+class RefusedSummary:
+    """A summary the quality gate refused: why, what the model wrote, which model (kept by
+    the session's worker in memory until a summary passes: never stored, never logged)."""
+
+    reason: str
+    text: str
+    by: str
 
 
 def context_series(messages: Sequence[Message], checkpoints: Sequence[Checkpoint],

@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     # first frame.
     from picochat.compaction.compact import CompactMode, CompactOutcome
     from picochat.compaction.compactor import SummaryModel
-    from picochat.context_usage import ContextPanel, ContextUsage
+    from picochat.context_usage import ContextPanel, ContextUsage, RefusedSummary
 
 # What a front end drives a session with: the worker, and the events its turns stream. (The
 # front ends also read the store, the budget and compaction's report directly: issue 32's thin
@@ -192,6 +192,7 @@ class SessionWorker:
         self.summary_model = summary_model and remembered(store, summary_model)
         self._summary_provider = summary_provider  # opened on the first summary, closed with us
         self.rejected_in_a_row = 0  # summaries rejected since the last real checkpoint
+        self.refused: RefusedSummary | None = None  # the last of them, for the panel
         self.system_prompt = system_prompt
         self.total_timeout = total_timeout
         self.compaction = compaction
@@ -534,7 +535,8 @@ class SessionWorker:
         series = context_series(history, checkpoints, usage.budget.parts.fixed,
                                 usage.budget.limits.token_factor)
         return ContextPanel(tuple(checkpoints), session.active_context_checkpoint_id,
-                            tuple(series), session.context_floor_seq, tuple(usage.pins_lines()))
+                            tuple(series), session.context_floor_seq, tuple(usage.pins_lines()),
+                            self.refused)
 
     # --- pins ----------------------------------------------------------------------------------
 
@@ -700,11 +702,17 @@ class SessionWorker:
 
         if outcome.compacted and not outcome.degraded:
             self.rejected_in_a_row = 0
+            self.refused = None
             return
         rejected = next((e for e in (outcome.error, outcome.summary_error)
                          if isinstance(e, SummaryRejected)), None)
         if rejected is None or not outcome.summary_called:  # no summary was written to judge
             return
+        if rejected.summary is not None:  # the panel shows it, with the gate's reason
+            from picochat.context_usage import RefusedSummary
+
+            self.refused = RefusedSummary(rejected.message, rejected.summary,
+                                          (self.summary_model or self.model).label)
         self.rejected_in_a_row += 1
         log.info("summary_rejected_in_a_row session=%s count=%d summary_model=%s",
                  self.session_id, self.rejected_in_a_row, self.summary_model is not None)

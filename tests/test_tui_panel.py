@@ -299,7 +299,7 @@ async def test_the_panel_speaks_of_summaries_and_messages_not_ids(store):
         assert "exact facts:" in shown
         for word in ("cp_", "seq", "gen ", "generation", "#", "->", "raw tail"):
             assert word not in shown, word
-        details = panel.query_one(Collapsible)
+        details = panel.query_one("#cp-details", Collapsible)
         details.collapsed = False                              # the user opens the details
         await settle(pilot, app, lambda: cp.id in " ".join(panel_lines(app)),
                      what="the details never showed the checkpoint's id")

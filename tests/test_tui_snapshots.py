@@ -254,3 +254,33 @@ def test_compaction_warning_in_the_bar(snap_compare, fixed_store, size):
                 and any("/compact FOCUS" in str(n.message) for n in app._notifications))
 
     assert snap(snap_compare, app, size=size, shown=shown)
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+def test_checkpoint_panel_with_a_refused_summary(snap_compare, fixed_store, size):
+    """The gate refused the model's summary (issue 34): the panel says why, what to do, and
+    folds what the model wrote."""
+    from tests.helpers.scripted import Recorder
+
+    session = fixed_store.create_session("demo")
+    for i in range(6):
+        append_message(fixed_store, session.id, "user", f"Which port does service {i} use? "
+                       + "Some context. " * 40, turn_id=f"t{i}")
+        append_message(fixed_store, session.id, "assistant", f"Service {i} listens on "
+                       f"{8000 + i}.", turn_id=f"t{i}")
+    junk = "Sure! Here is what you talked about: ports and services."
+    app = PicochatApp(fixed_store, session, resolve_model(CONFIG, "offline"),
+                      Recorder(summaries=[junk]), CONFIG)
+
+    async def before(pilot) -> None:
+        await pilot.app.run_command("/compact")
+        await settle(pilot, pilot.app, lambda: pilot.app.worker.refused is not None,
+                     what="the summary was not refused")
+        await pilot.press("f2")
+
+    def shown(app) -> bool:
+        panel = app.query_one(CheckpointPanel)
+        return (panel.is_open and bool(panel.children) and panel.query_one("#cp-refused").display
+                and app.focused is panel.query_one("#cp-list"))
+
+    assert snap(snap_compare, app, before, size=size, shown=shown)

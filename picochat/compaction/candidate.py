@@ -44,9 +44,12 @@ RETRY_HINT = f"the previous context is unchanged; {RETRY}"  # every rejected sum
 
 
 class SummaryRejected(PicochatError):
-    """A summary came back but failed a check (`validate` or the quality gate): no commit."""
+    """A summary came back but failed a check (`validate` or the quality gate): no commit.
+    `summary`: the model's text that was refused, when there was one (the panel shows it,
+    so the user sees why; never logged)."""
 
     kind = "summary_rejected"
+    summary: str | None = None
 
 
 UNCHANGED_HINT = "the context is unchanged; compact again once the conversation is longer"

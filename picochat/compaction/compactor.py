@@ -234,8 +234,12 @@ class ContextCompactor:
         except ProviderError as exc:
             raise SummaryFailed(f"the summary call failed: {exc.message}",
                                 exc.hint or "the previous context is unchanged") from exc
-        text = check_summary(reply.text, transcript.text, max_tokens=max_tokens,
-                             finish=reply.finish)
+        try:
+            text = check_summary(reply.text, transcript.text, max_tokens=max_tokens,
+                                 finish=reply.finish)
+        except SummaryRejected as exc:
+            exc.summary = reply.text  # refused, but the user may read what it was
+            raise
         return Summary(text, transcript, budget, reply.usage, reply.finish, ledger, shares)
 
     def prose_cap(self, reserve: int, ledger: Ledger, share: int, room: int | None) -> int:
@@ -295,8 +299,10 @@ class ContextCompactor:
             raise SummaryRejected("the model returned an empty summary", hint)
         size = tokens.count_text(summary.text)
         if size > summary.budget.output_reserve:  # the ledger's share is not the model's
-            raise SummaryRejected(f"the summary is {size:,} tokens, over its cap of "
-                                  f"{summary.budget.output_reserve:,}", hint)
+            over = SummaryRejected(f"the summary is {size:,} tokens, over its cap of "
+                                   f"{summary.budget.output_reserve:,}", hint)
+            over.summary = summary.text
+            raise over
         after = dataclasses.replace(projection, raw=plan.kept,
                                     first_raw_seq=plan.first_retained_seq)
         text, fitted = self.with_ledger(summary.text, summary.ledger, after,

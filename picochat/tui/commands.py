@@ -61,6 +61,7 @@ async def _compact(host: CommandHost, focus: str | None, everything: bool) -> No
         await conversation.compacted(outcome, announce=False)
     elif outcome.error is not None:
         await chat.add_notice(compaction_failure_line(outcome.error), "error")
+        await host.refresh_panel()  # a refused summary shows there, with its reason
     else:
         reason = report.nothing_reason(outcome, host.worker.limits,
                                        None if everything else report.FOLD_ALL)

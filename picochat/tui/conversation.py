@@ -240,6 +240,7 @@ class Conversation(Vertical):
         elif announce and outcome.error is not None:
             self._say(report.compaction_note(outcome) or outcome.error.user_line(),
                       severity="warning")
+            await self.around.context_changed()  # a refused summary shows in the panel
         elif announce and outcome.deferred:
             self._say(report.compaction_note(outcome) or "", title="Compaction waits")
 

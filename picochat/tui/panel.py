@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from typing import TYPE_CHECKING
 
 from textual import events
 from textual.message import Message
@@ -30,6 +31,9 @@ from picochat.tui.context_chart import ContextChart
 from picochat.tui.markdown import Block
 from picochat.tui.prompt import forward_typing
 from picochat.tui.safe import clean, literal
+
+if TYPE_CHECKING:  # the panel's data comes with the figures, after the first frame
+    from picochat.context_usage import RefusedSummary
 
 UNDO_KEY = "ctrl+z"  # not a letter: a letter typed after F2 is the start of a message
 
@@ -108,6 +112,7 @@ class CheckpointPanel(VerticalScroll):
     CheckpointPanel OptionList { height: auto; max-height: 8; padding: 0; border: none; }
     CheckpointPanel OptionList:focus { border: none; }
     CheckpointPanel #cp-hint { color: $text-muted; }
+    CheckpointPanel #cp-refused-title { color: $text-warning; }
     CheckpointPanel #cp-meta { margin: 1 0 0 0; }
     CheckpointPanel Collapsible { padding: 0; border: none; background: $surface; }
     CheckpointPanel Collapsible Contents { padding: 0 0 0 2; }
@@ -146,6 +151,10 @@ class CheckpointPanel(VerticalScroll):
         yield Label("Summaries", classes="title first")
         yield OptionList(id="cp-list")
         yield Static("", id="cp-hint")
+        yield Label("Last summary refused", classes="title", id="cp-refused-title")
+        yield Static("", id="cp-refused")
+        yield Collapsible(Static("", id="cp-refused-text"), title="What the model wrote",
+                          id="cp-refused-details")
         yield Static("", id="cp-meta")
         yield Collapsible(Static("", id="cp-ids"), title="Details", id="cp-details")
         yield Label("Pinned", classes="title")
@@ -157,9 +166,10 @@ class CheckpointPanel(VerticalScroll):
 
     async def show(self, checkpoints: list[Checkpoint], active_id: str | None,
                    series: list[int], cleared_at: int = 0,
-                   pins: list[str] | None = None) -> None:
+                   pins: list[str] | None = None, refused: RefusedSummary | None = None) -> None:
         if not self.children:
             await self.mount_all(list(self._parts()))
+        self.show_refused(refused)
         self.ordered = list(checkpoints)
         self.checkpoints = {c.id: c for c in checkpoints}
         self.numbers = numbers(self.ordered)
@@ -182,6 +192,19 @@ class CheckpointPanel(VerticalScroll):
             if not checkpoints else "● in use · ctrl+z undoes it · enter reads one"
             if active_id else "none in use · enter reads one"))
         self.reading = active_id
+
+    def show_refused(self, refused: RefusedSummary | None) -> None:
+        """The last summary the gate refused (since the last it passed): why, and what the
+        model wrote, folded; so a user can see the reason and act on it."""
+        for part in ("#cp-refused-title", "#cp-refused", "#cp-refused-details"):
+            self.query_one(part).display = refused is not None
+        if refused is None:
+            return
+        reason = refused.reason[:1].upper() + refused.reason[1:]
+        self.query_one("#cp-refused", Static).update(literal(
+            f"{reason}. Written by {refused.by}; not used, the context is unchanged. "
+            "/compact tries again; [context_compaction] summary_model sets another model."))
+        self.query_one("#cp-refused-text", Static).update(literal(clean(refused.text)))
 
     async def read(self, cp: Checkpoint | None) -> None:
         meta = self.query_one("#cp-meta", Static)
