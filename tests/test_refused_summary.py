@@ -11,7 +11,7 @@ from picochat.models import resolve_model
 from picochat.tui.app import PicochatApp
 from picochat.tui.panel import CheckpointPanel
 from tests.helpers.scripted import Recorder, well_formed
-from tests.helpers.storage import append_message
+from tests.helpers.conversations import seed
 from tests.helpers.waiting import settle
 
 CONFIG = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
@@ -21,11 +21,7 @@ JUNK = ("Sure! Here is what you talked about: [bold]ports[/bold] and \x1b[31mred
 
 def app_with(store, summaries: list) -> PicochatApp:
     session = store.create_session("demo")
-    for i in range(6):
-        append_message(store, session.id, "user", f"Which port does service {i} use? "
-                       + "Some context. " * 40, turn_id=f"t{i}")
-        append_message(store, session.id, "assistant", f"Service {i} listens on {8000 + i}.",
-                       turn_id=f"t{i}")
+    seed(store, session.id, 6)
     return PicochatApp(store, session, resolve_model(CONFIG, "offline"),
                        Recorder(summaries=summaries), CONFIG)
 

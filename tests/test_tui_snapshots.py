@@ -260,14 +260,11 @@ def test_compaction_warning_in_the_bar(snap_compare, fixed_store, size):
 def test_checkpoint_panel_with_a_refused_summary(snap_compare, fixed_store, size):
     """The gate refused the model's summary (issue 34): the panel says why, what to do, and
     folds what the model wrote."""
+    from tests.helpers.conversations import seed
     from tests.helpers.scripted import Recorder
 
     session = fixed_store.create_session("demo")
-    for i in range(6):
-        append_message(fixed_store, session.id, "user", f"Which port does service {i} use? "
-                       + "Some context. " * 40, turn_id=f"t{i}")
-        append_message(fixed_store, session.id, "assistant", f"Service {i} listens on "
-                       f"{8000 + i}.", turn_id=f"t{i}")
+    seed(fixed_store, session.id, 6)
     junk = "Sure! Here is what you talked about: ports and services."
     app = PicochatApp(fixed_store, session, resolve_model(CONFIG, "offline"),
                       Recorder(summaries=[junk]), CONFIG)
