@@ -88,6 +88,7 @@ class TableFiles(Protocol):
 
 _files: TableFiles | None = None
 _tables: dict[str, RankTable] = {}
+_broken: set[str] = set()  # tables that failed in use: the core counts these
 _lock = threading.Lock()
 
 
@@ -99,6 +100,18 @@ def keep_tables_in(files: TableFiles | None) -> None:
 
 def loaded(name: str) -> RankTable | None:
     return _tables.get(name)
+
+
+def usable(name: str) -> bool:
+    """False once the table broke in use (`give_up`)."""
+    return name not in _broken
+
+
+def give_up(name: str) -> None:
+    """This process counts `name` with tiktoken's core from now on (its table broke)."""
+    with _lock:
+        _tables.pop(name, None)
+        _broken.add(name)
 
 
 def table(name: str) -> RankTable:

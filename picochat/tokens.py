@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import threading
 from collections import OrderedDict
@@ -38,6 +39,7 @@ REPLY_PRIMING_TOKENS = 3
 _lock = threading.Lock()
 
 
+log = logging.getLogger("picochat.tokens")
 _encodings: dict[str, Any] = {}
 _no_loading: ContextVar[bool] = ContextVar("picochat_tokens_no_loading", default=False)
 
@@ -86,10 +88,14 @@ def _encoding(name: str) -> Any:
         if name not in _encodings:
             import tiktoken
 
-            table = bpe.table(name)  # the parsed rank file, from the cache folder when saved
-            enc = tiktoken.Encoding(name, pat_str=table.pat_str,
-                                    mergeable_ranks=table.rank_dict(),
-                                    special_tokens=table.special_tokens)
+            if bpe.usable(name):  # the parsed rank file, from the cache folder when saved
+                table = bpe.table(name)
+                enc = tiktoken.Encoding(name, pat_str=table.pat_str,
+                                        mergeable_ranks=table.rank_dict(),
+                                        special_tokens=table.special_tokens)
+            else:  # its file lied: tiktoken's own parse
+                bpe.configure_tiktoken_cache()
+                enc = tiktoken.get_encoding(name)
             # The rank table (bytes -> rank) is a copy of what the Rust core now holds, kept by
             # tiktoken only to pickle the encoding, which picochat never does: freed right
             # after the load (27 MiB of 75; later it would leave holes, not free pages).
@@ -105,11 +111,16 @@ def _count(text: str, name: str) -> int:
     rank table alone (`bpe`, exact; 10 ms and 5 MiB to load where the core takes 0.35 s and
     50 MiB)."""
     enc = _encodings.get(name)
-    if enc is None and len(text) <= bpe.SHORT_TEXT_CHARS:
+    if enc is None and len(text) <= bpe.SHORT_TEXT_CHARS and bpe.usable(name):
         table = bpe.loaded(name)
         if table is None and not _no_loading.get():
             table = bpe.table(name)
-        n = bpe.count(text, table) if table is not None else None
+        try:
+            n = bpe.count(text, table) if table is not None else None
+        except (IndexError, ValueError) as exc:  # a table file that lied past its checks
+            log.warning("rank_table_broken kind=%s", type(exc).__name__)
+            bpe.give_up(name)
+            n = None
         if n is not None:
             return n
     return len((enc or _encoding(name)).encode(text, disallowed_special=()))

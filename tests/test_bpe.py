@@ -198,3 +198,28 @@ def test_a_cache_folder_that_cannot_be_written_still_counts(tmp_path, monkeypatc
     monkeypatch.setattr(bpe, "_tables", {})
     monkeypatch.setattr(bpe, "_files", token_counts.RankTableFiles(blocker / "cache"))
     assert bpe.count("hello world", bpe.table(NAME)) == 2
+
+
+def test_a_table_that_breaks_in_use_hands_counting_to_the_core(cache, monkeypatch, core):
+    """A file whose digest and sizes hold but whose hash slots point past the tokens (made by
+    hand: picochat never writes one) fails at the first lookup; the count is the core's, and
+    this process stops using the table."""
+    from array import array
+
+    monkeypatch.setattr(bpe, "_broken", set())
+    monkeypatch.setattr(tokens, "_encodings", {})
+    key = bpe._definition_key(NAME)
+    good = bpe._pack(bpe._parse(NAME), key)
+    head = len(bpe.MAGIC) + 64
+    body = bytearray(good[head:])
+    n, size, meta = array("I", body[:12])
+    slots = array("I", body[12 + meta:12 + meta + 4 * size])
+    slots = array("I", (s if s == 0xFFFFFFFF else n + 7 for s in slots))
+    body[12 + meta:12 + meta + 4 * size] = slots.tobytes()
+    cache.mkdir(parents=True)
+    (cache / f"{NAME}.ranks").write_bytes(bpe.MAGIC + key + bpe._digest(bytes(body))
+                                          + bytes(body))
+    text = "our Redis runs on 6380"
+    assert tokens.count_text(text) == core_count(core, text)
+    assert not bpe.usable(NAME) and tokens.loaded()
+    assert tokens.count_text("hello world") == 2
