@@ -7,6 +7,7 @@ Deterministic: nothing in it reads a clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Sequence
 
 from picochat import tokens
@@ -74,13 +75,18 @@ class ContextUsage:
         keep_recent)."""
         return compaction_room(self.budget.limits, self.budget.parts.fixed)
 
-    @property
+    @cached_property
     def forecast(self) -> Forecast | None:
         """Past the soft point: which turn reaches the compaction point (the bar's warning)."""
         lim = self.budget.limits
         sizes = [tokens.scale(turn.tokens, lim.token_factor)
                  for turn in group_turns(self.projection.raw)[-RECENT_TURNS:]]
         return compaction_forecast(self.budget.used_tokens, lim.threshold, self.enabled, sizes)
+
+    @property
+    def warning(self) -> str:
+        """The forecast in words ("compacting in about 3 turns"); "" below the soft point."""
+        return forecast_text(self.forecast) if self.forecast else ""
 
     def as_dict(self) -> dict[str, Any]:
         from picochat.ledger import counts  # its regular expressions: not for the figures
@@ -111,9 +117,8 @@ class ContextUsage:
             "used_tokens": self.budget.used_tokens,
             "remaining_tokens": self.budget.remaining_tokens,
             # past the soft point (85 % of the threshold): the turn that reaches it, 1 = next
-            "compaction_in_turns": (forecast.in_turns if (forecast := self.forecast)
-                                    else None),
-            "compaction_warning": forecast_text(forecast) if forecast else None,
+            "compaction_in_turns": self.forecast.in_turns if self.forecast else None,
+            "compaction_warning": self.warning or None,
             "usage_source": self.budget.usage_source,
             "token_factor": lim.token_factor,
             "parts": {"system": parts.system, "tools": parts.tools, "summary": parts.summary,
@@ -170,7 +175,7 @@ class ContextUsage:
             *((("Files", self.files),) if self.files else ()),
             ("Used", f"{b.used_tokens:,}  ({_source(b)})"),
             ("Left before auto", f"{b.remaining_tokens:,}"
-             + (f"  ({forecast_text(forecast)})" if (forecast := self.forecast) else "")),
+             + (f"  ({self.warning})" if self.warning else "")),
         ]
         cleared_at = self.session.context_floor_seq
         if cp is not None:

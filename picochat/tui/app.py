@@ -434,11 +434,9 @@ class PicochatApp(App[None]):
         if self._warned:
             return
         self._warned = True
-        from picochat.context_usage import forecast_text
-
         log.info("compaction_warning session=%s in_turns=%s auto=%s", self.session.id,
                  forecast.in_turns, forecast.auto)
-        self.notify(literal(f"{forecast_text(forecast).capitalize()}: ctrl+k compacts now, "
+        self.notify(literal(f"{usage.warning.capitalize()}: ctrl+k compacts now, "
                             "/compact FOCUS steers what the summary keeps"),
                     title="Context", severity="warning", timeout=10)
 

@@ -267,13 +267,7 @@ class StatusBar(Widget):
         b, lim = usage.budget, usage.budget.limits
         self.used, self.threshold, self.window = b.used_tokens, lim.threshold, lim.window
         self.auto_compact = usage.enabled
-        forecast = usage.forecast
-        if forecast is None:
-            self.warning = ""
-        else:
-            from picochat.context_usage import forecast_text  # loaded with the figures
-
-            self.warning = forecast_text(forecast)
+        self.warning = usage.warning
         self.session_name = usage.session.name
         self.set_model(usage.model)
 
