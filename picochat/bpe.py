@@ -31,6 +31,7 @@ import marshal
 import os
 import sys
 import threading
+import unicodedata
 import zlib
 from array import array
 from pathlib import Path
@@ -128,6 +129,8 @@ def count(text: str, table: RankTable) -> int | None:
     None when a piece is too long to merge here (the caller asks the core)."""
     if not text:
         return 0
+    if not text.isascii() and _has_unassigned(text):
+        return None  # the split pattern's letter classes may differ from the core's there
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: replaced, as tiktoken's encode does
@@ -143,6 +146,14 @@ def count(text: str, table: RankTable) -> int | None:
         else:
             total += _merged_length(piece, rank)
     return total
+
+
+def _has_unassigned(text: str) -> bool:
+    """Whether `text` holds a code point this Python's Unicode data does not assign. The
+    `regex` module and tiktoken's Rust core each carry their own Unicode version, and a code
+    point assigned between them (U+3D000, a letter to one, nothing to the other) is split
+    differently: such a text goes to the core. Python's data (14.0 on 3.11) is the oldest."""
+    return any(unicodedata.category(c) == "Cn" for c in text if ord(c) > 0x7F)
 
 
 def _merged_length(piece: bytes, rank: Any) -> int:

@@ -45,12 +45,15 @@ REAL_TEXTS = [
     "I'm sure they'll say it's fine; WE'RE NOT. Don't ALL-CAPS'LL it",
     "0123456789" * 20 + " 3.14159 -42 1e-9 0x1F",
     "lone surrogate \ud800 and \udfff in the middle",
+    "\U0003d000/A",  # assigned after Unicode 14: `regex` and the core split it differently
 ]
 
 
 @pytest.mark.parametrize("text", REAL_TEXTS)
 def test_real_text_counts_as_the_core_counts_it(core, table, text):
-    assert bpe.count(text, table) == core_count(core, text)
+    n = bpe.count(text, table)
+    assert n == core_count(core, text) or (n is None and bpe._has_unassigned(text))
+    assert tokens.count_text(text) == core_count(core, text)  # the core counts what bpe won't
 
 
 def test_files_of_this_project_count_as_the_core_counts_them(core, table):
