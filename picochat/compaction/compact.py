@@ -36,6 +36,7 @@ from picochat.budget import CompactionRoom
 from picochat.compaction.compactor import (
     CompactionPlan,
     ContextCompactor,
+    SummaryDraft,
     SummaryFailed,
     SummaryModel,
 )
@@ -153,8 +154,76 @@ class CompactOutcome:
         }
 
 
+@dataclass(frozen=True)
+class Drafted:
+    """A compaction built but not committed: what `compact_context` and the preview share.
+    `candidate` None: the summary failed or was refused (`summary_error`); `draft` is the
+    summary as the model wrote it, when it wrote one."""
+
+    projection: ContextProjection
+    compactor: ContextCompactor
+    plan: CompactionPlan | None
+    before: int
+    limit: int
+    candidate: CompactionCandidate | None
+    pointed: CompactionCandidate | None    # tier one's fold, when there is one
+    summary_error: PicochatError | None
+    draft: SummaryDraft | None
+    transcript: Transcript | None
+    summary_called: bool
+
+
 async def compact_context(store: Store, provider: Provider,
                           request: CompactRequest) -> CompactOutcome:
+    step = await draft_compaction(store, provider, request)
+    if isinstance(step, CompactOutcome):
+        return step
+    sid, reason, limits = request.session_id, request.reason, request.limits
+    projection, compactor = step.projection, step.compactor
+    candidate, pointed, summary_error = step.candidate, step.pointed, step.summary_error
+    transcript, summary_called, before = step.transcript, step.summary_called, step.before
+    if candidate is None and pointed is not None:  # the summary failed or would not
+        candidate = pointed  # shrink: the lossless fold, roomier than a summary would be
+        if summary_error is not None:
+            _context_changed(summary_error)
+    if candidate is None and request.mode.may_trim:
+        candidate = trim_candidate(compactor, projection, before, TriggerReason.OVERFLOW)
+        if candidate is None:
+            parts = estimate(limits, RequestDraft(request.system_prompt, projection,
+                                                  request.tools))
+            summary_error = trim_impossible(projection, parts, limits,
+                                            refused=reason == TriggerReason.OVERFLOW)
+        elif summary_error is not None:
+            _context_changed(summary_error)
+    if candidate is None:
+        if summary_error is None:  # plan is None here: nothing older to fold
+            return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
+        # re-read: another process may have changed the context during the summary call
+        now = restore(store, sid)
+        # what is older is shorter than its summary: nothing to compact, unless the context
+        # moved meanwhile (the verdict is then about a context that no longer is: refused)
+        if (isinstance(summary_error, NoGain)
+                and now.context_generation == projection.context_generation):
+            log.info("compaction_no_gain session=%s reason=%s", sid, reason)
+            return CompactOutcome(NOTHING_TO_COMPACT, reason, now, tokens_before=before,
+                                  summary_error=summary_error, transcript=transcript,
+                                  summary_called=summary_called)
+        failed = _failed(sid, reason, now, summary_error, transcript=transcript,
+                         tokens_before=before, summary_called=summary_called)
+        auto = reason == TriggerReason.AUTO and not request.mode.may_trim
+        if auto and summary_called and isinstance(summary_error, (SummaryRejected,
+                                                                  SummaryFailed)):
+            backoff = CompactionWait(projection.context_generation, before, summary_error.kind)
+            if await _set_wait(store, sid, backoff):
+                failed = dataclasses.replace(failed, waits_for=retry_growth(limits))
+        return failed
+    return await commit_candidate(store, provider, request, step, candidate, summary_error)
+
+
+async def draft_compaction(store: Store, provider: Provider,
+                           request: CompactRequest) -> Drafted | CompactOutcome:
+    """Steps 1 and 2: the snapshot, the cut, and the summary (or tier one's fold), checked
+    but not committed; an outcome instead when there is nothing to do or it cannot be done."""
     sid, reason, limits = request.session_id, request.reason, request.limits
     projection = project(store.context_snapshot(sid))
     compactor = ContextCompactor(provider, limits, request.system_prompt, request.tools,
@@ -187,6 +256,7 @@ async def compact_context(store: Store, provider: Provider,
     candidate: CompactionCandidate | None = None
     pointed: CompactionCandidate | None = None
     summary_error: PicochatError | None = None
+    draft: SummaryDraft | None = None
     transcript: Transcript | None = None
     summary_called = False
     if plan is not None and request.mode.tries_summary:
@@ -219,47 +289,25 @@ async def compact_context(store: Store, provider: Provider,
             summary_called = True
             try:
                 crashpoints.reached("summary_in_flight")
-                summary = await compactor.summarize(plan, shares, request.focus, limit - floor)
-                transcript = summary.transcript
-                candidate = compactor.candidate(plan, projection, summary, reason, before,
-                                                limit)
+                draft = await compactor.write(plan, shares, request.focus, limit - floor)
+                transcript = draft.transcript
+                candidate = compactor.candidate(plan, projection, compactor.check(draft),
+                                                reason, before, limit)
             except PicochatError as exc:  # SummaryFailed, SummaryRejected
                 summary_error = exc
                 log.warning("summary_failed session=%s reason=%s kind=%s", sid, reason,
                             exc.kind)
-        if candidate is None and pointed is not None:  # the summary failed or would not
-            candidate = pointed  # shrink: the lossless fold, roomier than a summary would be
-            if summary_error is not None:
-                _context_changed(summary_error)
-    if candidate is None and request.mode.may_trim:
-        candidate = trim_candidate(compactor, projection, before, TriggerReason.OVERFLOW)
-        if candidate is None:
-            summary_error = trim_impossible(projection, parts, limits,
-                                            refused=reason == TriggerReason.OVERFLOW)
-        elif summary_error is not None:
-            _context_changed(summary_error)
-    if candidate is None:
-        if summary_error is None:  # plan is None here: nothing older to fold
-            return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
-        # re-read: another process may have changed the context during the summary call
-        now = restore(store, sid)
-        # what is older is shorter than its summary: nothing to compact, unless the context
-        # moved meanwhile (the verdict is then about a context that no longer is: refused)
-        if (isinstance(summary_error, NoGain)
-                and now.context_generation == projection.context_generation):
-            log.info("compaction_no_gain session=%s reason=%s", sid, reason)
-            return CompactOutcome(NOTHING_TO_COMPACT, reason, now, tokens_before=before,
-                                  summary_error=summary_error, transcript=transcript,
-                                  summary_called=summary_called)
-        failed = _failed(sid, reason, now, summary_error, transcript=transcript,
-                         tokens_before=before, summary_called=summary_called)
-        if auto and summary_called and isinstance(summary_error, (SummaryRejected,
-                                                                  SummaryFailed)):
-            backoff = CompactionWait(projection.context_generation, before, summary_error.kind)
-            if await _set_wait(store, sid, backoff):
-                failed = dataclasses.replace(failed, waits_for=retry_growth(limits))
-        return failed
+    return Drafted(projection, compactor, plan, before, limit, candidate, pointed,
+                   summary_error, draft, transcript, summary_called)
 
+
+async def commit_candidate(store: Store, provider: Provider, request: CompactRequest,
+                           step: Drafted, candidate: CompactionCandidate,
+                           summary_error: PicochatError | None = None) -> CompactOutcome:
+    """Steps 3 to 6: the compare-and-set commit of `candidate`, then the context re-read."""
+    sid, reason = request.session_id, request.reason
+    projection, plan, transcript = step.projection, step.plan, step.transcript
+    before, summary_called = step.before, step.summary_called
     crashpoints.reached("before_commit")
     try:
         checkpoint = await store.io(

@@ -106,6 +106,21 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class SummaryDraft:
+    """A summary as written, before the quality gate: the model's reply, or the user's edit
+    of it (`finish_reason` None), with what the gate and the candidate need beside it."""
+
+    text: str
+    transcript: Transcript
+    budget: SummaryBudget
+    usage: Usage | None
+    finish_reason: str | None
+    ledger: Ledger
+    shares: CompactionRoom
+    max_tokens: int               # the prose cap the request asked for
+
+
+@dataclass(frozen=True)
 class SummaryModel:
     """The model that writes summaries when it is not the chat model
     (`[context_compaction] summary_model`): its own provider, window and token family."""
@@ -202,11 +217,15 @@ class ContextCompactor:
 
     async def summarize(self, plan: CompactionPlan, shares: CompactionRoom,
                         focus: str | None = None, room: int | None = None) -> Summary:
-        """One provider call: no tools, low temperature, output capped, and the reply
-        through the quality gate. The summary model's window bounds the transcript; the
-        summary lands in the chat model's context, so the smaller window of the two bounds
-        its cap, and `shares.prose` bounds it further. `room`: what the context leaves for the
-        whole summary (see `prose_cap`).
+        """`write` a summary and `check` it: raises `SummaryFailed` or `SummaryRejected`."""
+        return self.check(await self.write(plan, shares, focus, room))
+
+    async def write(self, plan: CompactionPlan, shares: CompactionRoom,
+                    focus: str | None = None, room: int | None = None) -> SummaryDraft:
+        """One provider call: no tools, low temperature, output capped. The summary model's
+        window bounds the transcript; the summary lands in the chat model's context, so the
+        smaller window of the two bounds its cap, and `shares.prose` bounds it further.
+        `room`: what the context leaves for the whole summary (see `prose_cap`).
 
         A reasoning model's thinking counts against `max_tokens`, so its request asks for the
         prose cap plus room to think; the summary's own size is still held to the prose cap.
@@ -234,13 +253,21 @@ class ContextCompactor:
         except ProviderError as exc:
             raise SummaryFailed(f"the summary call failed: {exc.message}",
                                 exc.hint or "the previous context is unchanged") from exc
+        return SummaryDraft(reply.text, transcript, budget, reply.usage, reply.finish, ledger,
+                            shares, max_tokens)
+
+    def check(self, draft: SummaryDraft) -> Summary:
+        """The quality gate over a written summary, the model's or the user's edit of it:
+        the summary normalized, or `SummaryRejected` (which keeps the refused text, so the
+        user may read what it was)."""
         try:
-            text = check_summary(reply.text, transcript.text, max_tokens=max_tokens,
-                                 finish=reply.finish)
+            text = check_summary(draft.text, draft.transcript.text, max_tokens=draft.max_tokens,
+                                 finish=draft.finish_reason)
         except SummaryRejected as exc:
-            exc.summary = reply.text  # refused, but the user may read what it was
+            exc.summary = draft.text
             raise
-        return Summary(text, transcript, budget, reply.usage, reply.finish, ledger, shares)
+        return Summary(text, draft.transcript, draft.budget, draft.usage, draft.finish_reason,
+                       draft.ledger, draft.shares)
 
     def prose_cap(self, reserve: int, ledger: Ledger, share: int, room: int | None) -> int:
         """The model's output cap: facts first. When the context has less `room` for the
