@@ -178,10 +178,9 @@ async def compact_context(store: Store, provider: Provider,
     step = await draft_compaction(store, provider, request)
     if isinstance(step, CompactOutcome):
         return step
-    sid, reason, limits = request.session_id, request.reason, request.limits
-    projection, compactor = step.projection, step.compactor
+    reason, limits = request.reason, request.limits
+    projection, compactor, before = step.projection, step.compactor, step.before
     candidate, pointed, summary_error = step.candidate, step.pointed, step.summary_error
-    transcript, summary_called, before = step.transcript, step.summary_called, step.before
     if candidate is None and pointed is not None:  # the summary failed or would not
         candidate = pointed  # shrink: the lossless fold, roomier than a summary would be
         if summary_error is not None:
@@ -196,28 +195,38 @@ async def compact_context(store: Store, provider: Provider,
         elif summary_error is not None:
             _context_changed(summary_error)
     if candidate is None:
-        if summary_error is None:  # plan is None here: nothing older to fold
-            return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
-        # re-read: another process may have changed the context during the summary call
-        now = restore(store, sid)
-        # what is older is shorter than its summary: nothing to compact, unless the context
-        # moved meanwhile (the verdict is then about a context that no longer is: refused)
-        if (isinstance(summary_error, NoGain)
-                and now.context_generation == projection.context_generation):
-            log.info("compaction_no_gain session=%s reason=%s", sid, reason)
-            return CompactOutcome(NOTHING_TO_COMPACT, reason, now, tokens_before=before,
-                                  summary_error=summary_error, transcript=transcript,
-                                  summary_called=summary_called)
-        failed = _failed(sid, reason, now, summary_error, transcript=transcript,
-                         tokens_before=before, summary_called=summary_called)
-        auto = reason == TriggerReason.AUTO and not request.mode.may_trim
-        if auto and summary_called and isinstance(summary_error, (SummaryRejected,
-                                                                  SummaryFailed)):
-            backoff = CompactionWait(projection.context_generation, before, summary_error.kind)
-            if await _set_wait(store, sid, backoff):
-                failed = dataclasses.replace(failed, waits_for=retry_growth(limits))
-        return failed
+        return await not_compacted(store, request, step, summary_error)
     return await commit_candidate(store, provider, request, step, candidate, summary_error)
+
+
+async def not_compacted(store: Store, request: CompactRequest, step: Drafted,
+                        summary_error: PicochatError | None) -> CompactOutcome:
+    """The outcome of a draft with no candidate: nothing to compact, or the failure (an
+    automatic summary that failed waits until the context has grown)."""
+    sid, reason, limits = request.session_id, request.reason, request.limits
+    projection, before = step.projection, step.before
+    transcript, summary_called = step.transcript, step.summary_called
+    if summary_error is None:  # plan is None here: nothing older to fold
+        return CompactOutcome(NOTHING_TO_COMPACT, reason, projection, tokens_before=before)
+    # re-read: another process may have changed the context during the summary call
+    now = restore(store, sid)
+    # what is older is shorter than its summary: nothing to compact, unless the context
+    # moved meanwhile (the verdict is then about a context that no longer is: refused)
+    if (isinstance(summary_error, NoGain)
+            and now.context_generation == projection.context_generation):
+        log.info("compaction_no_gain session=%s reason=%s", sid, reason)
+        return CompactOutcome(NOTHING_TO_COMPACT, reason, now, tokens_before=before,
+                              summary_error=summary_error, transcript=transcript,
+                              summary_called=summary_called)
+    failed = failed_outcome(sid, reason, now, summary_error, transcript=transcript,
+                     tokens_before=before, summary_called=summary_called)
+    auto = reason == TriggerReason.AUTO and not request.mode.may_trim
+    if auto and summary_called and isinstance(summary_error, (SummaryRejected,
+                                                              SummaryFailed)):
+        backoff = CompactionWait(projection.context_generation, before, summary_error.kind)
+        if await set_wait(store, sid, backoff):
+            failed = dataclasses.replace(failed, waits_for=retry_growth(limits))
+    return failed
 
 
 async def draft_compaction(store: Store, provider: Provider,
@@ -236,7 +245,7 @@ async def draft_compaction(store: Store, provider: Provider,
     try:
         check_fixed(limits, parts)
     except PicochatError as exc:  # FixedContextExceedsBudget: compaction cannot help
-        return _failed(sid, reason, projection, exc, tokens_before=before)
+        return failed_outcome(sid, reason, projection, exc, tokens_before=before)
     auto = reason == TriggerReason.AUTO and not request.mode.may_trim
     if auto and _still_waiting(store.compaction_wait(sid), projection, before, limits):
         # an automatic summary failed at about this size: not asked for again on every turn
@@ -314,7 +323,7 @@ async def commit_candidate(store: Store, provider: Provider, request: CompactReq
             store.commit_context_checkpoint, sid, candidate.base_generation,
             candidate.new_checkpoint(*_made_by(provider, request, candidate)))
     except PicochatError as exc:  # StaleGeneration, StorageError: the old context stays
-        return _failed(sid, reason, restore(store, sid), exc, summary_error, transcript,
+        return failed_outcome(sid, reason, restore(store, sid), exc, summary_error, transcript,
                        before, summary_called)
     facts = fact_ledger.counts(checkpoint.ledger)
     log.info("compaction_committed session=%s checkpoint=%s generation=%d reason=%s "
@@ -326,7 +335,7 @@ async def commit_candidate(store: Store, provider: Provider, request: CompactReq
              transcript.source_messages if transcript else None,
              transcript.omitted if transcript else None,
              transcript.truncated if transcript else None, facts.kept, facts.dropped)
-    await _set_wait(store, sid, None)  # whatever compacted, the context has moved on
+    await set_wait(store, sid, None)  # whatever compacted, the context has moved on
     now = restore(store, sid)
     if not checkpoint.degraded and not checkpoint.pointers:  # a fold's words are in the log
         try:
@@ -369,7 +378,7 @@ def _still_waiting(wait: CompactionWait | None, projection: ContextProjection, b
             and before - wait.tokens_before < retry_growth(limits))
 
 
-async def _set_wait(store: Store, sid: str, wait: CompactionWait | None) -> bool:
+async def set_wait(store: Store, sid: str, wait: CompactionWait | None) -> bool:
     """Start or end the session's wait, best effort: a failed write costs at most one more
     summary call, never the compaction."""
     try:
@@ -412,7 +421,7 @@ def _made_by(provider: Provider, request: CompactRequest,
     return provider.info.provider_kind, provider.info.model
 
 
-def _failed(sid: str, reason: TriggerReason, projection: ContextProjection, error: PicochatError,
+def failed_outcome(sid: str, reason: TriggerReason, projection: ContextProjection, error: PicochatError,
             summary_error: PicochatError | None = None, transcript: Transcript | None = None,
             tokens_before: int = 0, summary_called: bool = False) -> CompactOutcome:
     log.warning("compaction_failed session=%s reason=%s generation=%d kind=%s", sid, reason,
