@@ -317,6 +317,11 @@ def _label(said_by: str, kind: str) -> str:
     return f" {kind}" if kind in (CORRECTION, PASTE) else ""
 
 
+def row_line(row: LedgerRow) -> str:
+    """One stored row as the ledger shows it, without the bullet: `#12: Our Redis …`."""
+    return f"#{row.seq}{_label(row.said_by, row.kind)}: {row.text}"
+
+
 def render_text(ledger: Ledger) -> str:
     return "\n".join(render(ledger))
 

@@ -74,8 +74,9 @@ if TYPE_CHECKING:
     # Imported where used: a turn, a compaction and the /info card load their modules (the
     # fact ledger's regular expressions among them) when first needed, not before the app's
     # first frame.
-    from picochat.compaction.compact import CompactMode, CompactOutcome
+    from picochat.compaction.compact import CompactMode, CompactOutcome, CompactRequest
     from picochat.compaction.compactor import SummaryModel
+    from picochat.compaction.preview import CompactionPreview
     from picochat.context_usage import ContextPanel, ContextUsage, RefusedSummary
 
 # What a front end drives a session with: the worker, and the events its turns stream. (The
@@ -668,18 +669,60 @@ class SessionWorker:
                           everything: bool = False) -> CompactOutcome:
         """Compact now (not queued: for `compact()` and a running turn), with this session's
         prompt, tools, limits and summarizer (`mode`: a summary unless said)."""
-        from picochat.compaction.compact import CompactMode, CompactRequest, compact_context
+        from picochat.compaction.compact import compact_context
 
-        request = CompactRequest(
+        request = self._compact_request(reason, focus, mode, everything)
+        outcome = await compact_context(self.store, self.provider, request)
+        self._tally(outcome)
+        return outcome
+
+    def preview(self, focus: str | None = None, *, everything: bool = False,
+                on_start: Callable[[], None] | None = None
+                ) -> "asyncio.Future[CompactionPreview | CompactOutcome]":
+        """`/compact --preview`: queued like `/compact`; the compaction drafted and checked,
+        not committed (an outcome when there is nothing to preview)."""
+        return self.submit(lambda: self.preview_now(TriggerReason.MANUAL, focus=focus,
+                                                    everything=everything), on_start)
+
+    async def preview_now(self, reason: TriggerReason, *, focus: str | None = None,
+                          everything: bool = False) -> "CompactionPreview | CompactOutcome":
+        """A preview now (not queued: for `preview()` and a running turn's auto check)."""
+        from picochat.compaction.preview import CompactionPreview, preview_compaction
+
+        got = await preview_compaction(self.store, self.provider, self._compact_request(
+            reason, focus, None, everything))
+        if not isinstance(got, CompactionPreview):  # nothing to preview, or a failure
+            self._tally(got)
+        return got
+
+    def commit_preview(self, preview: "CompactionPreview") -> "asyncio.Future[CompactOutcome]":
+        """Commit what `preview` showed, queued behind the work before it (a turn that
+        arrives first makes it stale: nothing is written)."""
+        return self.submit(lambda: self.commit_preview_now(preview))
+
+    async def commit_preview_now(self, preview: "CompactionPreview") -> CompactOutcome:
+        from picochat.compaction.preview import commit_preview
+
+        outcome = await commit_preview(self.store, self.provider, preview)
+        self._tally(outcome)
+        return outcome
+
+    def drop_preview(self, preview: "CompactionPreview") -> "asyncio.Future[None]":
+        from picochat.compaction.preview import drop_preview
+
+        return self.submit(lambda: drop_preview(self.store, preview))
+
+    def _compact_request(self, reason: TriggerReason, focus: str | None,
+                         mode: CompactMode | None, everything: bool) -> "CompactRequest":
+        from picochat.compaction.compact import CompactMode, CompactRequest
+
+        return CompactRequest(
             session_id=self.session_id, reason=reason, limits=self.limits,
             system_prompt=self.system_prompt, tools=self.offered_tools, focus=focus,
             everything=everything,
             instructions=self.compaction.instructions, mode=mode or CompactMode.SUMMARY,
             timeout=self.total_timeout, summary_model=self._summarizer(),
             reasoning=self.model.reasoning)
-        outcome = await compact_context(self.store, self.provider, request)
-        self._tally(outcome)
-        return outcome
 
     def _summarizer(self) -> SummaryModel | None:
         """`[context_compaction] summary_model` as the compactor takes it; its provider is

@@ -283,3 +283,37 @@ def test_ask_refuses_a_message_larger_than_the_whole_window(run_cli, small):
     assert ask(run_cli, "hello")["reply"]
     assert run_cli("ask", "--session", "s", crabs).status == 2
     assert len(as_json(run_cli, "history", "--session", "s")["messages"]) == 2
+
+
+def test_compact_preview_prints_the_candidate_and_writes_nothing(run_cli, small):
+    chat(run_cli, 5)
+    before = as_json(run_cli, "info", "-s", "s")
+    result = run_cli("compact", "-s", "s", "--preview")
+    assert result.status == 0, result.stderr
+    text = result.stdout
+    assert text.startswith("Compaction preview of s (nothing written)")
+    assert re.search(r"^Folds: +messages 1–\d+ \(\d+ turns?\)$", text, re.M)
+    assert re.search(r"^Tokens: +[\d,]+ → [\d,]+$", text, re.M)
+    assert re.search(r"^Gate: +passed$", text, re.M)
+    assert re.search(r"^\+ #1: Please remember: service 0 listens on port 8000", text, re.M)
+    assert "## Objective" in text
+    after = as_json(run_cli, "info", "-s", "s")
+    assert after["active_checkpoint_id"] is None
+    assert after["checkpoint_generation"] == before["checkpoint_generation"]
+    shown = as_json(run_cli, "compact", "-s", "s", "--preview")
+    assert shown["status"] == "preview" and shown["gate"] == {"passed": True, "reason": None}
+    assert shown["tokens_after"] < shown["tokens_before"]
+    assert shown["ledger"]["added"][0]["seq"] == 1
+    # the compaction it previewed is the one /compact then makes (the offline summary is
+    # deterministic): the same figures
+    done = as_json(run_cli, "compact", "-s", "s")
+    assert (done["tokens_before"], done["tokens_after"], done["first_retained_seq"]) == (
+        shown["tokens_before"], shown["tokens_after"], shown["first_retained_seq"])
+
+
+def test_compact_undo_refuses_a_preview_flag(run_cli, small):
+    chat(run_cli, 1)
+    result = run_cli("compact", "-s", "s", "--undo", "--preview")
+    assert result.status == 2
+    assert result.stderr.strip() == ("picochat: --undo cannot go with --preview (undo the last "
+                                      "compaction alone, or compact without --undo)")

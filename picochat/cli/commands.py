@@ -467,9 +467,12 @@ def cmd_clear(app: App) -> int:
 
 
 def cmd_compact(app: App) -> int:
-    session = app.session()
     if app.opt("undo"):
-        return _uncompact(app, session)
+        if with_undo := [f for f in ("preview", "all", "focus") if app.opt(f)]:
+            raise UsageError(f"--undo cannot go with --{with_undo[0]}",
+                             "undo the last compaction alone, or compact without --undo")
+        return _uncompact(app, app.session())
+    session = app.session()
     from picochat.opening import open_model
 
     resolved, provider = open_model(app.config, session, app.opt("model"))
@@ -480,10 +483,21 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
     from picochat.compaction.compact import COMPACTED, NOTHING_TO_COMPACT
     from picochat.failures import compaction_failure_line
 
+    from picochat.compaction.preview import CompactionPreview
+
     everything = bool(app.opt("all"))
     async with _worker(app, session, resolved, provider) as worker:
-        outcome = await worker.compact(app.opt("focus"), everything=everything)
+        if app.opt("preview"):
+            outcome = await worker.preview(app.opt("focus"), everything=everything)
+        else:
+            outcome = await worker.compact(app.opt("focus"), everything=everything)
         limits = worker.limits
+    if isinstance(outcome, CompactionPreview):  # nothing written: exit 0 whatever the gate said
+        if app.opt("json"):
+            dump_json(outcome.as_dict())
+        else:
+            out(for_terminal(report.preview_text(outcome, session.name)))
+        return 0
     if app.opt("json"):
         dump_json(outcome.as_dict())
     elif outcome.status == COMPACTED:

@@ -126,12 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
           picochat compact
           picochat compact -s work --focus "the database migration"
           picochat compact --all
+          picochat compact --preview
           picochat compact --undo
         """))
     p.add_argument("--focus", metavar="TEXT", help="what the summary should keep in focus")
     p.add_argument("--all", action="store_true",
                    help="fold all but the newest turn, however many tokens "
                         "keep_recent_tokens would keep raw (/compact all)")
+    p.add_argument("--preview", action="store_true",
+                   help="show what a compaction would fold, the summary, the facts it keeps "
+                        "and the quality gate's verdict, and write nothing")
     p.add_argument("--undo", action="store_true",
                    help="undo the last compaction: the previous checkpoint becomes active again")
     sub.add_parser("info", parents=[common, session, model, as_json],

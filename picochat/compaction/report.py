@@ -72,6 +72,48 @@ def compacted_lines(outcome: Any) -> str:
             "Raw history unchanged")
 
 
+def preview_rows(preview: Any) -> list[tuple[str, str]]:
+    """A `CompactionPreview` as label and value rows (the app's preview, the CLI's lines)."""
+    first, last, turns = preview.folded
+    after = preview.tokens_after
+    change = preview.changes
+    facts = [f"{len(change.added):,} added", f"{change.carried:,} carried"]
+    if change.gone:
+        facts.append(f"{len(change.gone):,} no longer kept")
+    if change.evicted:
+        facts.append(f"{change.evicted:,} older dropped to fit (history_search finds them)")
+    rows = [("Folds", f"messages {first}–{last} ({turns} turn{'s' if turns != 1 else ''})"
+             if turns else "nothing new"),
+            ("Keeps", f"messages {preview.first_kept} onward, as they are"),
+            ("Tokens", f"{preview.tokens_before:,} → {after:,}" if after is not None
+             else f"{preview.tokens_before:,} → (refused)"),
+            ("Gate", preview.verdict_line),
+            ("Facts", ", ".join(facts))]
+    if preview.summary_error is not None:
+        rows.append(("Note", f"no summary: {preview.summary_error.message}; the older turns "
+                             "stay word for word, their tool results as pointer lines"))
+    return rows
+
+
+def fact_changes(preview: Any) -> list[str]:
+    """`+ #12: …` for each fact the compaction adds, `- #3: …` for each it no longer keeps."""
+    from picochat.ledger import row_line
+
+    change = preview.changes
+    return ([f"+ {row_line(r)}" for r in change.added]
+            + [f"- {row_line(r)}" for r in change.gone])
+
+
+def preview_text(preview: Any, session: str) -> str:
+    """`picochat compact --preview`: the rows, the fact changes, then the summary."""
+    lines = [f"Compaction preview of {session} (nothing written)"]
+    lines += [f"{label + ':':8}{value}" for label, value in preview_rows(preview)]
+    lines += fact_changes(preview)
+    lines += ["", "Summary" + (" (refused, as written):" if not preview.committable else ":"),
+              preview.summary]
+    return "\n".join(lines)
+
+
 FOLD_ALL = "/compact all"   # the app's way to fold what the kept tail holds; the CLI's: --all
 
 
