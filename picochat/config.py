@@ -52,6 +52,7 @@ class CompactionConfig:
     keep_recent_tokens: int = 20000
     instructions: str = ""
     summary_model: str | None = None  # None: the chat model writes the summaries
+    preview: bool = False  # the app shows each automatic compaction to approve first
 
 
 @dataclass(frozen=True)
@@ -273,11 +274,12 @@ class _Validator:
     def compaction(self, entry: dict[str, Any]) -> CompactionConfig:
         table = "context_compaction"
         self.unknown_keys(table, entry, ("enabled", "reserve_tokens", "keep_recent_tokens",
-                                         "instructions", "summary_model"))
+                                         "instructions", "summary_model", "preview"))
         d = CompactionConfig()
-        enabled = entry.get("enabled", d.enabled)
-        if not isinstance(enabled, bool):
-            raise self.fail(table, "enabled", f"expected true or false, got {_show(enabled)}")
+        enabled, preview = (entry.get(k, getattr(d, k)) for k in ("enabled", "preview"))
+        for key, value in (("enabled", enabled), ("preview", preview)):
+            if not isinstance(value, bool):
+                raise self.fail(table, key, f"expected true or false, got {_show(value)}")
         reserve = self.opt_int(table, entry, "reserve_tokens", minimum=0)
         keep = self.opt_int(table, entry, "keep_recent_tokens", minimum=0)
         instructions = self.opt_str(table, entry, "instructions")
@@ -292,6 +294,7 @@ class _Validator:
             keep_recent_tokens=d.keep_recent_tokens if keep is None else keep,
             instructions=instructions or "",
             summary_model=summary_model,
+            preview=preview,
         )
 
     def tools(self, entry: dict[str, Any]) -> ToolsConfig:

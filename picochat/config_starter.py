@@ -110,6 +110,10 @@ TEMPLATE = """\
 # model string, or "offline" (the built-in extractive summarizer). Default:
 # the chat model.
 # summary_model = "offline"
+# preview: in the app, show each automatic compaction before it is written:
+# Enter commits it, e edits the summary, Esc drops it (the turn then goes on
+# uncompacted). `picochat ask` never waits for one.
+{preview}
 
 
 # --- [tools]: the built-in tools the model may call -------------------------
@@ -147,6 +151,7 @@ def starter_config_text() -> str:
         reserve_tokens=_setting("reserve_tokens", c.reserve_tokens),
         keep_recent_tokens=_setting("keep_recent_tokens", c.keep_recent_tokens),
         instructions=_setting("instructions", c.instructions),
+        preview=_setting("preview", c.preview),
         tools=_setting("enabled", list(d.tools.enabled)),
         theme=_setting("theme", d.ui.theme),
     )

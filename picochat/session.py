@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from picochat.compaction.compact import CompactMode, CompactOutcome, CompactRequest
     from picochat.compaction.compactor import SummaryModel
     from picochat.compaction.preview import CompactionPreview
+    from picochat.turn import Reviewer
     from picochat.context_usage import ContextPanel, ContextUsage, RefusedSummary
 
 # What a front end drives a session with: the worker, and the events its turns stream. (The
@@ -194,6 +195,9 @@ class SessionWorker:
         self._summary_provider = summary_provider  # opened on the first summary, closed with us
         self.rejected_in_a_row = 0  # summaries rejected since the last real checkpoint
         self.refused: RefusedSummary | None = None  # the last of them, for the panel
+        # the app's, when `[context_compaction] preview` is on: shows an automatic
+        # compaction's preview and returns the one to commit, or None to drop it
+        self.reviewer: "Reviewer | None" = None
         self.system_prompt = system_prompt
         self.total_timeout = total_timeout
         self.compaction = compaction
@@ -708,9 +712,12 @@ class SessionWorker:
         return outcome
 
     def drop_preview(self, preview: "CompactionPreview") -> "asyncio.Future[None]":
+        return self.submit(lambda: self.drop_preview_now(preview))
+
+    async def drop_preview_now(self, preview: "CompactionPreview") -> None:
         from picochat.compaction.preview import drop_preview
 
-        return self.submit(lambda: drop_preview(self.store, preview))
+        await drop_preview(self.store, preview)
 
     def _compact_request(self, reason: TriggerReason, focus: str | None,
                          mode: CompactMode | None, everything: bool) -> "CompactRequest":

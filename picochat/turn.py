@@ -26,7 +26,7 @@ import time
 import traceback
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, TypeVar
 
 from picochat import crashpoints
 from picochat.agent_loop import (
@@ -80,6 +80,13 @@ from picochat.turn_events import (
 
 
 
+if TYPE_CHECKING:
+    from picochat.compaction.preview import CompactionPreview
+
+# A front end's review of an automatic compaction: the preview to commit, or None to drop it.
+Reviewer = Callable[["CompactionPreview"], Awaitable["CompactionPreview | None"]]
+
+
 class TurnContext(Protocol):
     """What a turn needs of its session, and all it may touch (`SessionWorker` is one). The
     turn reads the session's state and settings, asks it for the next request's draft and
@@ -110,6 +117,12 @@ class TurnContext(Protocol):
     async def compact_now(self, reason: TriggerReason, *, focus: str | None = None,
                           mode: CompactMode | None = None,  # None: a summary
                           everything: bool = False) -> CompactOutcome: ...
+    # an automatic compaction the user approves first (the app's, with `preview` on)
+    reviewer: "Reviewer | None"
+    async def preview_now(self, reason: TriggerReason, *, focus: str | None = None,
+                          everything: bool = False) -> "CompactionPreview | CompactOutcome": ...
+    async def commit_preview_now(self, preview: "CompactionPreview") -> CompactOutcome: ...
+    async def drop_preview_now(self, preview: "CompactionPreview") -> None: ...
 
     # what a quit could not save
     def not_saved(self, handle: TurnHandle) -> None: ...
@@ -547,14 +560,36 @@ class TurnRun:
         return outcome.projection  # the durable context now, committed or not
 
     async def _compact(self, action: Action) -> CompactOutcome:
-        """A COMPACT action: the compaction it names, announced before and after."""
+        """A COMPACT action: the compaction it names, announced before and after. An
+        automatic one within the window is shown to the app's reviewer first, when there is
+        one (`[context_compaction] preview`): it commits what the user approved, or nothing."""
         reason, mode = action.reason, action.mode
         assert reason is not None and mode is not None
         self.handle._emit(CompactionStarted(reason))
-        outcome = await self.worker.compact_now(reason, mode=mode)
+        reviewer = self.worker.reviewer
+        if reviewer is not None and reason == TriggerReason.AUTO and not mode.may_trim:
+            outcome = await self._reviewed(reviewer)
+        else:
+            outcome = await self.worker.compact_now(reason, mode=mode)
         self.compactions.append(outcome)
         self.handle._emit(Compacted(outcome))
         return outcome
+
+    async def _reviewed(self, reviewer: Reviewer) -> CompactOutcome:
+        from picochat.compaction.compact import NOTHING_TO_COMPACT
+        from picochat.compaction.preview import CompactionPreview
+
+        got = await self.worker.preview_now(TriggerReason.AUTO)
+        if not isinstance(got, CompactionPreview):
+            return got
+        chosen = await reviewer(got)
+        if chosen is not None:
+            return await self.worker.commit_preview_now(chosen)
+        await self.worker.drop_preview_now(got)
+        return CompactOutcome(NOTHING_TO_COMPACT, TriggerReason.AUTO, got.step.projection,
+                              tokens_before=got.tokens_before,
+                              deferred="you dropped its preview; it is offered again once "
+                                       "the context has grown")
 
     # --- saving --------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from tests.helpers.config import assert_config_error, write
 MODEL_KEYS = ("model", "api_base", "api_key_env", "token_limit", "timeout")
 TOP_KEYS = ("default_model", "models", "agents", "context_compaction", "tools", "ui")
 COMPACTION_KEYS = ("enabled", "reserve_tokens", "keep_recent_tokens", "instructions",
-                   "summary_model")
+                   "summary_model", "preview")
 TOOLS = ("history_search", "timeline_recall", "read_file")
 
 BAD_CONFIGS = {
@@ -54,6 +54,9 @@ BAD_CONFIGS = {
     "enabled_yes_string": (
         '[context_compaction]\nenabled = "yes"\n',
         ["context_compaction.enabled", "true or false", "'yes'"]),
+    "preview_yes_string": (
+        '[context_compaction]\npreview = "yes"\n',
+        ["context_compaction.preview", "(line 2)", "true or false", "'yes'"]),
     "boolean_for_int": (
         '[context_compaction]\nkeep_recent_tokens = true\n',
         ["context_compaction.keep_recent_tokens", "whole number", "a boolean"]),
@@ -191,7 +194,8 @@ def test_missing_config_file_shows_defaults(run_cli, config_file, home):
     assert "no config file" in result.stdout
     shown = tomllib.loads(result.stdout)
     assert shown["context_compaction"] == {"enabled": True, "reserve_tokens": 16384,
-                                           "keep_recent_tokens": 20000, "instructions": ""}
+                                           "keep_recent_tokens": 20000, "instructions": "",
+                                           "preview": False}
     assert shown["tools"]["enabled"] == list(TOOLS)
     assert shown["ui"]["theme"] == "picochat-dark"
     assert "default_model" not in shown

@@ -212,7 +212,7 @@ async def test_info_and_help_open_cards_with_the_engines_rows(store):
         await settle(pilot, app, lambda: isinstance(app.screen, CardScreen)
                      and app.screen.title_text == "Keys and commands")
         labels = [label for label, _ in app.screen.rows]
-        assert "/compact [focus|all]" in labels and "F2" in labels and "ctrl+j" in labels
+        assert "/compact [--preview] [focus|all]" in labels and "F2" in labels and "ctrl+j" in labels
 
 
 async def test_up_recalls_the_previous_prompt_and_ctrl_j_adds_a_newline(store):
@@ -750,7 +750,7 @@ async def test_tab_completes_hints_show_arguments_and_undo_says_what_it_did(stor
         prompt = app.query_one(Prompt)
         await pilot.press("/", "c", "o", "m")
         await settle(pilot, app, lambda: "/compact" in str(app.query_one("#hints").render()))
-        assert "/compact [focus|all]" in str(app.query_one("#hints").render())  # not eaten as markup
+        assert "/compact [--preview] [focus|all]" in str(app.query_one("#hints").render())  # not eaten as markup
         await pilot.press("tab")
         assert prompt.text == "/compact "  # takes an argument: a space follows
         prompt.load_text("/und")

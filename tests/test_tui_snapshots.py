@@ -281,3 +281,59 @@ def test_checkpoint_panel_with_a_refused_summary(snap_compare, fixed_store, size
                 and app.focused is panel.query_one("#cp-list"))
 
     assert snap(snap_compare, app, before, size=size, shown=shown)
+
+
+def preview_app(store, summary: str) -> PicochatApp:
+    from tests.helpers.conversations import plant_services
+    from tests.helpers.scripted import Recorder
+
+    session = store.create_session("demo")
+    plant_services(store, session.id, 12)
+    return PicochatApp(store, session, resolve_model(CONFIG, "offline"),
+                       Recorder(summaries=[summary]), CONFIG)
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+def test_compaction_preview(snap_compare, fixed_store, size):
+    """`/compact --preview` (issue 34): what it folds, tokens before and after, the gate's
+    verdict, the facts it adds, and the summary, before anything is written."""
+    from picochat.tui.compaction_preview import PreviewScreen
+    from tests.helpers.scripted import well_formed
+
+    app = preview_app(fixed_store, well_formed(
+        "Run the twelve services, each on its own port.",
+        Decisions="- one config file per service, under /etc/svc"))
+
+    async def before(pilot) -> None:
+        await pilot.app.run_command("/compact --preview")
+
+    assert snap(snap_compare, app, before, size=size,
+                shown=lambda app: isinstance(app.screen, PreviewScreen))
+
+
+def test_summary_editor_with_an_edit_the_gate_refuses(snap_compare, fixed_store):
+    """The summary editor after ctrl+s on a text the gate refuses: the reason under it."""
+    from textual.widgets import TextArea
+
+    from picochat.tui.compaction_preview import PreviewScreen, SummaryEditor
+    from tests.helpers.scripted import well_formed
+
+    app = preview_app(fixed_store, well_formed("Run the twelve services."))
+
+    async def before(pilot) -> None:
+        app = pilot.app
+        await app.run_command("/compact --preview")
+        await settle(pilot, app, lambda: isinstance(app.screen, PreviewScreen))
+        await pilot.press("e")
+        await settle(pilot, app, lambda: isinstance(app.screen, SummaryEditor))
+        editor = app.screen.query_one("#ed-text", TextArea)
+        editor.cursor_blink = False
+        editor.load_text("Sure! We talked about the twelve services and their ports.\n"
+                         "Each one has its own config file.")
+        await pilot.press("ctrl+s")
+
+    def shown(app) -> bool:
+        return (isinstance(app.screen, SummaryEditor)
+                and "Refused" in str(app.screen.query_one("#ed-verdict").render()))
+
+    assert snap(snap_compare, app, before, size=(120, 40), shown=shown)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.text import Text
 from textual import events, work
@@ -38,7 +38,7 @@ from picochat.models import ResolvedModel
 from picochat.opening import open_model
 from picochat.providers.base import Provider
 from picochat.catalog import FirstScreen, SessionCatalog
-from picochat.session import ready_for_turns
+from picochat.session import SessionWorker, ready_for_turns
 from picochat.storage.store import Store
 from picochat.tui import slash
 from picochat.tui.chat import ChatView
@@ -54,6 +54,9 @@ from picochat.tui.signals import QuitSignals
 from picochat.tui.themes import bundled_dir, install_themes, save_theme
 from picochat.tui.status import StatusBar
 from picochat.unsent import Unsent, keep_at_quit, restored_note, take
+
+if TYPE_CHECKING:
+    from picochat.compaction.preview import CompactionPreview
 
 
 log = logging.getLogger("picochat.tui")
@@ -210,7 +213,7 @@ class PicochatApp(App[None]):
         # a log that cannot be written is a notice, never Python's traceback behind Textual
         self._log_reporter = report_log_off_to(self._log_off_notice)
         try:
-            self.worker.on_queue_change(self._queue_changed)
+            self._listen_to(self.worker)
             await self.worker.start()  # answers a killed picochat was writing are saved first
             for note in self.worker.recovered_notes():
                 self.notify(literal(note), severity="warning", timeout=10)
@@ -609,6 +612,18 @@ class PicochatApp(App[None]):
 
     # --- sessions ------------------------------------------------------------------------------
 
+    def _listen_to(self, worker: SessionWorker) -> None:
+        """What the app hears from a session's worker: its queue, and (with
+        `[context_compaction] preview`) each automatic compaction, to approve first."""
+        worker.on_queue_change(self._queue_changed)
+        if self.config.context_compaction.preview:
+            worker.reviewer = self._review
+
+    async def _review(self, preview: "CompactionPreview") -> "CompactionPreview | None":
+        from picochat.tui.commands import choose
+
+        return await choose(self, preview, "Automatic compaction")
+
     async def open_session(self, session: Session,
                            opened: tuple[ResolvedModel, Provider] | None = None) -> None:
         """Switch the app to `session` (with its own model unless one is given, opened)."""
@@ -624,7 +639,7 @@ class PicochatApp(App[None]):
         self.session = session
         self.worker = self.sessions.worker(session, model, provider, self.config)
         self.conversation.worker = self.worker
-        self.worker.on_queue_change(self._queue_changed)
+        self._listen_to(self.worker)
         await self.worker.start()
         await self.worker.opened()  # the next start reopens it, even after a kill
         self.warm_up()
@@ -694,6 +709,8 @@ class PicochatApp(App[None]):
         if action == "stop":  # False hides it
             running = self._conversation is not None and self._conversation.running
             return bool(running) or self.query_one(SlashHints).is_open
+        if action == "compact_now":  # not over a preview, its editor or a question
+            return len(self.screen_stack) == 1
         return True
 
     def action_help(self) -> None:

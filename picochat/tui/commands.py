@@ -30,19 +30,30 @@ from picochat.tui.screens import ConfirmScreen, PickScreen
 Handler = Callable[[CommandHost, str], Awaitable[None]]
 
 
+PREVIEW_FLAG = "--preview"
+
+
 async def cmd_compact(host: CommandHost, focus: str) -> None:
-    """`/compact [focus]`; `/compact all` folds all but the newest turn."""
+    """`/compact [focus]`; `/compact all` folds all but the newest turn; `/compact --preview
+    [focus|all]` shows the compaction before anything is written."""
     chat = host.chat
+    words = focus.split()
+    preview = bool(words) and words[0].lower() == PREVIEW_FLAG
+    if preview:
+        focus = focus.strip()[len(PREVIEW_FLAG):].strip()
     if host.worker.busy:
-        await chat.add_notice("/compact is queued: it runs when the current answer ends")
+        await chat.add_notice(f"/compact{' --preview' if preview else ''} is queued: it runs "
+                              "when the current answer ends")
     everything = focus.strip().lower() == "all"
-    host.run_worker(_compact(host, None if everything else (focus or None), everything),
-                   group="commands", exit_on_error=False)
+    host.run_worker(_compact(host, None if everything else (focus or None), everything,
+                             preview), group="commands", exit_on_error=False)
 
 
-async def _compact(host: CommandHost, focus: str | None, everything: bool) -> None:
+async def _compact(host: CommandHost, focus: str | None, everything: bool,
+                   preview: bool = False) -> None:
     chat = host.chat
-    line = Pending("compacting the context", stop="")
+    line = Pending("writing a summary to preview" if preview else "compacting the context",
+                   stop="")
 
     conversation = host.conversation
 
@@ -51,11 +62,50 @@ async def _compact(host: CommandHost, focus: str | None, everything: bool) -> No
         chat.put(line)
 
     try:
-        outcome = await host.worker.compact(focus, everything=everything, on_start=started)
+        if preview:
+            got = await host.worker.preview(focus, everything=everything, on_start=started)
+        else:
+            got = await host.worker.compact(focus, everything=everything, on_start=started)
     finally:
         conversation.set_activity("")
         chat.take(line)  # not awaited: the outcome's line must be shown before anything a
         #                  job queued behind this one (a /clear) says
+    from picochat.compaction.preview import CompactionPreview
+
+    if isinstance(got, CompactionPreview):
+        outcome = await review(host, got)
+        if outcome is None:
+            return
+    else:
+        outcome = got
+    await show_outcome(host, outcome, everything)
+
+
+async def review(host: CommandHost, preview):
+    """`/compact --preview`: the outcome of the preview the user committed (queued, as
+    /compact is), or None when they dropped it (a line says nothing was written)."""
+    picked = await choose(host, preview)
+    if picked is None:
+        await host.worker.drop_preview(preview)
+        await host.chat.add_notice("Preview dropped: nothing was written")
+        return None
+    return await host.worker.commit_preview(picked)
+
+
+async def choose(host: CommandHost, preview, title: str = "Compaction preview"):
+    """Show `preview` until the user picks: the preview to commit (the one shown, or their
+    edit of it), or None to drop it. Also the reviewer of automatic compactions, with
+    `[context_compaction] preview` on."""
+    from picochat.tui.compaction_preview import PreviewScreen
+
+    chosen: asyncio.Future = asyncio.get_running_loop().create_future()
+    host.push_screen(PreviewScreen(preview, title), chosen.set_result)
+    return await chosen
+
+
+async def show_outcome(host: CommandHost, outcome, everything: bool = False) -> None:
+    """A /compact's outcome in the transcript: the card, the failure line, or why not."""
+    chat, conversation = host.chat, host.conversation
     if outcome.compacted:
         await chat.add_notice(compacted_card(outcome), "card")
         await conversation.compacted(outcome, announce=False)

@@ -18,8 +18,9 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("compact", "[focus|all]", "summarize older turns now (all: all but the newest); "
-                                      "the raw history stays"),
+    Command("compact", "[--preview] [focus|all]",
+            "summarize older turns now (all: all but the newest; --preview: see, edit or drop "
+            "it before it is written); the raw history stays"),
     Command("uncompact", "", "undo the last compaction"),
     Command("info", "", "context usage: window, threshold, what is used"),
     Command("checkpoints", "", "show or hide the checkpoint panel"),
