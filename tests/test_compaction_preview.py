@@ -255,3 +255,23 @@ def test_a_preview_commits_what_it_showed_or_nothing(turns, events):
                 assert store.active_checkpoint(sid) == before  # nothing written
         finally:
             store.close()
+
+
+def test_a_fold_of_tool_results_is_previewed_as_it_is_and_has_no_summary_to_edit(store):
+    from picochat.tools.registry import schemas
+    from tests.helpers.conversations import read_turn
+
+    sid = store.create_session("reads").id
+    for i in range(4):
+        read_turn(store, sid, i, f"Please read mod{i}.py; our Redis cache runs on port 638{i}.")
+    provider = Recorder()
+    got = asyncio.run(preview_compaction(store, provider, CompactRequest(
+        session_id=sid, reason="manual", limits=budget_limits(8_192, None, 16_384, 20_000),
+        system_prompt="sys", tools=schemas(["history_search", "read_file"]))))
+    assert isinstance(got, CompactionPreview) and got.candidate.pointers
+    assert not provider.summary_requests  # tier one: no call, in the preview too
+    assert not got.editable and got.committable
+    assert got.verdict_line == "no summary to check: the older turns stay word for word"
+    assert "history_search seq=3 reads it back" in got.summary
+    cp = commit(store, got).checkpoint
+    assert cp.pointers and cp.summary == got.summary

@@ -20,28 +20,12 @@ from picochat.tools.base import ToolContext
 from picochat.tools.history import READ_CHARS
 from picochat.tools.registry import run_tool, schemas
 from tests.helpers.config import ENV
+from tests.helpers.conversations import file_text, read_turn
 from tests.helpers.scripted import Recorder
 from tests.helpers.storage import append_message
 
 TOOLS = schemas(["history_search", "timeline_recall", "read_file"])
 SYSTEM = "You are a helpful assistant."
-
-
-def file_text(name: str, lines: int = 120) -> str:
-    return "\n".join(f"{name} line {i}: def handler_{i}(req): return process(req, mode={i})"
-                     for i in range(lines))
-
-
-def read_turn(store, sid: str, i: int, said: str, lines: int = 120, answer: str | None = None):
-    """One turn in which the model read a file: user, call, result, answer."""
-    call = {"id": f"c{i}", "type": "function",
-            "function": {"name": "read_file", "arguments": json.dumps({"path": f"mod{i}.py"})}}
-    append_message(store, sid, "user", said, turn_id=f"t{i}")
-    append_message(store, sid, "assistant", "", tool_calls=[call], turn_id=f"t{i}")
-    append_message(store, sid, "tool", file_text(f"MARK{i}", lines), tool_call_id=f"c{i}",
-                   name="read_file", tool_status="ok", turn_id=f"t{i}")
-    append_message(store, sid, "assistant", answer or f"mod{i}.py defines 120 handlers.",
-                   turn_id=f"t{i}")
 
 
 def compact(store, sid, provider=None, reason="auto", window=8_192, **kw):

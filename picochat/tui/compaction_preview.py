@@ -59,7 +59,7 @@ class PreviewScreen(ModalScreen["CompactionPreview | None"]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="pv-box") as box:
-            box.border_title = f"{self.title_text} · nothing written yet"
+            box.border_title = literal(f"{self.title_text} · nothing written yet")
             yield Static(id="pv-rows")
             yield Static(id="pv-facts")
             yield Static("Summary", id="pv-summary-title")
@@ -89,19 +89,19 @@ class PreviewScreen(ModalScreen["CompactionPreview | None"]):
             + (" (your edit)" if preview.edited else ""))
         self.query_one("#pv-summary", Static).update(literal(preview.summary))
         box = self.query_one("#pv-box", VerticalScroll)
-        box.border_subtitle = COMMIT_HINT if preview.committable else REFUSED_HINT
+        box.border_subtitle = literal(COMMIT_HINT if preview.committable else REFUSED_HINT)
 
     def action_commit(self) -> None:
         if self.preview.committable:
             self.dismiss(self.preview)
             return
-        self.notify("The gate refused this summary: e edits it, esc drops it",
-                    severity="warning", markup=False)
+        self.notify(literal("The gate refused this summary: e edits it, esc drops it"),  # type: ignore[arg-type]
+                    severity="warning")
 
     def action_edit(self) -> None:
         if not self.preview.editable:
-            self.notify("This compaction has no summary to edit: the older turns stay word "
-                        "for word", severity="warning", markup=False)
+            self.notify(literal("This compaction has no summary to edit: the older turns "  # type: ignore[arg-type]
+                                "stay word for word"), severity="warning")
             return
 
         def edited(preview: "CompactionPreview | None") -> None:

@@ -2,6 +2,8 @@
 long and short sessions, and the rows a session holds."""
 
 from __future__ import annotations
+
+import json
 from tests.helpers.storage import append_message
 
 FILLER = "The quick brown fox jumps over the lazy dog near port 8080. "
@@ -52,3 +54,20 @@ def short_turns(store, turns: int, user: str = "question {i}", answer: str = "an
 def rows_of(store, session_id) -> list[tuple[str, str, str]]:
     """The saved rows as (role, text, status)."""
     return [(m.role, m.content.strip(), m.status) for m in store.history(session_id)]
+
+
+def file_text(name: str, lines: int = 120) -> str:
+    return "\n".join(f"{name} line {i}: def handler_{i}(req): return process(req, mode={i})"
+                     for i in range(lines))
+
+
+def read_turn(store, sid: str, i: int, said: str, lines: int = 120, answer: str | None = None):
+    """One turn in which the model read a file: user, call, result, answer."""
+    call = {"id": f"c{i}", "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": f"mod{i}.py"})}}
+    append_message(store, sid, "user", said, turn_id=f"t{i}")
+    append_message(store, sid, "assistant", "", tool_calls=[call], turn_id=f"t{i}")
+    append_message(store, sid, "tool", file_text(f"MARK{i}", lines), tool_call_id=f"c{i}",
+                   name="read_file", tool_status="ok", turn_id=f"t{i}")
+    append_message(store, sid, "assistant", answer or f"mod{i}.py defines 120 handlers.",
+                   turn_id=f"t{i}")
