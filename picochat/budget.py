@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import statistics
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -121,7 +122,8 @@ def compaction_forecast(used: int, threshold: int, auto: bool,
                         recent_turns: Sequence[int]) -> Forecast | None:
     """None below SOFT_SHARE of `threshold`; else which turn reaches it if turns stay the size
     of the last RECENT_TURNS (`recent_turns`: their sizes in the model's tokens, oldest first).
-    """
+    Their median, not their mean: one pasted log among them said "at the next turn" for turns
+    that then went on for several more."""
     if threshold <= 0 or used < SOFT_SHARE * threshold:
         return None
     if used >= threshold:
@@ -129,8 +131,8 @@ def compaction_forecast(used: int, threshold: int, auto: bool,
     sizes = [n for n in recent_turns[-RECENT_TURNS:] if n > 0]
     if not sizes:
         return Forecast(None, auto)
-    average = sum(sizes) / len(sizes)
-    return Forecast(math.floor((threshold - used) / average) + 1, auto)
+    typical = statistics.median(sizes)
+    return Forecast(math.floor((threshold - used) / typical) + 1, auto)
 
 
 # --- what a compaction leaves --------------------------------------------------------------------

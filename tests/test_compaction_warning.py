@@ -172,3 +172,9 @@ def test_info_json_and_the_card_carry_the_forecast(cli_store, config_file, run_c
     assert info["compaction_warning"].startswith("compacting ")
     card = run_cli("info", "-s", "work").stdout
     assert f"({info['compaction_warning']})" in card  # the text card says the same
+
+
+def test_one_pasted_log_among_the_recent_turns_does_not_say_the_next_turn():
+    # 300 left; turns of 60 with one 1,200-token paste among the last three: the sixth turn,
+    # not "at the next turn" (the mean, 440, said 1)
+    assert compaction_forecast(3_700, 4_000, True, [60, 1_200, 60]) == Forecast(6, True)
