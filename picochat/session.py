@@ -57,6 +57,7 @@ from picochat.unsent import Unsent, forget, kept_answers
 from picochat.turn_events import (
     CUT_AT_LIMIT,
     Compacted,
+    CompactionReview,
     CompactionStarted,
     Notice,
     RetryWaiting,
@@ -85,7 +86,7 @@ if TYPE_CHECKING:
 # App is to narrow that.)
 __all__ = [
     "SessionWorker", "TurnHandle", "TurnEvent", "TurnOutcome", "TurnStarted", "ThinkingDelta",
-    "TextDelta", "CompactionStarted", "Compacted", "Notice", "RetryWaiting", "ToolRan",
+    "TextDelta", "CompactionStarted", "CompactionReview", "Compacted", "Notice", "RetryWaiting", "ToolRan",
     "TurnFinished", "TurnFailed", "TurnCancelled", "CUT_AT_LIMIT", "remembered",
     "summary_model_advice", "note_opened", "TOTAL_TIMEOUT_S", "MIN_LEARNED_WINDOW", "LastTurn",
     "ready_for_turns",

@@ -67,6 +67,7 @@ from picochat.tools.registry import call_detail, run_tool
 from picochat.traits import TraitsLearner
 from picochat.turn_events import (
     Compacted,
+    CompactionReview,
     CompactionStarted,
     Notice,
     RetryWaiting,
@@ -582,6 +583,7 @@ class TurnRun:
         got = await self.worker.preview_now(TriggerReason.AUTO)
         if not isinstance(got, CompactionPreview):
             return got
+        self.handle._emit(CompactionReview())
         chosen = await reviewer(got)
         if chosen is not None:
             return await self.worker.commit_preview_now(chosen)

@@ -81,6 +81,12 @@ class CompactionStarted:
 
 
 @dataclass(frozen=True)
+class CompactionReview:
+    """The automatic compaction is drafted and shown to the user (`[context_compaction]
+    preview`): the turn waits for their answer, then goes on either way."""
+
+
+@dataclass(frozen=True)
 class Compacted:
     """How that compaction ended; the turn goes on either way unless it cannot."""
 
@@ -120,8 +126,8 @@ class ToolRan:
     detail: str = ""  # what it read or searched (`registry.call_detail`)
 
 
-TurnEvent = Union[TurnStarted, ThinkingDelta, TextDelta, CompactionStarted, Compacted, Notice,
-                  RetryWaiting, ToolRan, TurnFinished, TurnFailed]
+TurnEvent = Union[TurnStarted, ThinkingDelta, TextDelta, CompactionStarted, CompactionReview,
+                  Compacted, Notice, RetryWaiting, ToolRan, TurnFinished, TurnFailed]
 TurnOutcome = Union[TurnFinished, TurnFailed]
 
 

@@ -11,10 +11,11 @@ from picochat.config import CompactionConfig, Config, ModelConfig
 from picochat.models import resolve_model
 from picochat.tui.app import PicochatApp
 from picochat.tui.compaction_preview import PreviewScreen, SummaryEditor
-from tests.helpers.conversations import plant_services
+from tests.helpers.conversations import plant_services, seed
 from tests.helpers.scripted import Recorder, well_formed
 from tests.helpers.storage import append_message
-from tests.helpers.tui import chat_once, screen
+from picochat.tui.conversation import REVIEWING
+from tests.helpers.tui import chat_once, screen, status
 from tests.helpers.waiting import settle
 
 CONFIG = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
@@ -22,9 +23,12 @@ SUMMARY = well_formed("Run the services on their ports.")
 JUNK = "Sure! Here is what you talked about: [bold]ports[/bold] and services."
 
 
-def app_with(store, summaries, config=CONFIG, model="offline", turns=12) -> PicochatApp:
+def app_with(store, summaries, config=CONFIG, model="offline", turns=12,
+             chatter=0) -> PicochatApp:
+    """A session of `turns` turns that each state facts, then `chatter` turns of filler."""
     session = store.create_session("demo")
     plant_services(store, session.id, turns)
+    seed(store, session.id, chatter, start=turns)
     return PicochatApp(store, session, resolve_model(config, model),
                        Recorder(summaries=list(summaries)), config)
 
@@ -39,6 +43,8 @@ def part(app, selector) -> str:
 
     shown = app.screen.query_one(selector, Static).render()
     inner = getattr(shown, "_renderable", shown)  # a rich renderable Textual wraps
+    if isinstance(getattr(inner, "plain", None), str):
+        return inner.plain
     console = Console(width=96, color_system=None, record=True, file=open("/dev/null", "w"))
     console.print(inner)
     return console.export_text()
@@ -108,7 +114,7 @@ async def test_an_edit_the_gate_refuses_stays_with_its_reason_and_a_fixed_one_co
 
 
 async def test_a_refused_model_summary_cannot_be_committed_but_can_be_fixed(store):
-    app = app_with(store, [JUNK])
+    app = app_with(store, [JUNK], turns=3, chatter=12)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_preview(pilot, app)
         assert "refused" in part(app, "#pv-rows")
@@ -121,7 +127,12 @@ async def test_a_refused_model_summary_cannot_be_committed_but_can_be_fixed(stor
         await pilot.press("e")
         await settle(pilot, app, lambda: on_top(app, SummaryEditor))
         assert "Refused:" in part(app, "#ed-verdict")  # why, before any edit
-        app.screen.query_one("#ed-text", TextArea).load_text(SUMMARY)
+        assert "ctrl+r" in part(app, "#ed-verdict")  # and a way out
+        await pilot.press("ctrl+r")  # picochat's own extract of the same turns
+        editor = app.screen.query_one("#ed-text", TextArea)
+        await settle(pilot, app, lambda: editor.text.startswith("## Objective"))
+        assert "listens on port" in editor.text
+        assert "Refused" not in part(app, "#ed-verdict")
         await pilot.press("ctrl+s")
         await settle(pilot, app, lambda: on_top(app, PreviewScreen))
         await pilot.press("enter")
@@ -182,6 +193,8 @@ async def test_with_preview_on_an_automatic_compaction_waits_for_enter(store):
         await settle(pilot, app, lambda: on_top(app, PreviewScreen),
                      what="the automatic compaction was not shown first")
         assert "Automatic compaction" in str(app.screen.query_one("#pv-box").border_title)
+        await settle(pilot, app, lambda: status(app).startswith(REVIEWING),
+                     what="the bar did not say the compaction waits for the user")
         assert store.active_checkpoint(app.session.id) is None
         assert len(store.history(app.session.id)) == 2 * TURNS + 1  # the turn waits
         await pilot.press("enter")

@@ -154,6 +154,17 @@ class CompactionPreview:
             return "no summary to check: the older turns stay word for word"
         return "passed" + (" (your edit)" if self.edited else "")
 
+    def extract(self) -> str:
+        """picochat's own summary of the same turns (the built-in extractive summarizer, no
+        model, within the same cap): a start for an edit when the model's is refused."""
+        from picochat.providers import offline_summary
+
+        draft = self.step.draft
+        if draft is None:
+            raise PreviewRefused("this compaction has no summary to edit",
+                                 "tier one keeps the older turns word for word")
+        return offline_summary.summarize(draft.transcript.text, draft.max_tokens)
+
     def edit(self, text: str) -> "CompactionPreview":
         """The preview with `text` as the summary, through the same gate and candidate checks
         as the model's (`verdict` says what they refused)."""

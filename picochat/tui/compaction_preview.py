@@ -128,10 +128,13 @@ class SummaryEditor(ModalScreen["CompactionPreview | None"]):
     }
     SummaryEditor #ed-help { color: $text-muted; }
     SummaryEditor #ed-text { height: 1fr; }
-    SummaryEditor #ed-verdict { color: $error; text-style: bold; height: auto; }
+    SummaryEditor #ed-verdict { color: $text-muted; height: auto; }
+    SummaryEditor #ed-verdict.refused { color: $error; text-style: bold; }
     """
     BINDINGS = [
         Binding("ctrl+s", "check", "Check and keep", key_display="ctrl+s", priority=True),
+        Binding("ctrl+r", "extract", "Start from picochat's extract", key_display="ctrl+r",
+                priority=True),
         Binding("escape", "cancel", "Cancel", key_display="esc"),
     ]
 
@@ -142,15 +145,18 @@ class SummaryEditor(ModalScreen["CompactionPreview | None"]):
     def compose(self) -> ComposeResult:
         with Vertical(id="ed-box") as box:
             box.border_title = "Edit the summary"
-            box.border_subtitle = "ctrl+s checks it with the quality gate · esc cancels"
-            yield Static(Text("The model reads this in place of the older turns. The exact "
-                              "facts are picochat's: they are added under it, whatever it "
-                              "says."), id="ed-help")
+            box.border_subtitle = ("ctrl+s checks it with the quality gate · ctrl+r starts "
+                                   "from picochat's extract · esc cancels")
+            yield Static(Text("The model reads this in place of the older turns: the nine "
+                              "headings, each with what matters. The exact facts are "
+                              "picochat's: they are added under it, whatever it says."),
+                         id="ed-help")
             yield TextArea(clean(self.preview.text), id="ed-text", soft_wrap=True,
                            show_line_numbers=False)
             verdict = Static(id="ed-verdict")
             if self.preview.verdict is not None:
                 verdict.update(refusal(self.preview))
+                verdict.add_class("refused")
             yield verdict
 
     def action_check(self) -> None:
@@ -159,7 +165,17 @@ class SummaryEditor(ModalScreen["CompactionPreview | None"]):
         if checked.committable:
             self.dismiss(checked)
             return
-        self.query_one("#ed-verdict", Static).update(refusal(checked))
+        verdict = self.query_one("#ed-verdict", Static)
+        verdict.update(refusal(checked))
+        verdict.add_class("refused")
+
+    def action_extract(self) -> None:
+        """Replace the text with picochat's extractive summary of the same turns."""
+        self.query_one("#ed-text", TextArea).load_text(self.preview.extract())
+        verdict = self.query_one("#ed-verdict", Static)
+        verdict.update(literal("picochat's own extract of these turns (no model): edit it, "
+                               "then ctrl+s"))
+        verdict.remove_class("refused")
 
     def action_cancel(self) -> None:
         self.dismiss(None)
@@ -169,4 +185,5 @@ def refusal(preview: "CompactionPreview") -> Text:
     """"Refused: the reason. What to do." (the gate's own hints are about asking again)"""
     error = preview.verdict
     assert error is not None
-    return literal(f"Refused: {error.message}. Fix it and press ctrl+s, or esc to go back.")
+    return literal(f"Refused: {error.message}. Fix it and press ctrl+s; ctrl+r starts from "
+                   "picochat's own extract of these turns; esc goes back.")

@@ -30,6 +30,7 @@ from picochat.providers.base import TextDelta, ThinkingDelta
 from picochat.session import (
     CUT_AT_LIMIT,
     Compacted,
+    CompactionReview,
     CompactionStarted,
     Notice as TurnNotice,
     RetryWaiting,
@@ -48,6 +49,7 @@ from picochat.tui.safe import literal
 from picochat.tui.welcome import Welcome
 
 WAITING = "waiting for the answer"
+REVIEWING = "review the compaction"  # the bar, while an automatic one waits for the user
 NOT_SENT_DATABASE_GONE = ("Not sent: the database file was deleted or replaced; quit and "
                           "start picochat again. It is back in the prompt")
 
@@ -310,6 +312,9 @@ class _TurnOnScreen:
         elif isinstance(event, CompactionStarted):
             c.set_activity(status.COMPACTING, stoppable=True)
             await self.wait_for(f"compacting the context ({event.reason})")
+        elif isinstance(event, CompactionReview):
+            c.set_activity(REVIEWING)
+            await self.wait_for("the compaction waits for you: enter commits it, esc drops it")
         elif isinstance(event, Compacted):
             await c.compacted(event.outcome, announce=True)
             c.set_activity(status.ANSWERING, stoppable=True)
