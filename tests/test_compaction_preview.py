@@ -275,3 +275,17 @@ def test_a_fold_of_tool_results_is_previewed_as_it_is_and_has_no_summary_to_edit
     assert "history_search seq=3 reads it back" in got.summary
     cp = commit(store, got).checkpoint
     assert cp.pointers and cp.summary == got.summary
+
+
+def test_picochat_s_own_extract_of_the_turns_passes_where_the_model_s_was_refused(store):
+    sid = store.create_session("chatty").id
+    plant_services(store, sid, 3)
+    seed(store, sid, 12, start=10)
+    shown = preview(store, sid, [JUNK], window=128_000)
+    assert not shown.committable
+    extract = shown.extract()
+    fixed = shown.edit(extract)
+    assert fixed.committable, fixed.verdict_line
+    assert fixed.tokens_after < fixed.tokens_before
+    assert "Service 0 listens on port 8000" in fixed.summary
+    assert commit(store, fixed).checkpoint.summary == fixed.summary
