@@ -283,6 +283,14 @@ def test_checkpoint_panel_with_a_refused_summary(snap_compare, fixed_store, size
     assert snap(snap_compare, app, before, size=size, shown=shown)
 
 
+def footer_drawn(app: PicochatApp) -> bool:
+    """The chat screen's footer, under a modal, has its keys again (it is recomposed after the
+    focus moves, a beat after the modal is drawn)."""
+    from textual.widgets import Footer
+
+    return bool(app.screen_stack[0].query_one(Footer).children)
+
+
 def preview_app(store, summary: str) -> PicochatApp:
     from tests.helpers.conversations import plant_services
     from tests.helpers.scripted import Recorder
@@ -308,7 +316,7 @@ def test_compaction_preview(snap_compare, fixed_store, size):
         await pilot.app.run_command("/compact --preview")
 
     assert snap(snap_compare, app, before, size=size,
-                shown=lambda app: isinstance(app.screen, PreviewScreen))
+                shown=lambda app: isinstance(app.screen, PreviewScreen) and footer_drawn(app))
 
 
 def test_summary_editor_with_an_edit_the_gate_refuses(snap_compare, fixed_store):
@@ -333,7 +341,7 @@ def test_summary_editor_with_an_edit_the_gate_refuses(snap_compare, fixed_store)
         await pilot.press("ctrl+s")
 
     def shown(app) -> bool:
-        return (isinstance(app.screen, SummaryEditor)
+        return (isinstance(app.screen, SummaryEditor) and footer_drawn(app)
                 and "Refused" in str(app.screen.query_one("#ed-verdict").render()))
 
     assert snap(snap_compare, app, before, size=(120, 40), shown=shown)

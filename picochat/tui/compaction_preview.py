@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 FACT_LINES = 12  # the fact changes listed before "… and N more"
 COMMIT_HINT = "enter commits · e edits the summary · esc drops"
 REFUSED_HINT = "e edits the summary · esc drops"
+EDITOR_HINT = ("ctrl+s checks it with the quality gate · ctrl+r starts from picochat's extract "
+               "· esc cancels")
 
 
 class PreviewScreen(ModalScreen["CompactionPreview | None"]):
@@ -145,8 +147,7 @@ class SummaryEditor(ModalScreen["CompactionPreview | None"]):
     def compose(self) -> ComposeResult:
         with Vertical(id="ed-box") as box:
             box.border_title = "Edit the summary"
-            box.border_subtitle = ("ctrl+s checks it with the quality gate · ctrl+r starts "
-                                   "from picochat's extract · esc cancels")
+            box.border_subtitle = EDITOR_HINT
             yield Static(Text("The model reads this in place of the older turns: the nine "
                               "headings, each with what matters. The exact facts are "
                               "picochat's: they are added under it, whatever it says."),
