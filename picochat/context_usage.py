@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from picochat import tokens
 from picochat.budget import (
@@ -28,6 +28,9 @@ from picochat.messages import Checkpoint, Message, Session
 from picochat.models import ResolvedModel, WindowSource
 from picochat.pins import pin_label
 from picochat.projection import ContextProjection
+
+if TYPE_CHECKING:
+    from picochat.context_map import ContextMap
 
 USAGE_SOURCES = {
     UsageSource.ESTIMATE: "estimate from stored counts",
@@ -68,6 +71,8 @@ class ContextUsage:
     summary_model: ResolvedModel | None = None  # None: the chat model writes the summaries
     summary_number: int = 0  # the active checkpoint's number from the first ("Summary 3")
     files: str = ""  # where read_file may read, or why it is off ("": not offered)
+    searchable: bool = False  # history_search is offered (the summary block says so)
+    tools_note: str = ""      # what the tool schemas' row says (/context)
 
     @property
     def room(self) -> CompactionRoom:
@@ -82,6 +87,18 @@ class ContextUsage:
         sizes = [tokens.scale(turn.tokens, lim.token_factor)
                  for turn in group_turns(self.projection.raw)[-RECENT_TURNS:]]
         return compaction_forecast(self.budget.used_tokens, lim.threshold, self.enabled, sizes)
+
+    @cached_property
+    def map(self) -> "ContextMap":
+        """Where the window goes, part by part (`/context`)."""
+        return self.map_with(())
+
+    def map_with(self, queued: Sequence[str]) -> "ContextMap":
+        """The map with `queued` messages waiting behind the next request."""
+        from picochat.context_map import TOOLS_NOTE, context_map
+
+        return context_map(self.budget, self.projection, self.searchable,
+                           self.tools_note or TOOLS_NOTE, queued)
 
     @property
     def warning(self) -> str:
@@ -124,6 +141,7 @@ class ContextUsage:
             "parts": {"system": parts.system, "tools": parts.tools, "summary": parts.summary,
                       "raw_tail": parts.raw_tail, "framing": parts.framing,
                       "pins": parts.pins},
+            "context_map": self.map.as_dict(),  # /context: the parts, reserve and free room
             "pins": [{"number": p.number, "tokens": p.tokens, "source_seq": p.source_seq}
                      for p in self.projection.pins],
             "pins_tokens": parts.pins,
@@ -174,6 +192,7 @@ class ContextUsage:
             ("Pins", self._pins()),
             *((("Files", self.files),) if self.files else ()),
             ("Used", f"{b.used_tokens:,}  ({_source(b)})"),
+            ("Where it goes", self.map.line() + "  (/context draws it)"),
             ("Left before auto", f"{b.remaining_tokens:,}"
              + (f"  ({self.warning})" if self.warning else "")),
         ]

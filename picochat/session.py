@@ -206,6 +206,7 @@ class SessionWorker:
         # where read_file may read; off (and not offered) when started in ~ or / unconfigured
         self._file_access = file_access
         self.reads_files = any(t["function"]["name"] == "read_file" for t in tools)
+        self.tools_off = False  # `/tools off`: none offered, this session, this run
         self.tools = tools if self.file_access.on else tuple(  # OpenAI-format schemas
             t for t in tools if t["function"]["name"] != "read_file")
         self._jobs = JobQueue(f"session-{session_id}")
@@ -432,8 +433,30 @@ class SessionWorker:
 
     @property
     def offered_tools(self) -> tuple[dict[str, Any], ...]:
-        """The tools a request offers: none to a server that refuses them."""
-        return () if self.model.tools_refused else self.tools
+        """The tools a request offers: none to a server that refuses them, nor after
+        `/tools off`."""
+        return () if self.model.tools_refused or self.tools_off else self.tools
+
+    def tools_line(self) -> str:
+        """What `/context` says of the tool schemas, and `/tools` of the tools."""
+        names = ", ".join(t["function"]["name"] for t in self.tools) or "none"
+        if not self.tools:
+            return "none enabled ([tools] enabled in the config)"
+        if self.model.tools_refused:
+            return f"off: this model's server refuses requests that offer tools ({names})"
+        if self.tools_off:
+            return f"off for this session ({names}); /tools on offers them again"
+        return (f"{names}: in every request, whether or not the server uses them; /tools off "
+                "drops them for this session")
+
+    def set_tools(self, on: bool) -> "asyncio.Future[int]":
+        """`/tools on|off`, queued so a running turn keeps the request it started with; the
+        tokens the schemas take in every request."""
+        def run() -> int:
+            self.tools_off = not on
+            log.info("tools_offered session=%s on=%s", self.session_id, on)
+            return tokens.scale(tokens.count_tools(self.tools), self.limits.token_factor)
+        return self.call(run)
 
     def request_draft(self, projection: ContextProjection) -> RequestDraft:
         """What the next request would hold: system prompt, this context, the offered tools."""
@@ -457,7 +480,8 @@ class SessionWorker:
         number = numbers(self.store.checkpoints(self.session_id)).get(cp.id, 0) if cp else 0
         return ContextUsage(snapshot.session, self.model, self.compaction.enabled,
                             self.budget(projection), projection, cp, self.summary_model,
-                            number, self.files_line())
+                            number, self.files_line(),
+                            self.request_draft(projection).searchable, self.tools_line())
 
     def info_if_counted(self) -> ContextUsage | None:
         """`info()` when its figures need no encoding that is not loaded (the texts every

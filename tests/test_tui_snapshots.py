@@ -345,3 +345,20 @@ def test_summary_editor_with_an_edit_the_gate_refuses(snap_compare, fixed_store)
                 and "Refused" in str(app.screen.query_one("#ed-verdict").render()))
 
     assert snap(snap_compare, app, before, size=(120, 40), shown=shown)
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+def test_context_bar(snap_compare, fixed_store, size):
+    """`/context` (issue 34): one stacked bar of the window and a table of its parts."""
+    from picochat.tui.context_view import ContextScreen
+
+    async def before(pilot) -> None:
+        await compact(pilot)
+        await pilot.app.run_command("/context")
+
+    def shown(app) -> bool:
+        return (isinstance(app.screen, ContextScreen) and bool(app.screen.query("#ctx-bar"))
+                and footer_drawn(app))
+
+    assert snap(snap_compare, app_with_history(fixed_store, turns=6, context=60), before, size=size,
+                shown=shown)

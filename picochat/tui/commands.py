@@ -152,6 +152,38 @@ async def cmd_info(host: CommandHost, _: str) -> None:
     host.action_info()
 
 
+async def cmd_context(host: CommandHost, _: str) -> None:
+    """`/context`: the stacked bar of where the window goes, and its table."""
+    from picochat.tui.context_view import ContextScreen
+
+    usage = host.usage()
+    queued = [q.handle.text for q in host.conversation.queued if not q.handle.started]
+    context = usage.map_with(queued)
+    lim = usage.budget.limits
+    host.push_screen(ContextScreen(context, f"Context (/context) · {context.request:,} of "
+                                            f"{lim.window:,} tokens · auto-compact at "
+                                            f"{lim.threshold:,}"))
+
+
+async def cmd_tools(host: CommandHost, arg: str) -> None:
+    """`/tools`: what is offered; `/tools off` drops the schemas for this session, `/tools
+    on` brings them back."""
+    chat, worker = host.chat, host.worker
+    word = arg.strip().lower()
+    if word not in ("", "on", "off"):
+        await chat.add_notice(f"/tools takes on or off, not {arg.strip()!r}", "error")
+        return
+    if word:
+        cost = await worker.set_tools(word == "on")
+        said = (f"Tools offered again: {cost:,} tokens of every request" if word == "on" else
+                f"Tools off for this session: {cost:,} tokens freed in every request; "
+                "/tools on offers them again")
+        await chat.add_notice(said)
+        host.refresh_status()
+        return
+    await chat.add_notice(f"Tools: {worker.tools_line()}")
+
+
 async def cmd_checkpoints(host: CommandHost, _: str) -> None:
     host.action_checkpoints()
 
@@ -450,6 +482,8 @@ HANDLERS: dict[str, Handler] = {
     "compact": cmd_compact,
     "uncompact": cmd_uncompact,
     "info": cmd_info,
+    "context": cmd_context,
+    "tools": cmd_tools,
     "checkpoints": cmd_checkpoints,
     "clear": cmd_clear,
     "pin": cmd_pin,

@@ -23,6 +23,8 @@ COMMANDS: tuple[Command, ...] = (
             "it before it is written); the raw history stays"),
     Command("uncompact", "", "undo the last compaction"),
     Command("info", "", "context usage: window, threshold, what is used"),
+    Command("context", "", "where the window goes: a bar and a table of its parts"),
+    Command("tools", "[on|off]", "the tools offered; off drops their schemas for this session"),
     Command("checkpoints", "", "show or hide the checkpoint panel"),
     Command("clear", "", "start the context afresh; the raw history and the pins stay"),
     Command("pin", "TEXT", "keep a statement word for word in every request, never "
