@@ -289,3 +289,14 @@ def test_picochat_s_own_extract_of_the_turns_passes_where_the_model_s_was_refuse
     assert fixed.tokens_after < fixed.tokens_before
     assert "Service 0 listens on port 8000" in fixed.summary
     assert commit(store, fixed).checkpoint.summary == fixed.summary
+
+
+def test_the_printed_preview_of_a_refused_summary_says_what_to_do(store):
+    from picochat.compaction.report import preview_text
+
+    sid = planted(store)
+    text = preview_text(preview(store, sid, [JUNK]), "work")
+    assert text.startswith("Compaction preview of work (nothing written)")
+    assert "Gate:   refused: " in text and "Summary (refused, as written):" in text
+    assert JUNK in text
+    assert text.rstrip().endswith("summary_model hands summaries to another model.")

@@ -251,10 +251,11 @@ async def test_tab_walks_the_commands_a_bare_slash_or_a_shared_start_could_be(st
     async with app.run_test(size=SIZE) as pilot:
         prompt = await slash_c_typed(pilot, app)
         walked = []
-        for _ in range(5):
+        for _ in range(6):
             await pilot.press("tab")
             walked.append(prompt.text)
-        assert walked == ["/compact ", "/checkpoints", "/clear", "/copy", "/compact "]
+        assert walked == ["/compact ", "/context", "/checkpoints", "/clear", "/copy",
+                          "/compact "]
         await pilot.press("x")
         assert prompt.text == "/compact x"
 
@@ -267,15 +268,16 @@ async def test_the_arrows_walk_the_hints_and_the_pick_is_marked_in_the_list(stor
     async with app.run_test(size=SIZE) as pilot:
         prompt = await slash_c_typed(pilot, app)
         hints = app.query_one("#hints")
-        await pilot.press("down", "down")
+        await pilot.press("down", "down", "down")
         assert prompt.text == "/checkpoints"
         await pilot.pause()
         shown = hints.content   # the Text it shows
-        assert all(f"/{name}" in str(shown) for name in ("compact", "checkpoints", "clear", "copy"))
+        assert all(f"/{name}" in str(shown)
+                   for name in ("compact", "context", "checkpoints", "clear", "copy"))
         marked = [shown.plain[s.start:s.end] for s in shown.spans if "reverse" in str(s.style)]
         assert any("/checkpoints" in m for m in marked)
         assert not any("/compact" in m for m in marked)
-        await pilot.press("up", "up")          # round the list, backwards
+        await pilot.press("up", "up", "up")    # round the list, backwards
         assert prompt.text == "/copy"
         await pilot.press("shift+tab")
         assert prompt.text == "/clear"
@@ -301,7 +303,8 @@ async def test_esc_closes_the_hints_and_a_shared_start_lists_what_it_could_be(st
         await say(pilot, "/c")
         await settle(pilot, app, lambda: any("could be" in t for t in texts(app, Notice)))
         [line] = [t for t in texts(app, Notice) if "could be" in t]
-        assert line == "/c could be /compact, /checkpoints, /clear, /copy: type more of it, or Tab"
+        assert line == ("/c could be /compact, /context, /checkpoints, /clear, /copy: type more "
+                        "of it, or Tab")
 
 
 async def test_ctrl_c_stops_a_running_answer(store):

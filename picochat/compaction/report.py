@@ -111,6 +111,11 @@ def preview_text(preview: Any, session: str) -> str:
     lines += fact_changes(preview)
     lines += ["", "Summary" + (" (refused, as written):" if not preview.committable else ":"),
               preview.summary]
+    if not preview.committable:
+        lines += ["", "A compaction now would keep the context as it is. In the app, "
+                      "/compact --preview and e edit this summary (ctrl+r starts from "
+                      "picochat's own extract); [context_compaction] summary_model hands "
+                      "summaries to another model."]
     return "\n".join(lines)
 
 
