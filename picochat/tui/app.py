@@ -440,7 +440,8 @@ class PicochatApp(App[None]):
         log.info("compaction_warning session=%s in_turns=%s auto=%s", self.session.id,
                  forecast.in_turns, forecast.auto)
         self.notify(literal(f"{usage.warning.capitalize()}: ctrl+k compacts now, "
-                            "/compact FOCUS steers what the summary keeps"),
+                            "/compact FOCUS steers what the summary keeps, /compact "
+                            "--preview shows it before anything is written"),
                     title="Context", severity="warning", timeout=10)
 
     def _queue_changed(self) -> None:
