@@ -288,7 +288,6 @@ def create_provider(resolved: ResolvedModel) -> Provider:
         from picochat.providers.offline import OfflineProvider
 
         return OfflineProvider()
-    from picochat.providers.chat_completions import READ_TIMEOUT_S
     from picochat.providers.openai_compat import OpenAICompatProvider, speaks_directly
 
     missing = _missing_key(resolved)
@@ -301,15 +300,47 @@ def create_provider(resolved: ResolvedModel) -> Provider:
         return OpenAICompatProvider(model=resolved.model, provider_kind=resolved.provider_kind,
                                     api_base=resolved.api_base, api_key=key,
                                     api_key_env=resolved.api_key_env,
-                                    read_timeout=resolved.timeout or READ_TIMEOUT_S,
+                                    read_timeout=read_timeout(resolved),
                                     extra=resolved.provider_options)
     from picochat.providers.litellm_provider import LiteLLMProvider
 
     return LiteLLMProvider(model=resolved.model, provider_kind=resolved.provider_kind,
                            api_base=resolved.api_base, api_key=key,
                            api_key_env=resolved.api_key_env,
-                           read_timeout=resolved.timeout or READ_TIMEOUT_S,
+                           read_timeout=read_timeout(resolved),
                            extra=resolved.provider_options)
+
+
+LOCAL_FIRST_BYTE_S = 600.0  # how long a server on this machine or the LAN may stay silent
+
+
+def read_timeout(resolved: ResolvedModel) -> float:
+    """How long a read may wait for the server: the model's `timeout` when set; else, for a
+    server on this machine or a private network (a CPU server evaluating a long prompt sends
+    nothing for minutes), LOCAL_FIRST_BYTE_S; else READ_TIMEOUT_S."""
+    from picochat.providers.chat_completions import READ_TIMEOUT_S
+
+    if resolved.timeout:
+        return resolved.timeout
+    return LOCAL_FIRST_BYTE_S if is_local(resolved) else READ_TIMEOUT_S
+
+
+def is_local(resolved: ResolvedModel) -> bool:
+    """The model's server is on this machine or a private network: its api_base's host is
+    loopback, private or link-local (or `localhost`), or it is an Ollama model without one."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    if not resolved.api_base:
+        return resolved.provider_kind == OLLAMA
+    host = (urlsplit(resolved.api_base).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_private or ip.is_link_local
 
 
 def _missing_key(resolved: ResolvedModel) -> tuple[str, ...]:

@@ -274,7 +274,7 @@ class ChatCompletionsProvider(Provider):
         """The error translator for this provider as it stands (litellm's carrier learns the
         key's variable only at the first request)."""
         return ErrorTranslator(self.info, self.api_base, self.api_key_env, self._redact,
-                               self.request_tokens)
+                               self.request_tokens, read_timeout=self.read_timeout)
 
     def request_tokens(self, request: ProviderRequest) -> int:
         """picochat's estimate of a request in this model's tokens (as budgets count it)."""

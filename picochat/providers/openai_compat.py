@@ -156,7 +156,8 @@ class OpenAICompatProvider(ChatCompletionsProvider):
 
     def _errors(self) -> ErrorTranslator:
         return ErrorTranslator(self.info, self.api_base, self.api_key_env, self._redact,
-                               self.request_tokens, carrier="picochat")
+                               self.request_tokens, carrier="picochat",
+                               read_timeout=self.read_timeout)
 
 
 def _verify(url: str) -> Any:

@@ -67,6 +67,7 @@ class ErrorTranslator:
     redact: Callable[[str], str]                  # the key never reaches an error line
     request_tokens: Callable[[ProviderRequest], int]  # picochat's count, to weigh an overflow
     carrier: str = "litellm"  # what carried the request, named when it fails inside itself
+    read_timeout: float | None = None  # how long a read waited (the timeout's line says it)
 
     @property
     def where(self) -> str:
@@ -123,7 +124,7 @@ class ErrorTranslator:
             return pe.ModelNotFound(f"{where} does not know the model {self.info.model!r}",
                                     "check the model name")
         if _TIMEOUT_NAMES & kind:
-            return pe.ProviderTimeout(f"{where} did not answer in time", "retry, or check the server")
+            return self.silent()
         if "APIConnectionError" in kind:
             return pe.ProviderUnavailable(f"cannot connect to {where}",
                                           "is the server running and the address right?")
@@ -213,6 +214,15 @@ class ErrorTranslator:
         return pe.BadProviderRequest(f"{where} refused the request (HTTP {status}){said}",
                                      "check this model's settings in the config, or the "
                                      "server's log")
+
+    def silent(self) -> pe.ProviderTimeout:
+        """No answer within the read timeout: how long that was, and the setting that raises
+        it (a server evaluating a long prompt on a CPU sends nothing for minutes)."""
+        waited = f" in {self.read_timeout:g} s" if self.read_timeout else " in time"
+        return pe.ProviderTimeout(
+            f"{self.where} did not answer{waited}",
+            "a server still reading a long prompt needs longer: set timeout (seconds) for this "
+            "model in the config ([models.NAME] timeout = 900); else retry, or check the server")
 
     def transport_error(self, exc: Exception, received: int | None) -> pe.ProviderError | None:
         """A failure of the connection or the stream itself, told apart by stage: no

@@ -49,6 +49,8 @@ from picochat.tui.safe import literal
 from picochat.tui.welcome import Welcome
 
 WAITING = "waiting for the answer"
+# a server on this machine or the LAN sends nothing while it reads the prompt (minutes on a CPU)
+WAITING_LOCAL = "waiting for the server (prompt evaluation)"
 REVIEWING = "review the compaction"  # the bar, while an automatic one waits for the user
 NOT_SENT_DATABASE_GONE = ("Not sent: the database file was deleted or replaced; quit and "
                           "start picochat again. It is back in the prompt")
@@ -261,6 +263,13 @@ class _TurnOnScreen:
         self.answer: AnswerStream | None = None
         self.line: Pending | None = None
 
+    @property
+    def waiting(self) -> str:
+        """The pending line while nothing of the answer has come."""
+        from picochat.models import is_local
+
+        return WAITING_LOCAL if is_local(self.conversation.worker.model) else WAITING
+
     async def wait_for(self, doing: str) -> None:
         if self.line is None:
             self.line = Pending(doing)
@@ -298,7 +307,7 @@ class _TurnOnScreen:
                 chat.move_to_end(self.user)
             self.user.started(event.user_seq)
             c.set_activity(status.ANSWERING, stoppable=True)
-            await self.wait_for(WAITING)
+            await self.wait_for(self.waiting)
         elif isinstance(event, ThinkingDelta):
             if self.answer is None:
                 self.answer = await chat.add_assistant()
@@ -318,10 +327,10 @@ class _TurnOnScreen:
         elif isinstance(event, Compacted):
             await c.compacted(event.outcome, announce=True)
             c.set_activity(status.ANSWERING, stoppable=True)
-            await self.wait_for(WAITING)
+            await self.wait_for(self.waiting)
         elif isinstance(event, TurnNotice):
             await chat.add_notice(event.text, "info")
-            await self.wait_for(WAITING)
+            await self.wait_for(self.waiting)
         elif isinstance(event, RetryWaiting):
             await chat.add_notice(event.text, "info")
             c.set_activity(status.WAITING, stoppable=True, retry_in=event.seconds)
@@ -333,7 +342,7 @@ class _TurnOnScreen:
             row = await c.worker.message(event.seq)
             await chat.add(ToolBlock(event.name, event.status, row.content if row else "",
                                      event.seq, event.detail))
-            await self.wait_for(WAITING)  # the model reads the results now
+            await self.wait_for(self.waiting)  # the model reads the results now
         elif isinstance(event, TurnFinished):
             if self.answer is not None:
                 await self.answer.finish(event.assistant_seq)
