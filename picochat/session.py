@@ -654,11 +654,13 @@ class SessionWorker:
                                                     everything=everything), on_start)
 
     def uncompact(self) -> "asyncio.Future[UncompactResult]":
-        """`/uncompact`: the previous checkpoint (or none) becomes active again."""
+        """`/uncompact`: the previous checkpoint (or none) becomes active again; with none in
+        use, the newest `/clear` is taken back."""
         def run() -> UncompactResult:
             result = self.store.uncompact(self.session_id)
-            log.info("uncompact session=%s undone=%s active=%s generation=%d", self.session_id,
-                     result.undone, result.active, result.context_generation)
+            log.info("uncompact session=%s undone=%s uncleared=%s active=%s generation=%d",
+                     self.session_id, result.undone, result.uncleared, result.active,
+                     result.context_generation)
             return result
         return self.call(run)
 

@@ -189,6 +189,7 @@ class CompactionMachine(RuleBasedStateMachine):
         self.rows: dict[int, Message] = {}          # every row appended, as appended
         self.retracted: set[int] = set()
         self.floor = 0
+        self.clears: list[tuple[int, int, str | None]] = []  # (floor set, floor and active before)
         self.active: str | None = None
         self.generation = 0
         self.seen_cps: dict[str, Checkpoint] = {}
@@ -319,7 +320,9 @@ class CompactionMachine(RuleBasedStateMachine):
 
     def do_clear(self, via: Any = None) -> None:
         (via or self.store).clear_context(self.sid)
+        before = (self.floor, self.active)
         self.floor = max(self.rows, default=0)
+        self.clears.append((self.floor, *before))  # /uncompact takes back the newest
         self.active = None
         self.generation += 1
 
@@ -342,7 +345,14 @@ class CompactionMachine(RuleBasedStateMachine):
     def do_uncompact(self, via: Any = None) -> None:
         result = (via or self.store).uncompact(self.sid)
         if self.active is None:
-            assert result.undone is None and result.context_generation == self.generation
+            assert result.undone is None
+            if self.clears and self.clears[-1][0] == self.floor:  # the clear in force
+                _, self.floor, self.active = self.clears.pop()
+                self.generation += 1
+                assert result.uncleared and result.active == self.active
+            else:
+                assert not result.uncleared
+            assert result.context_generation == self.generation
             return
         assert result.undone == self.active
         parent = self.seen_cps[self.active].parent_checkpoint_id

@@ -212,3 +212,24 @@ async def test_app_export_refuses_what_the_cli_refuses_and_creates_no_folder(sto
     assert store.path.read_bytes()[:16] == db_before[:16] == b"SQLite format 3\x00"
     assert [m.content for m in store.history(app.session.id)][0] == "the canary host is cn-west-12"
     assert "cn-west-12" in (tmp_path / "ok.md").read_text()
+
+
+async def test_app_export_asks_before_it_replaces_a_file(store, tmp_path):
+    from picochat.tui.screens import ConfirmScreen
+
+    app = make_app(store)
+    append_message(store, app.session.id, "user", "the canary host is cn-west-12", turn_id="x1")
+    mine = tmp_path / "notes.md"
+    mine.write_text("my own notes\n")
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, f"/export md {mine}")
+        await settle(pilot, app, lambda: isinstance(app.screen, ConfirmScreen),
+                     what="no question before replacing the file")
+        await pilot.press("n")
+        await settle(pilot, app, lambda: any("Not exported" in t for t in texts(app, Notice)))
+        assert mine.read_text() == "my own notes\n"
+        await say(pilot, f"/export md {mine}")
+        await settle(pilot, app, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await settle(pilot, app, lambda: any("Exported" in t for t in texts(app, Notice)))
+    assert "cn-west-12" in mine.read_text()

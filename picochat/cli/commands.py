@@ -460,6 +460,7 @@ def cmd_clear(app: App) -> int:
     say(f"Context cleared for {cleared.name}: the next turn starts fresh"
         f"{pins_stay(pinned, 'picochat unpin N')}.")
     say(f"Raw history unchanged: {cleared.message_count} messages stay in `picochat history`.")
+    say(f"`picochat compact -s {cleared.name} --undo` brings the context back.")
     return 0
 
 
@@ -516,12 +517,18 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
 def _uncompact(app: App, session: Session) -> int:
     result = app.store.uncompact(session.id)
     if app.opt("json"):
-        dump_json({"status": "uncompacted" if result.undone else "nothing_to_uncompact",
+        dump_json({"status": "uncompacted" if result.undone else
+                   "uncleared" if result.uncleared else "nothing_to_uncompact",
                    "undone_checkpoint_id": result.undone,
                    "active_checkpoint_id": result.active,
                    "context_generation": result.context_generation})
+    elif result.uncleared:
+        say(f"Clear undone for {session.name}: the context from before `picochat clear` is "
+            "back" + (f", with checkpoint {result.active}" if result.active else ""))
+        say("Raw history unchanged")
     elif result.undone is None:
-        say("Nothing to uncompact: the session has no active checkpoint")
+        say("Nothing to uncompact: the session has no active checkpoint, and no clear to "
+            "take back")
     else:
         say(f"Compaction undone: {result.undone} is no longer active")
         say(f"The context now uses checkpoint {result.active}" if result.active

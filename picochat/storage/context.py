@@ -10,6 +10,8 @@ rules 2 to 4). The log's rows are never touched: undo adds retraction ranges.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import sqlite3
 import uuid
@@ -60,6 +62,11 @@ class UncompactResult:
     undone: str | None       # the checkpoint that stopped being active; None: nothing to undo
     active: str | None       # the checkpoint active now; None: the raw history
     context_generation: int
+    uncleared: bool = False  # a /clear was taken back: the context from before it is back
+
+    @property
+    def changed(self) -> bool:
+        return self.undone is not None or self.uncleared
 
 
 _CHECKPOINT_COLS = (
@@ -102,12 +109,18 @@ class ContextPointers(OnCore):
         """`/clear`: the context restarts after the newest message; raw rows stay, and the
         generation moves on, so a compaction built before the clear cannot commit."""
         with self.core.write() as c:
-            session_row(c, session_id)
+            before = session_row(c, session_id)
             c.execute(
                 "UPDATE sessions SET context_floor_seq = (SELECT COALESCE(MAX(seq), 0) FROM "
                 "messages WHERE session_id = :id), active_context_checkpoint_id = NULL, "
                 "context_generation = context_generation + 1 WHERE id = :id", {"id": session_id})
-            touch(c, session_id, self.core.clock())
+            now = self.core.clock()
+            c.execute("INSERT INTO context_clears (session_id, floor_seq, "
+                      "prev_floor_seq, prev_checkpoint, created_at) SELECT id, "
+                      "context_floor_seq, ?, ?, ? FROM sessions WHERE id = ?",
+                      (before.context_floor_seq, before.active_context_checkpoint_id, now,
+                       session_id))
+            touch(c, session_id, now)
         with self.core.read() as c:
             return session_row(c, session_id)
 
@@ -203,7 +216,7 @@ class ContextPointers(OnCore):
             session = session_row(c, session_id)
             active_id = session.active_context_checkpoint_id
             if not active_id:
-                return UncompactResult(None, None, session.context_generation)
+                return _unclear(c, session, self.core.clock())
             active = _checkpoint_by_id(c, active_id)
             parent = active.parent_checkpoint_id if active else None
             if parent is not None:
@@ -321,6 +334,27 @@ def _insert_ledger(c: sqlite3.Connection, checkpoint_id: str, ledger: StoredLedg
                   [(checkpoint_id, i, r.seq, r.kind, r.said_by, r.text,
                     json.dumps(list(r.values), ensure_ascii=False))
                    for i, r in enumerate(ledger.rows)])
+
+
+def _unclear(c: sqlite3.Connection, session: Session, now: int) -> UncompactResult:
+    """With no summary in use, `/uncompact` takes back the newest `/clear`, if it is the one
+    in force (no later clear): the floor and the summary in use before it come back (the
+    summary only if still usable). Turns sent since stay, after the restored context."""
+    row = c.execute("SELECT id, floor_seq, prev_floor_seq, prev_checkpoint FROM "
+                    "context_clears WHERE session_id = ? AND undone_at IS NULL ORDER BY id DESC "
+                    "LIMIT 1", (session.id,)).fetchone()
+    if row is None or row[1] != session.context_floor_seq:
+        return UncompactResult(None, None, session.context_generation)
+    clear_id, _, prev_floor, prev_cp = row
+    restored = dataclasses.replace(session, context_floor_seq=prev_floor)
+    if prev_cp is not None and _checkpoint_problem(c, restored, _checkpoint_by_id(c, prev_cp)):
+        prev_cp = None  # gone or unusable: the raw history from the old floor
+    c.execute("UPDATE sessions SET context_floor_seq = ?, active_context_checkpoint_id = ?, "
+              "context_generation = context_generation + 1 WHERE id = ?",
+              (prev_floor, prev_cp, session.id))
+    c.execute("UPDATE context_clears SET undone_at = ? WHERE id = ?", (now, clear_id))
+    touch(c, session.id, now)
+    return UncompactResult(None, prev_cp, session.context_generation + 1, uncleared=True)
 
 
 def _active_checkpoint(c: sqlite3.Connection, session: Session

@@ -228,6 +228,22 @@ MIGRATIONS: tuple[Step, ...] = (
     ALTER TABLE sessions ADD COLUMN activity_seq INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX idx_sessions_activity ON sessions(activity_seq);
     """, number_activity),
+    # 16: /clear is undoable (issue 35, item 3): each clear keeps the pointers it moved (the
+    # floor and the active checkpoint before it), so /uncompact can put them back. `floor_seq`
+    # is the floor the clear set; `undone_at` stamps a clear taken back; the newest (`id`) is
+    # taken back first.
+    """
+    CREATE TABLE context_clears (
+        id               INTEGER PRIMARY KEY,
+        session_id       TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        floor_seq        INTEGER NOT NULL,
+        prev_floor_seq   INTEGER NOT NULL,
+        prev_checkpoint  TEXT,
+        created_at       INTEGER NOT NULL,
+        undone_at        INTEGER
+    );
+    CREATE INDEX idx_context_clears_session ON context_clears(session_id, id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

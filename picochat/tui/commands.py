@@ -17,6 +17,7 @@ from picochat.budget import pin_cap
 from picochat.compaction import report
 from picochat.errors import PicochatError
 from picochat.export import FORMATS, write_record
+from picochat.fsutil import check_export_target
 from picochat.failures import compaction_failure_line
 from picochat.opening import open_model
 from picochat.pins import pin_label, pins_stay
@@ -138,13 +139,18 @@ def compacted_card(outcome) -> str:
 async def cmd_uncompact(host: CommandHost, _: str) -> None:
     result = await host.worker.uncompact()
     chat = host.chat
-    if result.undone:
+    if result.uncleared:
+        await chat.add_notice("Undid the /clear: the model reads the context from before it "
+                              "again" + (", with its summary" if result.active else "")
+                              + "; messages sent since stay after it")
+    elif result.undone:
         now = await host.worker.active_checkpoint()
         reads = (f"the earlier summary and messages {now.first_retained_seq} onward as they "
                  "are" if now else "the whole conversation as it is, with no summary")
         await chat.add_notice(f"Undid the last compaction: the model now reads {reads}")
     else:
-        await chat.add_notice("Nothing to uncompact: no summary is in use")
+        await chat.add_notice("Nothing to uncompact: no summary is in use, and no /clear to "
+                              "take back")
     await host.context_moved()
 
 
@@ -192,7 +198,7 @@ async def cmd_clear(host: CommandHost, _: str) -> None:
     await host.worker.clear()
     await host.chat.add_notice(
         "Context cleared: the model starts afresh; the raw history above stays"
-        + pins_stay(len(host.worker.pins())))
+        + pins_stay(len(host.worker.pins())) + ". /uncompact brings the context back")
     await host.context_moved()
 
 
@@ -430,7 +436,30 @@ async def cmd_export(host: CommandHost, arg: str) -> None:
         fmt = words.pop(0).lower()
     default = re.sub(r"[^\w.-]+", "-", host.session.name).strip("-.") or "session"
     target = Path(words[0] if words else f"{default}.{fmt}").expanduser()
-    own = (host.paths.config_file, host.paths.log_file) if host.paths else ()
+    try:  # a refusal (a folder, a link, picochat's own file) is said before any question
+        await asyncio.to_thread(check_export_target, target, host.sessions.path, _own(host))
+    except PicochatError as exc:
+        await chat.add_notice(f"export failed: {exc.user_line()}", "error")
+        return
+    if target.exists():  # a regular file: an earlier export, or one of the user's
+        async def answered(yes: bool | None) -> None:
+            if yes:
+                await _export(host, fmt, target)
+            else:
+                await chat.add_notice(f"Not exported: {target.resolve()} is left as it was")
+        host.push_screen(ConfirmScreen(f"{target.resolve()} exists. Overwrite it?"), answered)
+        return
+    await _export(host, fmt, target)
+
+
+def _own(host: CommandHost) -> tuple[Path, ...]:
+    """picochat's own files an export must never replace, besides the database."""
+    return (host.paths.config_file, host.paths.log_file) if host.paths else ()
+
+
+async def _export(host: CommandHost, fmt: str, target: Path) -> None:
+    chat = host.chat
+    own = _own(host)
     try:  # the same refusals and failure lines as `picochat export -o`
         record = await host.worker.record()
         done = await asyncio.to_thread(write_record, record, fmt, target,

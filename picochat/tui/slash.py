@@ -21,12 +21,13 @@ COMMANDS: tuple[Command, ...] = (
     Command("compact", "[--preview] [focus|all]",
             "summarize older turns now (all: all but the newest; --preview: see, edit or drop "
             "it before it is written); the raw history stays"),
-    Command("uncompact", "", "undo the last compaction"),
+    Command("uncompact", "", "undo the last compaction (or, with none in use, the last /clear)"),
     Command("info", "", "context usage: window, threshold, what is used"),
     Command("context", "", "where the window goes: a bar and a table of its parts"),
     Command("tools", "[on|off]", "the tools offered; off drops their schemas for this session"),
     Command("checkpoints", "", "show or hide the checkpoint panel"),
-    Command("clear", "", "start the context afresh; the raw history and the pins stay"),
+    Command("clear", "", "start the context afresh; the raw history and the pins stay "
+                         "(/uncompact brings it back)"),
     Command("pin", "TEXT", "keep a statement word for word in every request, never "
                            "summarized (or select a message and press alt+p)"),
     Command("pins", "", "list the pins and what they cost"),
