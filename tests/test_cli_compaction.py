@@ -171,7 +171,7 @@ def test_compact_undo_makes_the_parent_active_again(run_cli, small):
     two = as_json(run_cli, "compact", "--session", "s")["checkpoint_id"]
     result = run_cli("compact", "--session", "s", "--undo")
     assert result.status == 0
-    assert result.stdout.splitlines() == [f"Compaction undone: {two} is no longer active",
+    assert result.stdout.splitlines() == [f"Compaction undone in s: {two} is no longer active",
                                           f"The context now uses checkpoint {one}",
                                           "Raw history unchanged"]
     assert as_json(run_cli, "info", "--session", "s")["active_checkpoint_id"] == one

@@ -1,5 +1,7 @@
-"""`picochat` reopens the session the user last had open, not the one written to last
-(issue 22.2); `picochat ask` without --session keeps writing to the most recently active."""
+"""One current session for both front ends (issue 35, item 4; it replaces issue 22.2's "the app
+reopens what it showed, whatever was written since"): the most recently active session, where
+showing a session in the app is activity as much as writing to it. `picochat` reopens it, and
+every command without --session acts on it."""
 
 from __future__ import annotations
 
@@ -44,16 +46,28 @@ def ask(*argv: str) -> None:
     assert main(["ask", *argv]) == 0
 
 
-def test_the_app_reopens_the_session_it_showed_not_the_one_written_last(start_app, capsys):
+def test_the_session_the_app_showed_last_is_the_one_every_command_acts_on(start_app, capsys):
     ask("--session", "older", "first words")
     ask("--session", "newer", "later words")
     assert start_app("--session", "older") == "older"  # the user reads the older one, quits
-    ask("--session", "newer", "written from a script meanwhile")
+    capsys.readouterr()
+    assert main(["info", "--json"]) == 0  # no -s: the session the app showed
+    assert '"session_name": "older"' in capsys.readouterr().out
     assert start_app() == "older"
-    ask("one more turn")  # `ask` still means the most recently active session
-    capsys.readouterr()  # what the asks printed
-    assert main(["history", "--session", "newer", "--json"]) == 0
+    ask("one more turn")  # and `ask` without -s writes there
+    capsys.readouterr()
+    assert main(["history", "--session", "older", "--json"]) == 0
     assert "one more turn" in capsys.readouterr().out
+
+
+def test_a_session_written_since_the_app_showed_one_is_the_current_one(start_app, capsys):
+    ask("--session", "older", "first words")
+    assert start_app("--session", "older") == "older"
+    ask("--session", "newer", "written from the shell meanwhile")
+    assert start_app() == "newer"  # the last thing done, in either front end
+    capsys.readouterr()
+    assert main(["info", "--json"]) == 0
+    assert '"session_name": "newer"' in capsys.readouterr().out
 
 
 def test_a_session_switched_to_in_the_app_is_the_one_reopened(start_app):

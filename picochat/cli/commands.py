@@ -134,9 +134,8 @@ def cmd_tui(app: App) -> int:
     from picochat.tui.app import PicochatApp
     from picochat.tui.chat import PAGE
 
-    ref = app.opt("session")
-    session = (app.store.find_session(ref) if ref else
-               app.store.last_opened_session() or app.store.latest_session())
+    ref = app.opt("session")  # the one current session: the most recently active
+    session = app.store.find_session(ref) if ref else app.store.latest_session()
     # a missing key or a bad setting fails here, before the screen changes
     resolved, provider = open_model(app.config, session, app.opt("model"))
     if session is None:
@@ -503,11 +502,13 @@ async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> 
         dump_json(outcome.as_dict())
     elif outcome.status == COMPACTED:
         say(report.compacted_lines(outcome))
+        note(f"Session {session.name}: checkpoint {outcome.checkpoint.id} in use")
         if dropped := report.dropped_note(outcome):
             err(dropped)
     elif outcome.status == NOTHING_TO_COMPACT:
         say("Nothing to compact")
-        err(report.nothing_reason(outcome, limits, None if everything else "--all"))
+        err(f"{session.name}: "
+            + report.nothing_reason(outcome, limits, None if everything else "--all"))
     if outcome.error is not None:
         err(compaction_failure_line(outcome.error))
         return outcome.error.exit_status
@@ -527,10 +528,10 @@ def _uncompact(app: App, session: Session) -> int:
             "back" + (f", with checkpoint {result.active}" if result.active else ""))
         say("Raw history unchanged")
     elif result.undone is None:
-        say("Nothing to uncompact: the session has no active checkpoint, and no clear to "
+        say(f"Nothing to uncompact in {session.name}: no active checkpoint, and no clear to "
             "take back")
     else:
-        say(f"Compaction undone: {result.undone} is no longer active")
+        say(f"Compaction undone in {session.name}: {result.undone} is no longer active")
         say(f"The context now uses checkpoint {result.active}" if result.active
             else "The context now uses the raw history")
         say("Raw history unchanged")

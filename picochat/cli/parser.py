@@ -84,10 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write DEBUG lines to the log (env PICOCHAT_LOG_LEVEL)")
     session = _Parser(add_help=False)
     session.add_argument("-s", "--session", metavar="S", default=argparse.SUPPRESS,
-                         help="session id or name (default: the most recently active)")
-    app_session = _Parser(add_help=False)  # the app reopens what it showed
+                         help="session id or name (default: the current session, the most "
+                              "recently active: written to, or shown in the app)")
+    app_session = _Parser(add_help=False)
     app_session.add_argument("-s", "--session", metavar="S", default=argparse.SUPPRESS,
-                             help="session id or name (default: the one the app showed last)")
+                             help="session id or name (default: the current session, the most "
+                                  "recently active: written to, or shown in the app)")
     model = _Parser(add_help=False)
     model.add_argument("-m", "--model", metavar="M", default=argparse.SUPPRESS,
                        help="a [models] key or a litellm model string, or 'offline'")

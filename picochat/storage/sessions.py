@@ -83,13 +83,14 @@ class SessionRows(OnCore):
             return to_session(c, row) if row else None
 
     def mark_opened(self, session_id: str) -> None:
-        """The app now shows this session: the next start reopens it. The stamp is the clock,
-        or one above the newest stamp if that is not earlier (two opens in one millisecond,
-        a clock set back): the last session opened is always the one reopened."""
+        """The app now shows this session: it is the most recently active (`latest_session`,
+        the one current session of the app's next start and of every command without -s).
+        `last_opened_at` is the clock, or one above the newest stamp if that is not earlier
+        (two opens in one millisecond, a clock set back)."""
         with self.core.write() as c:
             c.execute("UPDATE sessions SET last_opened_at = MAX(?, 1 + COALESCE("
-                      "(SELECT MAX(last_opened_at) FROM sessions), 0)) WHERE id = ?",
-                      (self.core.clock(), session_id))
+                      f"(SELECT MAX(last_opened_at) FROM sessions), 0)), activity_seq = "
+                      f"{NEXT_ACTIVITY} WHERE id = ?", (self.core.clock(), session_id))
 
     def last_opened_session(self) -> Session | None:
         """The live session the app opened last; None when it never opened one that is still
