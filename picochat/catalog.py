@@ -58,6 +58,15 @@ class SessionCatalog:
     async def sessions(self) -> list[Session]:
         return await self._store.io(self._store.list_sessions)
 
+    async def listing(self) -> list[tuple[Session, str]]:
+        """Every session, most recently active first, with how it began (its first user
+        message's start; "" for none): the session picker's rows."""
+        def run() -> list[tuple[Session, str]]:
+            sessions = self._store.list_sessions()
+            firsts = self._store.first_lines([s.id for s in sessions])
+            return [(s, firsts.get(s.id, "")) for s in sessions]
+        return await self._store.io(run)
+
     async def get(self, session_id: str) -> Session:
         return await self._store.io(self._store.session, session_id)
 

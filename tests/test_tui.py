@@ -257,9 +257,11 @@ async def test_sessions_new_rename_switch_and_delete(store):
         await settle(pilot, app, lambda: store.session(app.session.id).name == "renamed")
         assert "renamed" in str(app.query_one(StatusBar).render())
         await say(pilot, "/sessions")
-        from picochat.tui.screens import ConfirmScreen, PickScreen
+        from picochat.tui.screens import ConfirmScreen
+        from picochat.tui.session_picker import SessionPicker
 
-        await settle(pilot, app, lambda: isinstance(app.screen, PickScreen))
+        await settle(pilot, app, lambda: isinstance(app.screen, SessionPicker))
+        await pilot.pause()
         first = store.find_session("first")
         await pilot.press("down", "enter")    # the list is newest first: the second row
         await settle(pilot, app, lambda: texts(app, UserMessage) == [

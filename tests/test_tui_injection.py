@@ -185,8 +185,10 @@ async def test_a_session_name_in_the_list_status_bar_info_card_and_delete_questi
         assert_on_screen(app, f"esc{SHOWN}")           # the status bar on screen
 
         await say(pilot, "/sessions")
-        await settle(pilot, app, lambda: isinstance(app.screen, PickScreen))
-        await shows(pilot, app, app.session.id)  # the list drawn: its row for this session
+        from picochat.tui.session_picker import SessionPicker
+
+        await settle(pilot, app, lambda: isinstance(app.screen, SessionPicker))
+        await shows(pilot, app, "the most recently active first")  # the list drawn
         assert_on_screen(app, f"esc{SHOWN}")
         await pilot.press("escape")
 

@@ -22,7 +22,7 @@ from picochat.tui.chat import ChatView, CheckpointDivider, UserMessage
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.pending import Pending
 from picochat.tui.prompt import Prompt
-from picochat.tui.screens import CardScreen, PickScreen
+from picochat.tui.screens import CardScreen
 from picochat.tui.status import StatusBar
 from tests.helpers.waiting import WAIT_S, settle
 from tests.helpers.storage import append_message
@@ -155,14 +155,28 @@ def test_info_card(snap_compare, fixed_store):
                 and app.screen.title_text == "Context (/info)")
 
 
-def test_sessions_list(snap_compare, fixed_store):
-    fixed_store.create_session("older work")
+def test_sessions_list(snap_compare, fixed_store, monkeypatch):
+    """`/sessions`: last active, size, model and how each began; typing filters."""
+    import datetime as dt
+
+    from picochat.tui import session_picker
+
+    monkeypatch.setattr(session_picker, "ZONE", dt.timezone.utc)
+    monkeypatch.setattr(session_picker, "clock",
+                        lambda: dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.timezone.utc))
+    older = fixed_store.create_session("older work")
+    append_message(fixed_store, older.id, "user", "Which port does the staging Redis use?",
+                   turn_id="o1")
 
     async def before(pilot) -> None:
         await pilot.app.run_command("/sessions")
 
-    assert snap(snap_compare, app_with_history(fixed_store), before,
-                shown=lambda app: isinstance(app.screen, PickScreen))
+    def shown(app) -> bool:
+        return (isinstance(app.screen, session_picker.SessionPicker) and footer_drawn(app)
+                and bool(app.screen.query("#sp-list"))
+                and app.screen.query_one("#sp-list").option_count == 2)
+
+    assert snap(snap_compare, app_with_history(fixed_store), before, shown=shown)
 
 
 def test_light_theme(snap_compare, fixed_store):

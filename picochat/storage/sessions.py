@@ -107,6 +107,18 @@ class SessionRows(OnCore):
                              f"{_BY_ACTIVITY}").fetchall()  # the first is `latest_session`
             return [to_session(c, r) for r in rows]
 
+    def first_lines(self, session_ids: list[str], chars: int = 200) -> dict[str, str]:
+        """Each session's first user message, its first `chars` characters (the picker shows
+        how a conversation began); a session with none is left out."""
+        out: dict[str, str] = {}
+        with self.core.read() as c:
+            for sid in session_ids:
+                row = c.execute("SELECT substr(content, 1, ?) FROM messages WHERE session_id = ? "
+                                "AND role = 'user' ORDER BY seq LIMIT 1", (chars, sid)).fetchone()
+                if row is not None:
+                    out[sid] = row[0]
+        return out
+
     def set_session_model(self, session_id: str, model: str) -> None:
         with self.core.write() as c:
             c.execute("UPDATE sessions SET model = ? WHERE id = ?", (model, session_id))

@@ -312,14 +312,15 @@ async def cmd_new(host: CommandHost, name: str) -> None:
 
 
 async def cmd_sessions(host: CommandHost, _: str) -> None:
-    sessions = await host.sessions.sessions()
-    choices = [(s.id, f"{'● ' if s.id == host.session.id else '  '}{s.name}  ·  "
-                      f"{s.message_count:,} messages  ·  {s.id}") for s in sessions]
+    """`/sessions`: the picker, filtered as the user types."""
+    from picochat.tui.session_picker import Row, SessionPicker
+
+    rows = [Row(s, first) for s, first in await host.sessions.listing()]
 
     async def picked(session_id: str | None) -> None:
         if session_id and session_id != host.session.id:
             await host.open_session(await host.sessions.get(session_id))
-    host.push_screen(PickScreen("Sessions", choices), picked)
+    host.push_screen(SessionPicker(rows, host.session.id), picked)
 
 
 async def cmd_rename(host: CommandHost, name: str) -> None:
