@@ -45,6 +45,9 @@ class AgentConfig:
     token_limit: int | None = None
 
 
+TOP_LEVEL_KEYS = ("default_model", "models", "agents", "context_compaction", "tools", "ui")
+
+
 @dataclass(frozen=True)
 class CompactionConfig:
     enabled: bool = True
@@ -92,6 +95,11 @@ def load_config(path: Path) -> Config:
     they outrank a session's own model while `default_model` does not.
     """
     return _parse_config(path, _read_config_text(path))[1]
+
+
+def load_config_text(text: str, path: Path) -> Config:
+    """`text`, as the file at `path` would load (a file about to be written, checked first)."""
+    return _parse_config(path, text)[1]
 
 
 class FileRefused(Exception):
@@ -218,8 +226,7 @@ class _Validator:
     # The top level ------------------------------------------------------------------------------
 
     def config(self, data: dict[str, Any]) -> Config:
-        known = ("default_model", "models", "agents", "context_compaction", "tools", "ui")
-        self.unknown_keys("", data, known)
+        self.unknown_keys("", data, TOP_LEVEL_KEYS)
         default_model = self.opt_str("", data, "default_model")
         models = {
             name: self.model(name, entry)
@@ -339,6 +346,10 @@ class _Validator:
     def unknown_keys(self, table: str, entry: dict[str, Any], known: tuple[str, ...]) -> None:
         for key in entry:
             if key not in known:
+                if table and key in TOP_LEVEL_KEYS:  # appended at the end of a file: TOML
+                    raise self.fail(table, key, "unknown key", (  # put it in the last table
+                        f"{key} belongs at the top of the file, above the first [table] "
+                        f"line; in [{table}] the valid keys are: " + ", ".join(known)))
                 raise self.fail(table, key, "unknown key", "valid: " + ", ".join(known))
 
     def table(self, table: str, entry: dict[str, Any], key: str) -> dict[str, Any]:

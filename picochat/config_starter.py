@@ -8,6 +8,8 @@ added to config.py without a word here.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -164,9 +166,59 @@ def _setting(key: str, value: Any) -> str:
     return tomli_w.dumps({key: value}).rstrip("\n")
 
 
-def write_starter_config(path: Path, *, force: bool = False) -> None:
-    """Write the starter file atomically; refuse to replace an existing file unless forced."""
+@dataclass(frozen=True)
+class FirstModel:
+    """`config init --model …`: the model the starter file sets up and makes the default."""
+
+    model: str
+    api_base: str | None = None
+    token_limit: int | None = None
+    name: str | None = None
+
+    @property
+    def key(self) -> str:
+        """Its [models.NAME]: the name given, "local" for a server at an address, else the
+        model's own last part (`openai/gpt-4o-mini` → `gpt-4o-mini`)."""
+        if self.name:
+            return self.name
+        if self.api_base:
+            return "local"
+        return re.sub(r"[^A-Za-z0-9_-]+", "-", self.model.rsplit("/", 1)[-1]).strip("-") or "main"
+
+
+def with_model(text: str, first: FirstModel) -> str:
+    """The starter text with `default_model` set to `first` and its [models.NAME] table, placed
+    where TOML reads them: the key above every table, the table after the examples."""
+    import tomli_w
+
+    head = f"default_model = {tomli_w.dumps({'k': first.key}).split('=', 1)[1].strip()}"
+    marker = '# default_model = "openai/gpt-4o-mini"\n'
+    assert marker in text
+    text = text.replace(marker, marker + head + "\n", 1)
+    entry: dict[str, Any] = {"model": first.model}
+    if first.api_base:
+        entry["api_base"] = first.api_base
+    if first.token_limit:
+        entry["token_limit"] = first.token_limit
+    table = tomli_w.dumps({"models": {first.key: entry}}).strip()
+    anchor = "\n\n# --- [agents.default]"
+    assert anchor in text
+    return text.replace(anchor, f"\n\n# Set up by `picochat config init --model`:\n{table}\n"
+                        + anchor, 1)
+
+
+def write_starter_config(path: Path, *, force: bool = False,
+                         first: FirstModel | None = None) -> None:
+    """Write the starter file atomically; refuse to replace an existing file unless forced.
+    With `first`, the file sets that model up and makes it the default; it is read back
+    first, so a file that would not load is never written."""
     if path.exists() and not force:
         raise ConfigError(f"{path}: already exists; nothing written",
                           "use `picochat config init --force` to replace it")
-    atomic_write_text(path, starter_config_text())
+    text = starter_config_text()
+    if first is not None:
+        from picochat.config import load_config_text
+
+        text = with_model(text, first)
+        load_config_text(text, path)  # a bad value is the usual one line, nothing written
+    atomic_write_text(path, text)

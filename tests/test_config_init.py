@@ -116,3 +116,49 @@ def test_all_tools_are_on_and_the_ui_theme_can_still_be_saved_in_place(run_cli, 
     save_ui_theme(config_file, "picochat-light")  # what /theme does to the file
     after = config_file.read_text(encoding="utf-8")
     assert after == text.replace('theme = "picochat-dark"', 'theme = "picochat-light"')
+
+
+# --- config init --model: a working file in one step (issue 35, item 7) -------------------------
+
+def test_init_with_a_model_writes_a_file_that_uses_it(run_cli, config_file, fake_openai):
+    result = run_cli("config", "init", "--model", "openai/qwen2.5-7b", "--api-base",
+                     fake_openai.base_url, "--token-limit", "8192")
+    assert result.status == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (f"default_model is local: [models.local] runs "
+                                              f"openai/qwen2.5-7b at {fake_openai.base_url}")
+    config = load_config(config_file)
+    assert config.default_model == "local"
+    assert config.models["local"] == ModelConfig("local", "openai/qwen2.5-7b",
+                                                 api_base=fake_openai.base_url, token_limit=8192)
+    answer = run_cli("ask", "hello")  # no -m, no edit: it talks to that server
+    assert answer.status == 0, answer.stderr
+    assert fake_openai.requests and fake_openai.requests[-1]["model"] == "qwen2.5-7b"
+    info = run_cli("info", "--json")
+    assert '"effective_window_tokens": 8192' in info.stdout
+
+
+def test_init_with_a_hosted_model_names_it_after_the_model(run_cli, config_file):
+    assert run_cli("config", "init", "--model", "anthropic/claude-sonnet-4-5").status == 0
+    config = load_config(config_file)
+    assert config.default_model == "claude-sonnet-4-5"
+    assert config.models["claude-sonnet-4-5"].model == "anthropic/claude-sonnet-4-5"
+
+
+def test_init_flags_without_a_model_or_with_a_bad_value_write_nothing(run_cli, config_file):
+    lone = run_cli("config", "init", "--api-base", "http://127.0.0.1:8080/v1")
+    assert lone.status == 2 and lone.stderr.startswith("picochat: --api-base goes with --model")
+    assert not config_file.exists()
+    bad = run_cli("config", "init", "--model", "openai/m", "--token-limit", "0")
+    assert bad.status == 2 and "--token-limit must be a positive number" in bad.stderr
+    assert not config_file.exists()
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_top_level_key_appended_after_a_table_says_where_it_belongs(run_cli, config_file):
+    text = _init(run_cli, config_file)
+    config_file.write_text(text + '\ndefault_model = "local"\n', encoding="utf-8")
+    result = run_cli("config", "show")
+    assert result.status == 2
+    line = result.stderr.strip()
+    assert "ui.default_model" in line and "unknown key" in line
+    assert "default_model belongs at the top of the file, above the first [table] line" in line

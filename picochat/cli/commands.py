@@ -621,14 +621,39 @@ def cmd_unpin(app: App) -> int:
 def cmd_config(app: App) -> int:
     action = app.args.action
     path = app.paths.config_file
+    first = _first_model(app)
     if action == "path":
         out(str(path))
     elif action == "show":
         out(effective_config_text(app.config))
     else:
-        write_starter_config(path, force=app.args.force)
+        write_starter_config(path, force=app.args.force, first=first)
         say(f"Wrote a starter config to {path}")
+        if first is not None:
+            say(f"default_model is {first.key}: [models.{first.key}] runs {first.model}"
+                + (f" at {first.api_base}" if first.api_base else ""))
     return 0
+
+
+def _first_model(app: App) -> Any:
+    """`config init --model …`'s model, or None; the flags that need it refused without."""
+    from picochat.config_starter import FirstModel
+
+    given = {k: app.opt(k) for k in ("api_base", "token_limit", "name")
+             if app.opt(k) is not None}
+    model = app.opt("init_model")
+    if model is None:
+        if given:
+            flag = "--" + next(iter(given)).replace("_", "-")
+            raise UsageError(f"{flag} goes with --model", "picochat config init --model "
+                             "openai/my-model --api-base http://127.0.0.1:8080/v1")
+        return None
+    if app.args.action != "init":
+        raise UsageError("--model goes with init", "picochat config init --model MODEL")
+    if app.opt("token_limit") is not None and app.opt("token_limit") <= 0:
+        raise UsageError(f"--token-limit must be a positive number of tokens, got "
+                         f"{app.opt('token_limit')}", "the server's context, e.g. 8192")
+    return FirstModel(model, given.get("api_base"), given.get("token_limit"), given.get("name"))
 
 
 # --- paths, completion ------------------------------------------------------------------------

@@ -232,13 +232,26 @@ def build_parser() -> argparse.ArgumentParser:
           path   print where the config file is, or would be
           show   print the config in force, defaults included, as TOML
           init   write a starter file that explains every key (--force: replace)
+        With init --model, the file also sets that model up as [models.NAME] and
+        makes it the default_model: a working file in one step.
         """, """
           picochat config init
+          picochat config init --model openai/qwen2.5-7b --api-base http://127.0.0.1:8080/v1 \\
+              --token-limit 8192
           $EDITOR "$(picochat config path)"
           picochat config show --config ./project.toml
         """))
     p.add_argument("action", choices=("path", "show", "init"), help="path, show or init")
     p.add_argument("--force", action="store_true", help="with init: replace an existing file")
+    p.add_argument("--model", dest="init_model", metavar="MODEL", default=argparse.SUPPRESS,
+                   help="with init: the litellm model string to set up and make the default")
+    p.add_argument("--api-base", metavar="URL", default=argparse.SUPPRESS,
+                   help="with init --model: the server's URL (a local server or a proxy)")
+    p.add_argument("--token-limit", metavar="N", type=int, default=argparse.SUPPRESS,
+                   help="with init --model: the model's context window in tokens")
+    p.add_argument("--name", metavar="NAME", default=argparse.SUPPRESS,
+                   help="with init --model: its [models.NAME] (default: local for a server "
+                        "at --api-base, else the model's name)")
     sub.add_parser("paths", parents=[common, as_json],
                    help="where the config, database, log and themes are", **_help("""
         Print where picochat keeps its files, one a line: the config file, the
