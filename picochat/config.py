@@ -396,6 +396,32 @@ def _show(value: Any) -> str:
     return f"{kind} ({text[:40]})" if not isinstance(value, (dict, list)) else kind
 
 
+def config_changes(old: Config, new: Config) -> list[str]:
+    """What `/reload` applies, one "key: old → new" each, in the file's words."""
+    def flat(config: Config) -> dict[str, Any]:
+        out: dict[str, Any] = {"default_model": config.default_model}
+        for table in ("context_compaction", "tools", "ui"):
+            for key, value in vars(getattr(config, table)).items():
+                out[f"{table}.{key}"] = value
+        for group in ("models", "agents"):
+            for name, entry in getattr(config, group).items():
+                for key, value in vars(entry).items():
+                    if key != "name":
+                        out[f"{group}.{name}.{key}"] = value
+        return out
+
+    def said(value: Any) -> str:
+        if value is None:
+            return "(unset)"
+        if isinstance(value, (tuple, list)):
+            return "[" + ", ".join(map(str, value)) + "]"
+        return repr(value) if isinstance(value, str) else str(value)
+
+    before, after = flat(old), flat(new)
+    return [f"{key}: {said(before.get(key))} → {said(after.get(key))}"
+            for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)]
+
+
 # --- writing -----------------------------------------------------------------------------------
 
 def effective_config_text(config: Config) -> str:

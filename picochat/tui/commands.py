@@ -190,6 +190,38 @@ async def cmd_tools(host: CommandHost, arg: str) -> None:
     await chat.add_notice(f"Tools: {worker.tools_line()}")
 
 
+async def cmd_reload(host: CommandHost, _: str) -> None:
+    """`/reload`: read the config file again and apply what changed (the session reopens with
+    it: its model, summary model, compaction and tools); a bad file changes nothing."""
+    from picochat.config import config_changes, load_config
+
+    chat = host.chat
+    if host.paths is None:
+        await chat.add_notice("Nothing to reload: this app was started without a config file")
+        return
+    if host.worker.busy:
+        await chat.add_notice("Not reloaded: a turn is running; /reload once it ends",
+                              "error")
+        return
+    path = host.paths.config_file
+    try:
+        new = await asyncio.to_thread(load_config, path)
+    except PicochatError as exc:
+        await chat.add_notice(f"Not reloaded, the config in use stays: {exc.user_line()}",
+                              "error")
+        return
+    changes = config_changes(host.config, new)
+    if not changes:
+        await chat.add_notice(f"{path} has not changed: nothing to apply")
+        return
+    host.config = new
+    await host.open_session(await host.sessions.get(host.session.id))
+    if new.ui.theme != host.theme and new.ui.theme in host.theme_names:
+        host.set_theme(new.ui.theme)
+    shown = changes[:8] + ([f"… and {len(changes) - 8} more"] if len(changes) > 8 else [])
+    await chat.add_notice(f"Reloaded {path}:\n" + "\n".join(shown))
+
+
 async def cmd_checkpoints(host: CommandHost, _: str) -> None:
     host.action_checkpoints()
 
@@ -514,6 +546,7 @@ HANDLERS: dict[str, Handler] = {
     "info": cmd_info,
     "context": cmd_context,
     "tools": cmd_tools,
+    "reload": cmd_reload,
     "checkpoints": cmd_checkpoints,
     "clear": cmd_clear,
     "pin": cmd_pin,

@@ -45,6 +45,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("copy", "", "copy the last answer to the clipboard"),
     Command("export", "[md|json] [PATH]", "write the whole session to a file"),
     Command("theme", "[NAME]", "list themes, or switch and remember one"),
+    Command("reload", "", "read the config file again and apply what changed"),
     Command("help", "", "keys and commands"),
     Command("quit", "", "leave picochat (ctrl+q)"),
 )

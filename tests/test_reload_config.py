@@ -1,0 +1,59 @@
+"""`/reload` (issue 35, item 6): the config file is read again and what changed applies at once
+(the session reopens with it), said key by key; a file that does not load changes nothing."""
+
+from __future__ import annotations
+
+from picochat.config import CompactionConfig, Config, ModelConfig, config_changes
+from picochat.paths import Paths
+from tests.helpers.tui import SIZE, make_app, say, texts
+from tests.helpers.waiting import settle
+
+
+def notices(app) -> list[str]:
+    from picochat.tui.chat import Notice
+
+    return texts(app, Notice)
+
+
+def test_the_changes_are_said_key_by_key():
+    old = Config(context_compaction=CompactionConfig(keep_recent_tokens=300))
+    new = Config(models={"m": ModelConfig("m", "offline", token_limit=4096)},
+                 context_compaction=CompactionConfig(keep_recent_tokens=300,
+                                                     summary_model="offline"))
+    assert config_changes(old, new) == [
+        "context_compaction.summary_model: (unset) → 'offline'",
+        "models.m.model: (unset) → 'offline'",
+        "models.m.token_limit: (unset) → 4096",
+    ]
+    assert config_changes(new, new) == []
+
+
+async def test_reload_applies_a_summary_model_set_in_the_file_and_refuses_a_bad_file(
+        store, tmp_path):
+    paths = Paths(data_dir=tmp_path / "data", config_file=tmp_path / "config.toml",
+                  log_file=tmp_path / "log")
+    paths.config_file.write_text("[context_compaction]\nkeep_recent_tokens = 300\n",
+                                 encoding="utf-8")
+    app = make_app(store)
+    app.paths = paths
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await say(pilot, "/reload")
+        await settle(pilot, app, lambda: any("has not changed" in n for n in notices(app)))
+        assert app.worker.summary_model is None  # the chat model writes the summaries
+        paths.config_file.write_text('[context_compaction]\nkeep_recent_tokens = 300\n'
+                                     'summary_model = "offline"\n', encoding="utf-8")
+        await say(pilot, "/reload")
+        await settle(pilot, app, lambda: any(n.startswith("Reloaded") for n in notices(app)))
+        [said] = [n for n in notices(app) if n.startswith("Reloaded")]
+        assert "context_compaction.summary_model: (unset) → 'offline'" in said
+        assert app.worker.summary_model is not None and app.worker.summary_model.offline
+        assert app.worker.info().summary_model is not None  # /info says it too
+        paths.config_file.write_text("[context_compaction]\nkeep_recent_tokens = -1\n",
+                                     encoding="utf-8")
+        await say(pilot, "/reload")
+        await settle(pilot, app, lambda: any(n.startswith("Not reloaded") for n in
+                                             notices(app)))
+        [bad] = [n for n in notices(app) if n.startswith("Not reloaded")]
+        assert "keep_recent_tokens" in bad and "(line 2)" in bad
+        assert app.config.context_compaction.summary_model == "offline"  # kept
