@@ -92,7 +92,8 @@ def test_a_long_user_message_folds_to_its_first_and_last_lines_and_a_note():
     folded = fold(LOG + "\nwhy are some requests slow?")
     assert folded.head == "".join(LOG.splitlines(keepends=True)[:6]).rstrip("\n")
     assert folded.tail.endswith("why are some requests slow?")  # typed after the paste: seen
-    assert folded.note == "… 2,959 more lines · 240 KB in all · Enter expands · c copies all"
+    assert folded.note == ("… 2,959 more lines · 240 KB in all (folded: over 40 lines or 4,000 "
+                           "characters) · Enter expands · c copies all")
     assert fold("y" * 5_000).note.startswith("… 4,801 more characters · 5 KB in all")
 
 

@@ -104,7 +104,8 @@ def fold(text: str, lines: int = FOLD_LINES, chars: int = FOLD_CHARS) -> Fold | 
                     else len(line) for line in head) + len(head) - 1
         more = f"{len(body) - shown:,} more characters"
     head, tail = [_cut(line) for line in head], [_cut(line) for line in tail]
-    note = f"… {more} · {size(text)} in all · Enter expands · c copies all"
+    note = (f"… {more} · {size(text)} in all (folded: over {FOLD_LINES} lines or "
+            f"{FOLD_CHARS:,} characters) · Enter expands · c copies all")
     return Fold("\n".join(head), note, "\n".join(tail))
 
 
