@@ -542,10 +542,14 @@ class SessionWorker:
     async def active_checkpoint(self) -> Checkpoint | None:
         return await self.store.io(self.store.active_checkpoint, self.session_id)
 
-    async def search(self, query: str, limit: int) -> list[SearchHit]:
-        """`/search`: the best matches in the whole log, undone rows included and marked."""
-        return await self.store.io(self.store.search.messages, self.session_id, query,
-                                   limit=limit)
+    async def search(self, query: str, limit: int) -> tuple[list[SearchHit], int]:
+        """`/search`: the best matches in the whole log, undone rows included and marked, and
+        how many messages match in all."""
+        def run() -> tuple[list[SearchHit], int]:
+            search = self.store.search
+            hits = search.messages(self.session_id, query, limit=limit)
+            return hits, (search.count(self.session_id, query) if hits else 0)
+        return await self.store.io(run)
 
     async def record(self) -> SessionRecord:
         """All that is stored of the session (`/export`)."""

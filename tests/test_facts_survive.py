@@ -122,7 +122,8 @@ class FactsSurvive(RuleBasedStateMachine):
 
     @rule()
     def undo(self) -> None:
-        self.store.uncompact(self.sid)
+        self.store.uncompact(self.sid)  # with no summary in use, it takes back a /clear
+        self.floor = self.store.session(self.sid).context_floor_seq
 
     @rule()
     def clear(self) -> None:

@@ -162,3 +162,26 @@ def test_the_message_holding_every_word_comes_first_however_long_it_is(store):
     hits = store.search.messages(sid, "/srv/app41/service.toml", limit=25)
     assert "app41" in hits[0].snippet
     assert len(hits) == 25  # the others still fill the list
+
+
+def test_a_ticket_id_or_a_quoted_phrase_finds_that_one_not_every_word_of_it(store):
+    """`/search OPS-103` found all twenty OPS tickets (issue 35, item 8): a token joined by
+    punctuation, or a "quoted phrase", must match as written; loose words still rank."""
+    from picochat.storage.search import parse_query
+    from picochat.tui.commands import search_title
+
+    sid = store.create_session("ops").id
+    for i in range(100, 120):
+        append_message(store, sid, "user", f"Ticket OPS-{i} is about the cache.", turn_id=f"t{i}")
+    append_message(store, sid, "user", "The redis cache runs on port 6380.", turn_id="r")
+    hits = store.search.messages(sid, "OPS-103", limit=20)
+    assert hits[0].seq == 4 and store.search.count(sid, "OPS-103") == 1  # that one first
+    assert len(hits) == 20  # then the others holding its words, as before
+    assert search_title("OPS-103", 20, 1) == ("1 message holds 'OPS-103' as written (first), "
+                                              "then the best holding its words")
+    assert [h.seq for h in store.search.messages(sid, '"OPS-103"')] == [4]  # quoted: only it
+    assert store.search.count(sid, "OPS") == 20  # a loose word is still every one
+    assert [h.seq for h in store.search.messages(sid, '"redis cache"')] == [21]
+    assert store.search.count(sid, '"cache redis"') == 0  # a phrase keeps its order
+    q = parse_query('"redis cache" port 10.0.0.2')
+    assert (q.quoted, q.joined, q.loose) == (("redis cache",), ("10 0 0 2",), ("port",))

@@ -238,8 +238,8 @@ async def test_search_query_and_snippets_are_literal_in_the_list(store):
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, "/search findme [@click=app.quit]quit[/] [bold]")
         await settle(pilot, app, lambda: isinstance(app.screen, PickScreen))
-        text = await shows(pilot, app, "best matches for", "message 1 · you:")  # drawn
-        assert "best matches for 'findme [@click=app.quit]quit[/] [bold]'" in text  # title
+        text = await shows(pilot, app, "matches", "message 1 · you:")  # drawn
+        assert "1 message matches 'findme [@click=app.quit]quit[/] [bold]'" in text  # title
         # the snippet, its matches marked «»
         assert_on_screen(app, "message 1 · you: «findme» [@«click»=«app».«quit»]"
                               "«quit»[/] [«bold»]b [/]  end")

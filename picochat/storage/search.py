@@ -48,6 +48,46 @@ def fts_query(text: str) -> str | None:
     return _any_of(fts_words(text))
 
 
+@dataclass(frozen=True)
+class Query:
+    """What a search asks for. `quoted`: "phrases" every match must hold as written.
+    `joined`: tokens whose words punctuation joins (`OPS-103`, `10.0.0.2`, `/etc/svc`): the
+    messages holding them as written rank first, then those holding their words. `loose`:
+    the other words, any of which may match."""
+
+    quoted: tuple[str, ...]
+    joined: tuple[str, ...]
+    loose: tuple[str, ...]
+
+    @property
+    def words(self) -> list[str]:
+        """Every word a match may hold, for ranking and the snippet's marks."""
+        return list(self.loose) + [w for p in self.joined for w in p.split()]
+
+
+def parse_query(text: str) -> Query:
+    quoted: list[str] = []
+    joined: list[str] = []
+    loose: list[str] = []
+    for in_quotes, bare in re.findall(r'"([^"]*)"|(\S+)', text):
+        words = fts_words(in_quotes if in_quotes else bare)
+        if in_quotes and words:
+            quoted.append(" ".join(words))
+        elif len(words) > 1:
+            joined.append(" ".join(words))
+        else:
+            loose += words
+    return Query(tuple(quoted[:8]), tuple(joined[:8]), tuple(loose[:16]))
+
+
+def _must(phrase_texts: Sequence[str], query: str | None) -> str | None:
+    """`query` restricted to the messages holding every phrase."""
+    must = " AND ".join(f'"{p}"' for p in phrase_texts)
+    if not must:
+        return query
+    return f"({must}) AND ({query})" if query else must
+
+
 def _any_of(words: Sequence[str]) -> str | None:
     return " OR ".join(f'"{w}"' for w in words) if words else None
 
@@ -67,23 +107,29 @@ class Search:
         """Full-text search over the session's whole raw log, including rows a checkpoint
         summarized, cleared or undone (they are marked): best matches first. `before_seq`
         leaves out the turn doing the searching."""
-        words = fts_words(query)
-        if not words:
+        q = parse_query(query)
+        must, words = list(q.quoted), q.words
+        if not words and not must:
             return []
         limit = max(1, limit)
         before = before_seq if before_seq is not None else NO_UPPER_BOUND
         with self.core.read() as c:
             # a message holding every word comes first, however long it is (bm25 alone ranks
-            # a short one holding the common words over a long one that also has the rare)
-            picked = (_ranked(c, _all_of(words), session_id, before, limit, 0, NO_UPPER_BOUND)
-                      if len(words) > 1 else [])
+            # a short one holding the common words over a long one that also has the rare),
+            # and first among those, one holding the joined tokens as written (OPS-103)
+            picked = (_ranked(c, _must(must + list(q.joined), _all_of(list(q.loose))),
+                              session_id, before, limit, 0, NO_UPPER_BOUND) if q.joined else [])
+            if (len(words) > 1 or must) and len(picked) < limit:
+                more = _ranked(c, _must(must, _all_of(words)), session_id, before,
+                               limit + len(picked), 0, NO_UPPER_BOUND)
+                picked += [i for i in more if i not in picked][: limit - len(picked)]
             rare = [w for w in words if _matches_up_to(c, w, RARE_MATCHES + 1) <= RARE_MATCHES]
             if rare and len(picked) < limit:
-                more = _ranked(c, _any_of(rare), session_id, before, limit + len(picked), 0,
-                               NO_UPPER_BOUND)
+                more = _ranked(c, _must(must, _any_of(rare)), session_id, before,
+                               limit + len(picked), 0, NO_UPPER_BOUND)
                 picked += [i for i in more if i not in picked][: limit - len(picked)]
             if len(picked) < limit:  # fill up from the newest matches of every word
-                everything = _any_of(words)
+                everything = _must(must, _any_of(words))
                 # the newest candidates end at the session's last row before `before`; the
                 # index alone finds where they begin (a join here makes SQLite scan it all)
                 last = c.execute("SELECT id FROM messages WHERE session_id = ? AND seq < ? "
@@ -104,9 +150,22 @@ class Search:
                 f"m.turn_id, NOT {NOT_RETRACTED} FROM messages_fts "
                 "JOIN messages m ON m.id = messages_fts.rowid "
                 f"WHERE messages_fts MATCH ? AND messages_fts.rowid IN ({marks})",
-                (_any_of(words), *picked)).fetchall()
+                (_any_of(words + [w for p in must for w in p.split()]), *picked)).fetchall()
         by_id = {r[0]: SearchHit(r[1], r[2], r[3], r[4], bool(r[5])) for r in rows}
         return [by_id[i] for i in picked if i in by_id]
+
+    def count(self, session_id: str, query: str, cap: int = 10_000) -> int:
+        """How many of the session's messages hold `query` as written: its phrases and joined
+        tokens, and any of its loose words; counted no further than `cap`."""
+        q = parse_query(query)
+        match = _must(list(q.quoted + q.joined), _any_of(list(q.loose)))
+        if match is None:
+            return 0
+        with self.core.read() as c:
+            return c.execute(
+                "SELECT COUNT(*) FROM (SELECT m.id FROM messages_fts JOIN messages m ON "
+                "m.id = messages_fts.rowid WHERE messages_fts MATCH ? AND m.session_id = ? "
+                "LIMIT ?)", (match, session_id, cap)).fetchone()[0]
 
     def timeline(self, session_id: str, query: str, limit: int = 5) -> list[tuple[str, str]]:
         """Earlier checkpoint summaries (the timeline) that mention the query's words, the

@@ -435,7 +435,7 @@ async def cmd_search(host: CommandHost, query: str) -> None:
     if not query:
         await chat.add_notice("/search needs some words: /search TEXT", "error")
         return
-    hits = await host.worker.search(query, limit=20)
+    hits, total = await host.worker.search(query, limit=20)
     if not hits:
         await chat.add_notice(f"No message matches {query!r}")
         return
@@ -447,8 +447,23 @@ async def cmd_search(host: CommandHost, query: str) -> None:
         if seq is not None and not await chat.reveal(int(seq)):
             host.notify(literal(f"Message {seq} is not shown in this transcript"),
                         severity="warning")
-    host.push_screen(PickScreen(f"{len(hits)} best matches for {query!r} · Enter jumps",
-                                choices), picked)
+    told = search_title(query, len(hits), total)
+    host.push_screen(PickScreen(f"{told} · Enter jumps (\"quotes\" for a phrase)", choices),
+                     picked)
+
+
+def search_title(query: str, shown: int, total: int) -> str:
+    """How many messages match, in words: those holding `query` as written (`total`) may be
+    fewer than the list, which then goes on with the best holding its words."""
+    if total == 0:
+        return f"no message holds {query!r} as written; the best holding its words"
+    if total < shown:
+        held = "1 message holds" if total == 1 else f"{total:,} messages hold"
+        return f"{held} {query!r} as written (first), then the best holding its words"
+    if total == shown:
+        return f"1 message matches {query!r}" if total == 1 else \
+            f"{total:,} messages match {query!r}"
+    return f"the {shown} best of {total:,} messages matching {query!r}"
 
 
 async def cmd_copy(host: CommandHost, _: str) -> None:

@@ -41,7 +41,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("delete", "", "delete this session (asks first; the rows are kept)"),
     Command("model", "[NAME]", "show or switch this session's model; the budget follows"),
     Command("system", "[TEXT]", "show or set this session's system prompt (default resets)"),
-    Command("search", "TEXT", "search the whole raw history; pick a match to jump to it"),
+    Command("search", "TEXT", "search the whole raw history (\"quotes\" for a phrase); pick a "
+                              "match to jump to it"),
     Command("copy", "", "copy the last answer to the clipboard"),
     Command("export", "[md|json] [PATH]", "write the whole session to a file"),
     Command("theme", "[NAME]", "list themes, or switch and remember one"),
