@@ -64,8 +64,10 @@ def session_json(session: Session) -> dict[str, Any]:
     }
 
 
-def checkpoint_json(cp: Checkpoint, active_id: str | None) -> dict[str, Any]:
+def checkpoint_json(cp: Checkpoint, active_id: str | None, number: int = 0) -> dict[str, Any]:
+    """A checkpoint for `--json`; `number`: "Summary N" as the app's panel numbers it."""
     out = dict(vars(cp))
+    out["summary_number"] = number
     out["ledger"] = {"facts": [dict(vars(row)) for row in cp.ledger.rows],
                      "dropped": cp.ledger.dropped, "dropped_up_to": cp.ledger.dropped_up_to}
     out["active"] = cp.id == active_id
@@ -179,12 +181,17 @@ def export_json(session: Session, messages: list[Message], checkpoints: list[Che
 
 
 def checkpoints_table(checkpoints: list[Checkpoint], active_id: str | None) -> str:
+    """Newest first, each numbered "Summary N" as the app's checkpoint panel numbers it (the
+    context generation is an internal counter: `--json` has it)."""
+    from picochat.compaction.report import numbers
+
     if not checkpoints:
         return "No checkpoints yet: nothing has been compacted in this session."
-    rows = [("", "ID", "GEN", "REASON", "TOKENS", "FROM SEQ", "FACTS", "CREATED")]
+    numbered = numbers(checkpoints)
+    rows = [("", "SUMMARY", "ID", "REASON", "TOKENS", "FROM SEQ", "FACTS", "CREATED")]
     for cp in checkpoints:
         facts = counts(cp.ledger)
-        rows.append(("*" if cp.id == active_id else "", cp.id, str(cp.generation),
+        rows.append(("*" if cp.id == active_id else "", str(numbered[cp.id]), cp.id,
                      cp.trigger_reason + (" (degraded)" if cp.degraded else ""),
                      f"{cp.tokens_before:,} -> {cp.tokens_after:,}", str(cp.first_retained_seq),
                      f"{facts.kept:,}" + (f" (-{facts.dropped:,})" if facts.dropped else ""),

@@ -133,3 +133,25 @@ def test_a_database_from_before_migrates_and_its_earlier_clears_stay_as_they_wer
         assert len(restore(store, "s_a").raw) == 4
     finally:
         store.close()
+
+
+def test_the_shell_numbers_summaries_as_the_panel_does(store):
+    """`picochat checkpoints` showed the context generation ("5") where the panel says
+    "Summary 4" (issue 35, item 8): both number summaries from the first now."""
+    from picochat import render
+    from picochat.compaction.report import headline, numbers
+
+    sid = store.create_session("n").id
+    seed(store, sid, 8)
+    first = compacted(store, sid)
+    store.clear_context(sid)  # a generation that made no summary
+    seed(store, sid, 8, start=8)
+    second = compacted(store, sid)
+    checkpoints = store.checkpoints(sid)
+    table = render.checkpoints_table(checkpoints, second.id).splitlines()
+    assert table[0].split()[:2] == ["SUMMARY", "ID"]
+    assert table[1].split()[:3] == ["*", "2", second.id]
+    assert table[2].split()[:2] == ["1", first.id]
+    assert second.generation != 2  # what the table showed before
+    assert headline(second, numbers(checkpoints)[second.id], 0).startswith("Summary 2 ")
+    assert render.checkpoint_json(second, second.id, 2)["summary_number"] == 2

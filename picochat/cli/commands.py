@@ -425,7 +425,10 @@ def cmd_checkpoints(app: App) -> int:
     checkpoints = app.store.checkpoints(session.id)
     active = session.active_context_checkpoint_id
     if app.opt("json"):
-        dump_json([render.checkpoint_json(c, active) for c in checkpoints])
+        from picochat.compaction.report import numbers
+
+        numbered = numbers(checkpoints)
+        dump_json([render.checkpoint_json(c, active, numbered[c.id]) for c in checkpoints])
     else:
         out(for_terminal(render.checkpoints_table(checkpoints, active)))
     return 0
