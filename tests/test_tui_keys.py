@@ -319,3 +319,24 @@ async def test_ctrl_c_stops_a_running_answer(store):
         await settle(pilot, app, lambda: not app.worker.busy)
         [answer] = [m for m in store.history(app.session.id) if m.role == "assistant"]
         assert answer.status == "interrupted" and answer.content.count("word") < 200
+
+
+async def test_tab_typed_in_the_same_burst_as_a_command_completes_it(store):
+    """`/ex` and Tab typed at once (issue 35, item 8): the Tab came before the hints opened
+    for `/ex`, and moved the focus out of the prompt instead of completing."""
+    from textual import events
+
+    from picochat.tui.prompt import Prompt
+    from tests.helpers.tui import SIZE, make_app
+
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        prompt = app.query_one(Prompt)
+        prompt.focus()
+        for char in "/ex":
+            app.post_message(events.Key(char, char))
+        app.post_message(events.Key("tab", "\t"))
+        await settle(pilot, app, lambda: prompt.text == "/export ",
+                     what="the burst's Tab did not complete /ex")
+        assert app.focused is prompt

@@ -567,7 +567,10 @@ class PicochatApp(App[None]):
                 self._typing_pause.reset()
 
     def on_prompt_walk(self, event: Prompt.Walk) -> None:
-        self.query_one(SlashHints).walk(event.step)
+        hints = self.query_one(SlashHints)
+        if event.typed and not hints.is_open:  # the Tab came in the burst that typed it
+            hints.show_for(event.typed)
+        hints.walk(event.step)
 
     def on_slash_hints_picked(self, event: SlashHints.Picked) -> None:
         self.query_one(Prompt).put(event.text)

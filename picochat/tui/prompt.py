@@ -10,6 +10,7 @@ from textual.message import Message
 from textual.widgets import TextArea
 
 from picochat.tui.safe import clean
+from picochat.tui.slash import completions
 
 
 class Prompt(TextArea):
@@ -38,8 +39,11 @@ class Prompt(TextArea):
 
     @dataclass
     class Walk(Message):
-        """A key that walks the slash-command hints (they own the walk): +1 next, -1 back."""
+        """A key that walks the slash-command hints (they own the walk): +1 next, -1 back.
+        `typed`: the prompt's text when the key came, for a Tab typed in the same burst as
+        the command's first letters, before the hints had opened for them."""
         step: int
+        typed: str = ""
 
     # while the hints show: Tab completes, then walks with the arrows; up/down recall earlier
     # prompts only when no hints show (or a recall is under way)
@@ -89,10 +93,11 @@ class Prompt(TextArea):
             self.post_message(self.Scroll(where))
             return
         step = self.WALK_KEYS.get(event.key)
-        if step is not None and self.hints_open and self._recall is None:
+        completing = event.key in ("tab", "shift+tab") and bool(completions(self.text))
+        if step is not None and (self.hints_open or completing) and self._recall is None:
             event.stop()
             event.prevent_default()
-            self.post_message(self.Walk(step))
+            self.post_message(self.Walk(step, self.text))
             return
         if event.key == "enter":
             event.stop()
