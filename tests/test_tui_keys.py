@@ -340,3 +340,24 @@ async def test_tab_typed_in_the_same_burst_as_a_command_completes_it(store):
         await settle(pilot, app, lambda: prompt.text == "/export ",
                      what="the burst's Tab did not complete /ex")
         assert app.focused is prompt
+
+
+async def test_the_footer_offers_esc_for_what_it_does_and_never_stop_with_nothing_running(store):
+    """The footer kept `esc Stop` when nothing ran (issue 35, item 8): with the slash hints
+    open it says `esc Close hints`; idle, no esc at all; while an answer runs, `esc Stop`."""
+    from picochat.tui.prompt import Prompt
+    from tests.helpers.tui import SIZE, make_app
+
+    def offered(app) -> set[str]:
+        return {b.binding.description for b in app.active_bindings.values()
+                if b.enabled and b.binding.key == "escape"}
+
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        assert offered(app) == set()
+        app.query_one(Prompt).focus()
+        await pilot.press("/", "c")
+        await settle(pilot, app, lambda: offered(app) == {"Close hints"})
+        await pilot.press("escape")
+        await settle(pilot, app, lambda: offered(app) == set())

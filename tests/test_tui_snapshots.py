@@ -302,7 +302,9 @@ def footer_drawn(app: PicochatApp) -> bool:
     focus moves, a beat after the modal is drawn)."""
     from textual.widgets import Footer
 
-    return bool(app.screen_stack[0].query_one(Footer).children)
+    keys = [k for footer in app.screen.query(Footer) for k in footer.children] or \
+        list(app.screen_stack[0].query_one(Footer).children)
+    return bool(keys) and all(k.region.width > 0 for k in keys)
 
 
 def preview_app(store, summary: str) -> PicochatApp:

@@ -110,6 +110,7 @@ class PicochatApp(App[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (PANEL_BESIDE_CHAT_FROM, "-wide")]
     BINDINGS = [
         Binding("escape", "stop", "Stop", key_display="esc", show=True),
+        Binding("escape", "close_hints", "Close hints", key_display="esc", show=True),
         # priority: acted on before the keys typed after them are handed to the focused widget
         Binding("f1", "help", "Help", key_display="F1", priority=True),
         Binding("f2", "checkpoints", "Checkpoints", key_display="F2", priority=True),
@@ -193,8 +194,10 @@ class PicochatApp(App[None]):
         if self.signals is not None:
             self.signals.on_loop()
         prompt = self.query_one(Prompt)
-        self.watch(self.query_one(SlashHints), "is_open",
-                   lambda is_open: setattr(prompt, "hints_open", is_open))
+        def hints_open(is_open: bool) -> None:
+            prompt.hints_open = is_open
+            self.refresh_bindings()  # the footer's esc: "Close hints" while they show
+        self.watch(self.query_one(SlashHints), "is_open", hints_open)
         body = self.query_one("#body")
 
         def panel_open(is_open: bool) -> None:
@@ -658,6 +661,9 @@ class PicochatApp(App[None]):
         if not self.conversation.stop():
             self.query_one(SlashHints).close()
 
+    def action_close_hints(self) -> None:
+        self.query_one(SlashHints).close()
+
     def action_help_quit(self) -> None:
         """ctrl+c: stops a running answer, as Esc does (the reflex of every terminal user);
         with none running, Textual's hint that ctrl+q quits."""
@@ -708,11 +714,13 @@ class PicochatApp(App[None]):
         self.command(f"/{name}")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Esc (stop) works only while an answer runs (it shows in the footer then) or the
-        slash-command hints are open (it closes them)."""
-        if action == "stop":  # False hides it
-            running = self._conversation is not None and self._conversation.running
-            return bool(running) or self.query_one(SlashHints).is_open
+        """Esc stops an answer while one runs, else closes the slash-command hints while they
+        are open; the footer offers whichever it does (False hides a binding), never "Stop"
+        with nothing running."""
+        if action in ("stop", "close_hints"):
+            running = bool(self._conversation is not None and self._conversation.running)
+            return running if action == "stop" else (
+                not running and self.query_one(SlashHints).is_open)
         if action == "compact_now":  # not over a preview, its editor or a question
             return len(self.screen_stack) == 1
         return True

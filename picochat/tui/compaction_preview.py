@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Static, TextArea
+from textual.widgets import Footer, Static, TextArea
 
 from picochat.compaction.report import fact_changes, preview_rows
 from picochat.tui.safe import clean, literal
@@ -66,6 +66,7 @@ class PreviewScreen(ModalScreen["CompactionPreview | None"]):
             yield Static(id="pv-facts")
             yield Static("Summary", id="pv-summary-title")
             yield Static(id="pv-summary")
+        yield Footer()  # its own keys, over the chat's
 
     def on_mount(self) -> None:
         self.show(self.preview)
@@ -159,6 +160,7 @@ class SummaryEditor(ModalScreen["CompactionPreview | None"]):
                 verdict.update(refusal(self.preview))
                 verdict.add_class("refused")
             yield verdict
+        yield Footer()  # its own keys, over the chat's
 
     def action_check(self) -> None:
         text = self.query_one("#ed-text", TextArea).text
