@@ -236,14 +236,14 @@ def build_parser() -> argparse.ArgumentParser:
         makes it the default_model: a working file in one step.
         """, """
           picochat config init
-          picochat config init --model openai/qwen2.5-7b --api-base http://127.0.0.1:8080/v1 \\
-              --token-limit 8192
+          picochat config init --model anthropic/claude-sonnet-4-5
+          picochat config init -m openai/qwen --api-base http://127.0.0.1:8080/v1
           $EDITOR "$(picochat config path)"
           picochat config show --config ./project.toml
         """))
     p.add_argument("action", choices=("path", "show", "init"), help="path, show or init")
     p.add_argument("--force", action="store_true", help="with init: replace an existing file")
-    p.add_argument("--model", dest="init_model", metavar="MODEL", default=argparse.SUPPRESS,
+    p.add_argument("-m", "--model", dest="init_model", metavar="MODEL", default=argparse.SUPPRESS,
                    help="with init: the litellm model string to set up and make the default")
     p.add_argument("--api-base", metavar="URL", default=argparse.SUPPRESS,
                    help="with init --model: the server's URL (a local server or a proxy)")
