@@ -57,3 +57,49 @@ async def test_reload_applies_a_summary_model_set_in_the_file_and_refuses_a_bad_
         [bad] = [n for n in notices(app) if n.startswith("Not reloaded")]
         assert "keep_recent_tokens" in bad and "(line 2)" in bad
         assert app.config.context_compaction.summary_model == "offline"  # kept
+
+
+async def test_a_config_file_changed_meanwhile_is_said_once_with_what_applies_it(store, tmp_path):
+    import os
+
+    paths = Paths(data_dir=tmp_path / "data", config_file=tmp_path / "config.toml",
+                  log_file=tmp_path / "log")
+    paths.config_file.write_text("[ui]\ntheme = \"picochat-dark\"\n", encoding="utf-8")
+    app = make_app(store)
+    app.paths = paths
+    app.config_loaded()  # as the app reads it at start
+    changed = lambda: [str(n.message) for n in app._notifications  # noqa: E731
+                       if "The config file changed" in str(n.message)]
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await say(pilot, "/info")
+        await pilot.press("escape")
+        assert changed() == []  # nothing changed: nothing said
+        paths.config_file.write_text("[context_compaction]\nsummary_model = \"offline\"\n",
+                                     encoding="utf-8")
+        os.utime(paths.config_file, ns=(1, 1))  # a stamp unlike the first, however fast
+        await say(pilot, "hello")
+        await settle(pilot, app, lambda: len(changed()) == 1)
+        await say(pilot, "again")
+        await settle(pilot, app, lambda: not app.worker.busy)
+        assert len(changed()) == 1  # once per change
+        await say(pilot, "/reload")
+        await settle(pilot, app, lambda: any(n.startswith("Reloaded") for n in notices(app)))
+        assert app.worker.summary_model is not None
+
+
+async def test_the_app_s_own_theme_save_is_not_a_change_to_tell(store, tmp_path):
+    paths = Paths(data_dir=tmp_path / "data", config_file=tmp_path / "config.toml",
+                  log_file=tmp_path / "log")
+    paths.config_file.write_text("[ui]\ntheme = \"picochat-dark\"\n", encoding="utf-8")
+    app = make_app(store)
+    app.paths = paths
+    app.config_loaded()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await say(pilot, "/theme picochat-light")
+        await settle(pilot, app, lambda: any("Theme: picochat-light" in n for n in notices(app)))
+        await say(pilot, "hello")
+        await settle(pilot, app, lambda: not app.worker.busy and len(store.history(
+            app.session.id)) == 2)
+        assert not [n for n in app._notifications if "config file changed" in str(n.message)]

@@ -137,6 +137,7 @@ class PicochatApp(App[None]):
         self.session = session
         self.config = config
         self.paths = paths
+        self._config_stamp = self._config_file_stamp()  # what /reload would read, as read
         self.worker = self.sessions.worker(session, model, provider, config)
         if paths is not None:  # counts an earlier run kept: the figures need no encoding
             token_counts.read(paths.data_dir)
@@ -299,6 +300,7 @@ class PicochatApp(App[None]):
         if self.paths is None:
             return ""
         problem = save_theme(self.paths, name)
+        self.config_loaded()  # our own write: not a change to tell the user about
         return f"; not saved ({problem})" if problem else f"; saved to {self.paths.config_file}"
 
     def watch_theme(self, name: str) -> None:
@@ -308,6 +310,7 @@ class PicochatApp(App[None]):
             return  # loading the configured theme, or saved already
         self.saved_theme = name
         problem = save_theme(self.paths, name)
+        self.config_loaded()  # our own write: not a change to tell the user about
         if problem:
             self.notify(literal(f"theme {name} not saved: {problem}"), severity="warning")
 
@@ -578,9 +581,35 @@ class PicochatApp(App[None]):
     def on_slash_hints_picked(self, event: SlashHints.Picked) -> None:
         self.query_one(Prompt).put(event.text)
 
+    def _config_file_stamp(self) -> tuple[int, int] | None:
+        """The config file's modification time and size, or None (no file, or none used)."""
+        paths = getattr(self, "paths", None)
+        if paths is None:
+            return None
+        try:
+            info = paths.config_file.stat()
+        except OSError:
+            return None
+        return info.st_mtime_ns, info.st_size
+
+    def config_loaded(self) -> None:
+        """`/reload` read the file: it is the config in force again."""
+        self._config_stamp = self._config_file_stamp()
+
+    def _say_if_config_changed(self) -> None:
+        """The file changed since it was read (an editor in another pane): said once per
+        change, with what applies it; nothing is applied unasked."""
+        now = self._config_file_stamp()
+        if now != self._config_stamp:
+            self._config_stamp = now
+            self.notify(literal("The config file changed: /reload applies it"),
+                        title="Config", timeout=10)
+
     async def on_prompt_submitted(self, event: Prompt.Submitted) -> None:
         text = event.text
         self.query_one(SlashHints).close()
+        if not text.strip().lower().startswith("/reload"):
+            self._say_if_config_changed()
         if text.split(maxsplit=1)[0].lower() != "/checkpoints":  # that one toggles the panel
             self._show_chat()  # where the answer, or the command's outcome, will be
         if slash.is_command(text):

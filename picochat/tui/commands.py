@@ -211,6 +211,7 @@ async def cmd_reload(host: CommandHost, _: str) -> None:
                               "error")
         return
     changes = config_changes(host.config, new)
+    host.config_loaded()
     if not changes:
         await chat.add_notice(f"{path} has not changed: nothing to apply")
         return

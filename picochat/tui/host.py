@@ -42,6 +42,8 @@ class CommandHost(Protocol):
 
     async def reload(self, from_elsewhere: bool = False) -> None: ...
 
+    def config_loaded(self) -> None: ...  # /reload read the config file
+
     def usage(self) -> ContextUsage: ...
 
     async def open_session(self, session: Session,
