@@ -9,6 +9,17 @@ from tests.helpers.tui import SIZE, make_app, say, texts
 from tests.helpers.waiting import settle
 
 
+def app_with_file(store, tmp_path, text: str):
+    """An app whose config file (in `tmp_path`) holds `text`, read as at start."""
+    paths = Paths(data_dir=tmp_path / "data", config_file=tmp_path / "config.toml",
+                  log_file=tmp_path / "log")
+    paths.config_file.write_text(text, encoding="utf-8")
+    app = make_app(store)
+    app.paths = paths
+    app.config_loaded()
+    return app, paths
+
+
 def notices(app) -> list[str]:
     from picochat.tui.chat import Notice
 
@@ -30,12 +41,8 @@ def test_the_changes_are_said_key_by_key():
 
 async def test_reload_applies_a_summary_model_set_in_the_file_and_refuses_a_bad_file(
         store, tmp_path):
-    paths = Paths(data_dir=tmp_path / "data", config_file=tmp_path / "config.toml",
-                  log_file=tmp_path / "log")
-    paths.config_file.write_text("[context_compaction]\nkeep_recent_tokens = 300\n",
-                                 encoding="utf-8")
-    app = make_app(store)
-    app.paths = paths
+    app, paths = app_with_file(store, tmp_path,
+                               "[context_compaction]\nkeep_recent_tokens = 300\n")
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, "/reload")
@@ -62,12 +69,7 @@ async def test_reload_applies_a_summary_model_set_in_the_file_and_refuses_a_bad_
 async def test_a_config_file_changed_meanwhile_is_said_once_with_what_applies_it(store, tmp_path):
     import os
 
-    paths = Paths(data_dir=tmp_path / "data", config_file=tmp_path / "config.toml",
-                  log_file=tmp_path / "log")
-    paths.config_file.write_text("[ui]\ntheme = \"picochat-dark\"\n", encoding="utf-8")
-    app = make_app(store)
-    app.paths = paths
-    app.config_loaded()  # as the app reads it at start
+    app, paths = app_with_file(store, tmp_path, "[ui]\ntheme = \"picochat-dark\"\n")
     changed = lambda: [str(n.message) for n in app._notifications  # noqa: E731
                        if "The config file changed" in str(n.message)]
     async with app.run_test(size=SIZE) as pilot:
@@ -89,12 +91,7 @@ async def test_a_config_file_changed_meanwhile_is_said_once_with_what_applies_it
 
 
 async def test_the_app_s_own_theme_save_is_not_a_change_to_tell(store, tmp_path):
-    paths = Paths(data_dir=tmp_path / "data", config_file=tmp_path / "config.toml",
-                  log_file=tmp_path / "log")
-    paths.config_file.write_text("[ui]\ntheme = \"picochat-dark\"\n", encoding="utf-8")
-    app = make_app(store)
-    app.paths = paths
-    app.config_loaded()
+    app, paths = app_with_file(store, tmp_path, "[ui]\ntheme = \"picochat-dark\"\n")
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)
         await say(pilot, "/theme picochat-light")
