@@ -16,8 +16,6 @@ from picochat import tokens
 from picochat.budget import ContextBudget, summary_tokens
 from picochat.projection import ContextProjection
 
-TOOLS_NOTE = ("in every request, whether or not the server uses them; /tools off drops them "
-              "for this session")
 
 
 @dataclass(frozen=True)
@@ -76,7 +74,7 @@ class ContextMap:
 
 
 def context_map(budget: ContextBudget, projection: ContextProjection, searchable: bool,
-                tools_note: str = TOOLS_NOTE, queued: Sequence[str] = ()) -> ContextMap:
+                tools_note: str = "", queued: Sequence[str] = ()) -> ContextMap:
     """The map of the next request (`queued`: messages waiting to be sent after it, counted
     as the next request will carry them)."""
     lim, parts = budget.limits, budget.parts

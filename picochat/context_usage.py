@@ -72,7 +72,7 @@ class ContextUsage:
     summary_number: int = 0  # the active checkpoint's number from the first ("Summary 3")
     files: str = ""  # where read_file may read, or why it is off ("": not offered)
     searchable: bool = False  # history_search is offered (the summary block says so)
-    tools_note: str = ""      # what the tool schemas' row says (/context)
+    tools_note: str = ""      # what the tool schemas' row says (/context): `tools_line`
 
     @property
     def room(self) -> CompactionRoom:
@@ -95,10 +95,10 @@ class ContextUsage:
 
     def map_with(self, queued: Sequence[str]) -> "ContextMap":
         """The map with `queued` messages waiting behind the next request."""
-        from picochat.context_map import TOOLS_NOTE, context_map
+        from picochat.context_map import context_map
 
-        return context_map(self.budget, self.projection, self.searchable,
-                           self.tools_note or TOOLS_NOTE, queued)
+        return context_map(self.budget, self.projection, self.searchable, self.tools_note,
+                           queued)
 
     @property
     def warning(self) -> str:

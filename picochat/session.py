@@ -86,8 +86,8 @@ if TYPE_CHECKING:
 # App is to narrow that.)
 __all__ = [
     "SessionWorker", "TurnHandle", "TurnEvent", "TurnOutcome", "TurnStarted", "ThinkingDelta",
-    "TextDelta", "CompactionStarted", "CompactionReview", "Compacted", "Notice", "RetryWaiting", "ToolRan",
-    "TurnFinished", "TurnFailed", "TurnCancelled", "CUT_AT_LIMIT", "remembered",
+    "TextDelta", "CompactionStarted", "CompactionReview", "Compacted", "Notice", "RetryWaiting",
+    "ToolRan", "TurnFinished", "TurnFailed", "TurnCancelled", "CUT_AT_LIMIT", "remembered",
     "summary_model_advice", "note_opened", "TOTAL_TIMEOUT_S", "MIN_LEARNED_WINDOW", "LastTurn",
     "ready_for_turns",
 ]

@@ -22,6 +22,7 @@ from typing import Any
 
 from picochat import ledger as fact_ledger
 from picochat.compaction.candidate import CompactionCandidate, NoGain
+from picochat.compaction.compactor import SummaryDraft
 from picochat.compaction.compact import (
     CompactMode,
     CompactOutcome,
@@ -154,24 +155,26 @@ class CompactionPreview:
             return "no summary to check: the older turns stay word for word"
         return "passed" + (" (your edit)" if self.edited else "")
 
+    def _draft(self) -> SummaryDraft:
+        """The model's summary as written; tier one's fold has none to edit."""
+        if self.step.draft is None:
+            raise PreviewRefused("this compaction has no summary to edit",
+                                 "tier one keeps the older turns word for word")
+        return self.step.draft
+
     def extract(self) -> str:
         """picochat's own summary of the same turns (the built-in extractive summarizer, no
         model, within the same cap): a start for an edit when the model's is refused."""
         from picochat.providers import offline_summary
 
-        draft = self.step.draft
-        if draft is None:
-            raise PreviewRefused("this compaction has no summary to edit",
-                                 "tier one keeps the older turns word for word")
+        draft = self._draft()
         return offline_summary.summarize(draft.transcript.text, draft.max_tokens)
 
     def edit(self, text: str) -> "CompactionPreview":
         """The preview with `text` as the summary, through the same gate and candidate checks
         as the model's (`verdict` says what they refused)."""
-        step, draft = self.step, self.step.draft
-        if draft is None or step.plan is None:
-            raise PreviewRefused("this compaction has no summary to edit",
-                                 "tier one keeps the older turns word for word")
+        step, draft = self.step, self._draft()
+        assert step.plan is not None  # a draft is of a plan
         edited = dataclasses.replace(draft, text=text, finish_reason=None, usage=None)
         try:
             candidate = step.compactor.candidate(
