@@ -108,15 +108,11 @@ def test_a_database_from_before_migrates_and_its_earlier_clears_stay_as_they_wer
     import sqlite3
 
     from picochat.storage import open_store
-    from picochat.storage.schema import MIGRATIONS, SCHEMA_VERSION
+    from picochat.storage.schema import SCHEMA_VERSION
+    from tests.helpers.storage import database_at
 
     path = tmp_path / "v15.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    for step in MIGRATIONS[:15]:
-        sql = step[0] if isinstance(step, tuple) else step
-        for statement in [s for s in sql.split(";") if s.strip()]:
-            conn.execute(statement)
-    conn.execute("PRAGMA user_version = 15")
+    conn = database_at(path, 15)
     conn.execute("INSERT INTO sessions (id, name, created_at, updated_at, context_floor_seq) "
                  "VALUES ('s_a', 'a', 1, 1, 0)")
     conn.close()

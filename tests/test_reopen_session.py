@@ -207,15 +207,11 @@ def test_a_database_from_before_keeps_its_most_recently_active_session(tmp_path:
     choice; from then on writes decide."""
     import sqlite3
 
-    from picochat.storage.schema import MIGRATIONS, SCHEMA_VERSION
+    from picochat.storage.schema import SCHEMA_VERSION
+    from tests.helpers.storage import database_at
 
     path = tmp_path / "v14.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    for step in MIGRATIONS[:14]:
-        sql = step[0] if isinstance(step, tuple) else step
-        for statement in [s for s in sql.split(";") if s.strip()]:
-            conn.execute(statement)
-    conn.execute("PRAGMA user_version = 14")
+    conn = database_at(path, 14)
     conn.executemany("INSERT INTO sessions (id, name, created_at, updated_at) VALUES (?, ?, 1, ?)",
                      [("s_a", "a", 5), ("s_b", "b", 9), ("s_c", "c", 7), ("s_d", "d", 9)])
     conn.close()

@@ -40,3 +40,19 @@ def append_messages(store: Store, session_id: str, news: Iterable[NewMessage], *
                     if_draft: str | None = None) -> list[Message]:
     """Append `news` in one transaction, each prepared as picochat's writers prepare it."""
     return store.append_messages(session_id, [prepare(n) for n in news], if_draft=if_draft)
+
+
+def database_at(path: Any, version: int) -> Any:
+    """A database file as schema `version` left it (the migrations up to it, run raw): an open
+    sqlite3 connection to it, for the test to fill before picochat opens and migrates it."""
+    import sqlite3
+
+    from picochat.storage.schema import MIGRATIONS
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    for step in MIGRATIONS[:version]:
+        sql = step[0] if isinstance(step, tuple) else step
+        for statement in [s for s in sql.split(";") if s.strip()]:
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {version}")
+    return conn
