@@ -48,7 +48,7 @@ from picochat.tui.hints import SlashHints
 from picochat.tui.idle_gc import IdleCollector
 from picochat.tui.keys import help_rows
 from picochat.tui.panel import CheckpointPanel
-from picochat.tui.prompt import Prompt
+from picochat.tui.prompt import Prompt, typing_target
 from picochat.tui.safe import clean, literal
 from picochat.tui.signals import QuitSignals
 from picochat.tui.themes import bundled_dir, install_themes, save_theme
@@ -634,6 +634,15 @@ class PicochatApp(App[None]):
         from picochat.tui import commands  # with the first command: not before the frame
 
         await commands.run(self, text)
+
+    async def on_event(self, event: events.Event) -> None:
+        """Typing or a paste where the focus is on the transcript or the panel goes to the
+        prompt: the focus moves here, before the event is forwarded, so keys keep their order."""
+        if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded:
+            prompt = typing_target(self.screen, event)
+            if prompt is not None:
+                self.screen.set_focus(prompt)
+        await super().on_event(event)
 
     def on_prompt_scroll(self, event: Prompt.Scroll) -> None:
         self.query_one(ChatView).page(event.where)

@@ -20,7 +20,7 @@ from picochat.tui.answer import AssistantMessage
 from picochat.tui.thinking import ThinkingBlock
 from picochat.tui.copyable import COPY, PIN, Pinnable, copy_shown
 from picochat.tui.preview import Fold, fold, preview
-from picochat.tui.prompt import forward_typing
+from picochat.tui.prompt import TAKES_NO_TEXT, forward_typing
 from picochat.tui.safe import literal
 
 PAGE = 40                     # messages read per page, at open and on scrolling to the top
@@ -216,6 +216,7 @@ class ChatView(VerticalScroll):
     tui/conversation.py, and the slash commands write through them), so a write that lands
     out of view is always announced. A selected item (focused) moves with up/down; enter goes
     back to the prompt (on a long message of the user's it expands or folds it: UserMessage)."""
+    DEFAULT_CLASSES = TAKES_NO_TEXT  # typing here goes to the prompt
 
     BINDINGS = [
         Binding("up", "select(-1)", "Previous", key_display="↑", show=False),

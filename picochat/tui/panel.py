@@ -29,7 +29,7 @@ from picochat.messages import Checkpoint
 from picochat.tui.answer import ProseBlock
 from picochat.tui.context_chart import ContextChart
 from picochat.tui.markdown import Block
-from picochat.tui.prompt import forward_typing
+from picochat.tui.prompt import TAKES_NO_TEXT, forward_typing
 from picochat.tui.safe import clean, literal
 
 if TYPE_CHECKING:  # the panel's data comes with the figures, after the first frame
@@ -100,6 +100,7 @@ def undo_question(cp: Checkpoint, number: int, parent: Checkpoint | None,
 
 
 class CheckpointPanel(VerticalScroll):
+    DEFAULT_CLASSES = TAKES_NO_TEXT  # typing here goes to the prompt
     DEFAULT_CSS = """
     CheckpointPanel {
         width: 42%; min-width: 34; max-width: 72; display: none;

@@ -182,22 +182,38 @@ class Prompt(TextArea):
         self.move_cursor(self.document.end)
 
 
+TAKES_NO_TEXT = "takes-no-text"
+"""The class of a view that takes no text (the transcript, the panel): typing there goes to
+the prompt (`typing_target`)."""
+
+
+def typing_target(screen, event: events.Key | events.Paste) -> "Prompt | None":
+    """The prompt, when `event` (a key as it reaches the app, or a paste) lands where focus is
+    on a view that takes no text and means nothing there: a printable key no binding takes,
+    or a paste. The app moves the focus to the prompt before it forwards the event, in its own
+    task, where keys come in order: a view's task moving it instead let the keys typed next
+    overtake the one that moved it ("seocnd", or a message sent without its last letter, the
+    letter left in the prompt)."""
+    focused = screen.focused
+    if focused is None or isinstance(focused, Prompt):
+        return None
+    if not any(node.has_class(TAKES_NO_TEXT) for node in focused.ancestors_with_self):
+        return None
+    if isinstance(event, events.Key) and not (
+            event.is_printable and event.character
+            and event.key not in screen.active_bindings):
+        return None
+    prompts = screen.query(Prompt)
+    return prompts.first() if prompts else None
+
+
 def forward_typing(node, event: events.Key) -> None:
-    """Typing in a view that takes no text (the transcript, the panel) goes to the prompt,
-    as if focus had never left it; keys bound where focus is keep their meaning. Keys that
-    were on their way here when focus moved to the prompt (F2 then typing, fast) follow it
-    there in order, Enter included."""
+    """A key that reached a view that takes no text after the focus had moved to the prompt
+    (Enter on a selected message, then typing fast) follows it there, Enter included; the app
+    sends typing to the prompt first (`typing_target`), so nothing else comes here."""
     screen = node.screen
-    prompt = screen.query_one(Prompt)
-    if screen.focused is prompt:
+    prompts = screen.query(Prompt)
+    if prompts and screen.focused is prompts.first():
         event.stop()
         event.prevent_default()
-        prompt.post_message(events.Key(event.key, event.character))
-        return
-    if (event.is_printable and event.character and screen.focused is not None
-            and event.key not in screen.active_bindings):
-        event.stop()
-        # now, not after the next refresh as `focus()` would: the keys typed next (Enter)
-        # must find the prompt focused, not the panel's list, whose Enter opens a summary
-        screen.set_focus(prompt)
-        prompt.insert(event.character)
+        prompts.first().post_message(events.Key(event.key, event.character))

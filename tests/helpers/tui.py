@@ -111,6 +111,15 @@ def type_keys(app, text: str) -> None:
             app.post_message(events.Key(char, char))
 
 
+async def type_unevenly(app, text: str, rng) -> None:
+    """Keys as a terminal delivers them in reads of uneven size: after each, the app's tasks
+    may run zero to three steps before the next arrives (`rng` picks, seeded by the test)."""
+    for char in text:
+        type_keys(app, char)
+        for _ in range(rng.randrange(4)):
+            await asyncio.sleep(0)
+
+
 def status(app) -> str:
     """What the bar says runs ("" when nothing does)."""
     return app.query_one(StatusBar).state
