@@ -1,10 +1,12 @@
-"""`/reload` (issue 35, item 6): the config file is read again and what changed applies at once
-(the session reopens with it), said key by key; a file that does not load changes nothing."""
+"""Config changes without a restart (issue 35, item 6): `/reload`, or saving the file (an editor
+in another pane), reads it again and what changed applies (the session reopens with it, the
+transcript stays), said key by key; a file that does not load changes nothing."""
 
 from __future__ import annotations
 
 from picochat.config import CompactionConfig, Config, ModelConfig, config_changes
 from picochat.paths import Paths
+from tests.helpers.scripted import Hold, Streaming
 from tests.helpers.tui import SIZE, make_app, say, texts
 from tests.helpers.waiting import settle
 
@@ -66,28 +68,52 @@ async def test_reload_applies_a_summary_model_set_in_the_file_and_refuses_a_bad_
         assert app.config.context_compaction.summary_model == "offline"  # kept
 
 
-async def test_a_config_file_changed_meanwhile_is_said_once_with_what_applies_it(store, tmp_path):
+def save(paths, text: str, stamp: int) -> None:
+    """An editor in another pane saves the file; `stamp`: its modification time, unlike any
+    before it however fast the test runs."""
     import os
 
+    paths.config_file.write_text(text, encoding="utf-8")
+    os.utime(paths.config_file, ns=(stamp, stamp))
+
+
+async def test_a_config_file_saved_meanwhile_applies_unasked_once_nothing_runs(store, tmp_path):
+    first = Hold("held", "done")
     app, paths = app_with_file(store, tmp_path, "[ui]\ntheme = \"picochat-dark\"\n")
-    changed = lambda: [str(n.message) for n in app._notifications  # noqa: E731
-                       if "The config file changed" in str(n.message)]
+    app.worker.provider = Streaming(turns=[first, "two"])
+    waits = lambda: [str(n.message) for n in app._notifications  # noqa: E731
+                     if "applies once nothing runs" in str(n.message)]
+    applied = lambda: [n for n in notices(app) if "was saved; applied" in n]  # noqa: E731
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)
-        await say(pilot, "/info")
-        await pilot.press("escape")
-        assert changed() == []  # nothing changed: nothing said
-        paths.config_file.write_text("[context_compaction]\nsummary_model = \"offline\"\n",
-                                     encoding="utf-8")
-        os.utime(paths.config_file, ns=(1, 1))  # a stamp unlike the first, however fast
         await say(pilot, "hello")
-        await settle(pilot, app, lambda: len(changed()) == 1)
-        await say(pilot, "again")
-        await settle(pilot, app, lambda: not app.worker.busy)
-        assert len(changed()) == 1  # once per change
-        await say(pilot, "/reload")
-        await settle(pilot, app, lambda: any(n.startswith("Reloaded") for n in notices(app)))
-        assert app.worker.summary_model is not None
+        await settle(pilot, app, lambda: first.reached.is_set())
+        save(paths, "[context_compaction]\nsummary_model = \"offline\"\n", 1)
+        await settle(pilot, app, lambda: len(waits()) == 1, what="the wait was never said")
+        assert app.worker.summary_model is None and not applied()  # not under a running turn
+        first.release.set()
+        await settle(pilot, app, lambda: len(applied()) == 1, what="never applied")
+        assert "context_compaction.summary_model: (unset) → 'offline'" in applied()[0]
+        assert app.worker.summary_model is not None and app.worker.summary_model.offline
+        assert len(waits()) == 1  # said once
+
+        # a save that does not load: one line, the config in use stays; fixed, it applies
+        save(paths, "[context_compaction]\nkeep_recent_tokens = -1\n", 2)
+        bad = lambda: [n for n in notices(app) if "does not load" in n]  # noqa: E731
+        await settle(pilot, app, lambda: len(bad()) == 1, what="the bad save was never said")
+        assert "keep_recent_tokens" in bad()[0] and "(line 2)" in bad()[0]
+        assert app.config.context_compaction.summary_model == "offline"
+        save(paths, "[context_compaction]\nsummary_model = \"offline\"\n"
+             "keep_recent_tokens = 500\n", 3)
+        await settle(pilot, app, lambda: len(applied()) == 2)
+        assert "context_compaction.keep_recent_tokens: 20000 → 500" in applied()[1]
+        assert app.worker.compaction.keep_recent_tokens == 500  # the worker runs with it
+        assert len(bad()) == 1
+
+        # saved again unchanged: nothing to say
+        save(paths, paths.config_file.read_text(encoding="utf-8"), 4)
+        await settle(pilot, app, lambda: app._config_stamp == app._config_file_stamp())
+        assert len(applied()) == 2 and len(bad()) == 1
 
 
 async def test_the_app_s_own_theme_save_is_not_a_change_to_tell(store, tmp_path):
@@ -100,3 +126,4 @@ async def test_the_app_s_own_theme_save_is_not_a_change_to_tell(store, tmp_path)
         await settle(pilot, app, lambda: not app.worker.busy and len(store.history(
             app.session.id)) == 2)
         assert not [n for n in app._notifications if "config file changed" in str(n.message)]
+        assert not [n for n in notices(app) if "was saved" in n]  # nor applied as a change

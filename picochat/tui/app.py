@@ -51,6 +51,7 @@ from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt, typing_target
 from picochat.tui.safe import clean, literal
 from picochat.tui.signals import QuitSignals
+from picochat.tui.welcome import Welcome
 from picochat.tui.themes import bundled_dir, install_themes, save_theme
 from picochat.tui.status import StatusBar
 from picochat.unsent import Unsent, keep_at_quit, restored_note, take
@@ -138,6 +139,7 @@ class PicochatApp(App[None]):
         self.config = config
         self.paths = paths
         self._config_stamp = self._config_file_stamp()  # what /reload would read, as read
+        self._config_waits_told = False  # a saved config file waits for a turn: said once
         self.worker = self.sessions.worker(session, model, provider, config)
         if paths is not None:  # counts an earlier run kept: the figures need no encoding
             token_counts.read(paths.data_dir)
@@ -478,13 +480,14 @@ class PicochatApp(App[None]):
                 self.notify(literal(DATABASE_GONE.format(path=self.sessions.path)),
                             title="Database gone", severity="error", timeout=3600)
             self._outside_pending = self._outside_pending or wrote
-            if (self._outside_pending and not self.database_gone and not self.worker.busy
-                    and not self.worker.queued and not self.state
-                    and len(self.screen_stack) == 1):  # not under a question (ConfirmScreen)
+            quiet = (not self.worker.busy and not self.worker.queued and not self.state
+                     and len(self.screen_stack) == 1)  # not under a question (ConfirmScreen)
+            if self._outside_pending and not self.database_gone and quiet:
                 self._outside_pending = False
                 log.info("outside_write session=%s", self.session.id)
                 self.refresh_status()  # the figures first: they read the store, not the screen
                 await self.reload(from_elsewhere=True)
+            await self._apply_saved_config(quiet)
         except PicochatError as exc:
             log.warning("outside_check_failed kind=%s", exc.kind)
         finally:
@@ -593,23 +596,29 @@ class PicochatApp(App[None]):
         return info.st_mtime_ns, info.st_size
 
     def config_loaded(self) -> None:
-        """`/reload` read the file: it is the config in force again."""
+        """The config file was read (or written by the app itself): it is the config in force."""
         self._config_stamp = self._config_file_stamp()
+        self._config_waits_told = False
 
-    def _say_if_config_changed(self) -> None:
-        """The file changed since it was read (an editor in another pane): said once per
-        change, with what applies it; nothing is applied unasked."""
-        now = self._config_file_stamp()
-        if now != self._config_stamp:
-            self._config_stamp = now
-            self.notify(literal("The config file changed: /reload applies it"),
-                        title="Config", timeout=10)
+    async def _apply_saved_config(self, quiet: bool) -> None:
+        """The config file saved since it was read (an editor in another pane) applies unasked,
+        each change said, once nothing runs here; until then, that it waits is said once."""
+        if self._config_file_stamp() == self._config_stamp:
+            return
+        if not quiet:
+            if not self._config_waits_told:
+                self._config_waits_told = True
+                self.notify(literal("The config file changed: it applies once nothing runs"),
+                            title="Config", timeout=10)
+            return
+        from picochat.tui.commands import reload_config
+
+        log.info("config_saved session=%s", self.session.id)
+        await reload_config(self, saved=True)
 
     async def on_prompt_submitted(self, event: Prompt.Submitted) -> None:
         text = event.text
         self.query_one(SlashHints).close()
-        if not text.strip().lower().startswith("/reload"):
-            self._say_if_config_changed()
         if text.split(maxsplit=1)[0].lower() != "/checkpoints":  # that one toggles the panel
             self._show_chat()  # where the answer, or the command's outcome, will be
         if slash.is_command(text):
@@ -680,6 +689,9 @@ class PicochatApp(App[None]):
             except PicochatError as exc:
                 await self.query_one(ChatView).add_notice(exc.user_line(), "error")
                 return
+        # the same session reopened (/reload, /model): the transcript on screen stays, with
+        # the notices it holds, unless it is the welcome, which names the model and window
+        same = session.id == self.session.id and not self.chat.query(Welcome)
         await self.worker.close()
         self.session = session
         self.worker = self.sessions.worker(session, model, provider, self.config)
@@ -688,7 +700,10 @@ class PicochatApp(App[None]):
         await self.worker.start()
         await self.worker.opened()  # the next start reopens it, even after a kill
         self.warm_up()
-        await self.reload()
+        if same:
+            await self.refresh_panel()
+        else:
+            await self.reload()
         self.restore_unsent()
         self.refresh_status()
 

@@ -191,8 +191,15 @@ async def cmd_tools(host: CommandHost, arg: str) -> None:
 
 
 async def cmd_reload(host: CommandHost, _: str) -> None:
-    """`/reload`: read the config file again and apply what changed (the session reopens with
-    it: its model, summary model, compaction and tools); a bad file changes nothing."""
+    """`/reload`: read the config file again and apply what changed."""
+    await reload_config(host)
+
+
+async def reload_config(host: CommandHost, saved: bool = False) -> None:
+    """The config file read again, and what changed applied: the session reopens with it (its
+    model, summary model, compaction and tools), and each changed key is said. A file that
+    does not load changes nothing. `saved`: the app saw the file change (an editor in another
+    pane) and applies it unasked, once nothing runs; a save that changes nothing says nothing."""
     from picochat.config import config_changes, load_config
 
     chat = host.chat
@@ -207,20 +214,24 @@ async def cmd_reload(host: CommandHost, _: str) -> None:
     try:
         new = await asyncio.to_thread(load_config, path)
     except PicochatError as exc:
-        await chat.add_notice(f"Not reloaded, the config in use stays: {exc.user_line()}",
-                              "error")
+        host.config_loaded()  # said once: the next save is a new change
+        said = ("The config file was saved but does not load; the config in use stays "
+                "until it does: " if saved else "Not reloaded, the config in use stays: ")
+        await chat.add_notice(said + exc.user_line(), "error")
         return
     changes = config_changes(host.config, new)
     host.config_loaded()
     if not changes:
-        await chat.add_notice(f"{path} has not changed: nothing to apply")
+        if not saved:
+            await chat.add_notice(f"{path} has not changed: nothing to apply")
         return
     host.config = new
     await host.open_session(await host.sessions.get(host.session.id))
     if new.ui.theme != host.theme and new.ui.theme in host.theme_names:
         host.set_theme(new.ui.theme)
     shown = changes[:8] + ([f"… and {len(changes) - 8} more"] if len(changes) > 8 else [])
-    await chat.add_notice(f"Reloaded {path}:\n" + "\n".join(shown))
+    said = f"{path} was saved; applied" if saved else f"Reloaded {path}"
+    await chat.add_notice(f"{said}:\n" + "\n".join(shown))
 
 
 async def cmd_checkpoints(host: CommandHost, _: str) -> None:
