@@ -378,3 +378,23 @@ def test_context_bar(snap_compare, fixed_store, size):
 
     assert snap(snap_compare, app_with_history(fixed_store, turns=6, context=60), before, size=size,
                 shown=shown)
+
+
+def test_a_wide_code_block_scrolled_to_its_end(snap_compare, fixed_store):
+    """Issue 35.8: a code line wider than the screen, selected and scrolled to its end (the
+    focus mark, the thin bar under it, ←→ in the footer)."""
+    from picochat.tui.answer import CodeFence
+
+    session = fixed_store.create_session("demo")
+    wide = "ports = [" + ", ".join(str(8000 + i) for i in range(40)) + "]  # LAST-PORT"
+    append_message(fixed_store, session.id, "user", "Which ports?", turn_id="t0")
+    append_message(fixed_store, session.id, "assistant",
+                   f"These:\n\n```python\n{wide}\nshort = 1\n```\n\nThat is all.", turn_id="t0")
+    app = PicochatApp(fixed_store, session, resolve_model(CONFIG, "offline"),
+                      OfflineProvider(0), CONFIG)
+
+    def shown(app) -> bool:
+        fence = app.query_one(CodeFence)
+        return app.focused is fence and fence.scroll_x == fence.max_scroll_x > 0
+
+    assert snap(snap_compare, app, press=["alt+up", "end"], size=(80, 24), shown=shown)

@@ -69,14 +69,22 @@ class ProseBlock(Widget):
 
 class CodeFence(Copyable, Widget):
     """A top-level code block: highlighted as Textual highlights code, scrolled sideways
-    rather than wrapped, and selectable on its own: c copies just the code."""
+    rather than wrapped (a line wider than the transcript is code, and a wrap would change
+    what it reads as), and selectable on its own: c copies just the code, ←/→ scroll a wide
+    block, home/end go to its left and right edges. A thin bar under a wide block says there
+    is more to the side (shift+wheel scrolls it too)."""
 
-    BINDINGS = [Binding("c", "copy", "Copy code", key_display="c")]
+    BINDINGS = [Binding("c", "copy", "Copy code", key_display="c"),
+                Binding("right", "sideways(1)", "Scroll", key_display="←→"),
+                Binding("left", "sideways(-1)", "Scroll", show=False),
+                Binding("end", "edge(1)", show=False),
+                Binding("home", "edge(-1)", show=False)]
     DEFAULT_CSS = """
     CodeFence {
         height: auto;
-        overflow: scroll hidden;
-        scrollbar-size-horizontal: 0;
+        overflow-x: auto;
+        overflow-y: hidden;
+        scrollbar-size-horizontal: 1;
         scrollbar-size-vertical: 0;
         color: rgb(210,210,210);
         background: black 10%;
@@ -87,6 +95,7 @@ class CodeFence(Copyable, Widget):
     CodeFence:focus { border-left: thick $success; }
     """
     kind = "code"
+    STEP = 0.5  # ←/→ move half the block's width: the line read last stays in view
 
     def __init__(self, block: Block) -> None:
         super().__init__()
@@ -128,6 +137,28 @@ class CodeFence(Copyable, Widget):
 
     def copy_text(self) -> str:
         return self.code
+
+    @property
+    def wide(self) -> bool:
+        """A line is wider than the block: there is something to the side to scroll to."""
+        return self.max_scroll_x > 0
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # the arrows and home/end mean something here only for a wide block: a narrow one
+        # lets them go on to the transcript (↑/↓ walk it; ←/→ do nothing there either)
+        if action in ("sideways", "edge") and not self.wide:
+            return False
+        return True
+
+    def action_sideways(self, direction: int) -> None:
+        step = max(4, int(self.scrollable_content_region.width * self.STEP))
+        self.scroll_to(x=self.scroll_x + direction * step, animate=False)
+
+    def action_edge(self, direction: int) -> None:
+        self.scroll_to(x=0 if direction < 0 else self.max_scroll_x, animate=False)
+
+    def on_resize(self) -> None:
+        self.refresh_bindings()  # the footer offers ←→ only while the block is wide
 
 
 def flush_delay(tail_chars: int) -> float:

@@ -27,6 +27,8 @@ KEYS: tuple[tuple[str, str], ...] = (
                        "a message (kept word for word in every request), enter "
                        "expands or folds a long message of yours, enter elsewhere or typing "
                        "goes back to the prompt"),
+    ("← / → (a selected code block)", "scroll a block wider than the screen sideways; "
+                                      "home / end go to its edges (shift+wheel too)"),
     ("ctrl+p", "command palette"),
     ("//text", "send text that starts with /"),
 )
