@@ -73,3 +73,20 @@ async def test_a_wide_code_block_scrolls_sideways_from_the_keyboard(store):
         await settle(pilot, app, lambda: isinstance(app.focused, AssistantMessage))
         await pilot.press("up")
         await settle(pilot, app, lambda: isinstance(app.focused, UserMessage))
+
+
+async def test_an_empty_fence_at_the_end_of_an_answer_takes_no_room(store):
+    """A small model's answers ended in a stray ``` (seen with SmolLM2): an empty fence drew
+    five blank rows under each answer, and alt+↑ selected it."""
+    session = store.create_session("t")
+    append_message(store, session.id, "user", "the log?", turn_id="x")
+    append_message(store, session.id, "assistant", "job=1072 status=ok\n```", turn_id="x")
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app, lambda: app.ready and bool(app.query(AssistantMessage)))
+        answer = app.query_one(AssistantMessage)
+        await settle(pilot, app, lambda: answer.region.height > 0)
+        assert [fence.display for fence in answer.query(CodeFence)] == [False]
+        assert answer.region.height <= 2   # its one line, and the margin above it
+        await pilot.press("alt+up")
+        await settle(pilot, app, lambda: app.focused is answer)

@@ -102,6 +102,9 @@ class CodeFence(Copyable, Widget):
         self.code, self.lang = block.code, block.lang
         self._look = self._current_look()
         self._label = Label(self._highlighted(), expand=True)
+        # a fence with nothing in it (a model's stray ``` at the end of an answer) is not a
+        # few blank rows of background: it shows once code comes
+        self.display = bool(self.code.strip())
 
     def _current_look(self) -> tuple[bool, bool]:
         return self.app.native_ansi_color, self.app.current_theme.dark
@@ -127,6 +130,7 @@ class CodeFence(Copyable, Widget):
         if (block.code, block.lang) != (self.code, self.lang):
             self.code, self.lang = block.code, block.lang
             self._label.update(self._highlighted())
+            self.display = bool(self.code.strip())
 
     def notify_style_update(self) -> None:
         """A switch between dark and light themes re-highlights; nothing else does."""

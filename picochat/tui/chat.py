@@ -435,14 +435,18 @@ class ChatView(VerticalScroll):
     def on_key(self, event: events.Key) -> None:
         forward_typing(self, event)
 
+    def _selectable(self) -> list[Widget]:
+        """What alt+↑ and ↑/↓ walk: shown items only (an empty code fence is hidden)."""
+        return [w for w in self.query(SELECTABLE) if w.display]
+
     def select_last(self) -> bool:
-        items = list(self.query(SELECTABLE))
+        items = self._selectable()
         if items:
             items[-1].focus()
         return bool(items)
 
     def action_select(self, step: int) -> None:
-        items = list(self.query(SELECTABLE))
+        items = self._selectable()
         focused = self.screen.focused
         if not items:
             return
