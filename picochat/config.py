@@ -7,6 +7,7 @@ and column, and listing the valid choices when there are few. A missing file is 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -410,12 +411,14 @@ def config_changes(old: Config, new: Config) -> list[str]:
                         out[f"{group}.{name}.{key}"] = value
         return out
 
-    def said(value: Any) -> str:
+    def said(value: Any) -> str:  # as TOML writes it: true, "text", ["a", "b"]
         if value is None:
             return "(unset)"
+        if isinstance(value, bool):
+            return "true" if value else "false"
         if isinstance(value, (tuple, list)):
-            return "[" + ", ".join(map(str, value)) + "]"
-        return repr(value) if isinstance(value, str) else str(value)
+            return "[" + ", ".join(said(item) for item in value) + "]"
+        return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else str(value)
 
     before, after = flat(old), flat(new)
     return [f"{key}: {said(before.get(key))} → {said(after.get(key))}"

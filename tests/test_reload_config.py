@@ -4,7 +4,7 @@ transcript stays), said key by key; a file that does not load changes nothing.""
 
 from __future__ import annotations
 
-from picochat.config import CompactionConfig, Config, ModelConfig, config_changes
+from picochat.config import CompactionConfig, Config, ModelConfig, ToolsConfig, config_changes
 from picochat.paths import Paths
 from tests.helpers.scripted import Hold, Streaming
 from tests.helpers.tui import SIZE, make_app, say, texts
@@ -34,11 +34,18 @@ def test_the_changes_are_said_key_by_key():
                  context_compaction=CompactionConfig(keep_recent_tokens=300,
                                                      summary_model="offline"))
     assert config_changes(old, new) == [
-        "context_compaction.summary_model: (unset) → 'offline'",
-        "models.m.model: (unset) → 'offline'",
+        "context_compaction.summary_model: (unset) → \"offline\"",
+        "models.m.model: (unset) → \"offline\"",
         "models.m.token_limit: (unset) → 4096",
     ]
     assert config_changes(new, new) == []
+    # in the file's words: TOML's true and false, its strings and lists
+    tools = Config(context_compaction=CompactionConfig(keep_recent_tokens=300, preview=True),
+                   tools=ToolsConfig(enabled=["read_file"]))
+    assert config_changes(old, tools) == [
+        "context_compaction.preview: false → true",
+        'tools.enabled: ["history_search", "timeline_recall", "read_file"] → ["read_file"]',
+    ]
 
 
 async def test_reload_applies_a_summary_model_set_in_the_file_and_refuses_a_bad_file(
@@ -55,7 +62,7 @@ async def test_reload_applies_a_summary_model_set_in_the_file_and_refuses_a_bad_
         await say(pilot, "/reload")
         await settle(pilot, app, lambda: any(n.startswith("Reloaded") for n in notices(app)))
         [said] = [n for n in notices(app) if n.startswith("Reloaded")]
-        assert "context_compaction.summary_model: (unset) → 'offline'" in said
+        assert "context_compaction.summary_model: (unset) → \"offline\"" in said
         assert app.worker.summary_model is not None and app.worker.summary_model.offline
         assert app.worker.info().summary_model is not None  # /info says it too
         paths.config_file.write_text("[context_compaction]\nkeep_recent_tokens = -1\n",
@@ -93,7 +100,7 @@ async def test_a_config_file_saved_meanwhile_applies_unasked_once_nothing_runs(s
         assert app.worker.summary_model is None and not applied()  # not under a running turn
         first.release.set()
         await settle(pilot, app, lambda: len(applied()) == 1, what="never applied")
-        assert "context_compaction.summary_model: (unset) → 'offline'" in applied()[0]
+        assert "context_compaction.summary_model: (unset) → \"offline\"" in applied()[0]
         assert app.worker.summary_model is not None and app.worker.summary_model.offline
         assert len(waits()) == 1  # said once
 
