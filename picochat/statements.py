@@ -738,6 +738,8 @@ def _block(seq: int, said_by: str, lines: list[str], first: int, last: int,
         _FENCE.match(lines[last]) else lines[first + 1:last + 1] if fenced else \
         lines[first:last + 1]
     short = [x.strip() for x in body if x.strip()]
+    if not short:  # an empty fence (a model's stray ``` at the end) states nothing
+        return []
     if fenced and said_by != TOOL and 0 < len(short) <= 3 and all(len(x) <= VALUE_CHARS
                                                                   for x in short):
         commands = [x.removeprefix("$ ").strip() for x in short

@@ -196,6 +196,14 @@ def test_a_tool_result_gives_at_most_two_statements_and_a_long_one_is_a_paste() 
     assert line.kind == "paste" and line.said_by == "tool"
 
 
+def test_an_empty_fence_states_nothing() -> None:
+    """A small model's answer ended in a stray ```, and its ledger line read "pasted text
+    (0 lines, 0 chars)" (seen in tmux with SmolLM2 at the compaction preview)."""
+    for role in ("assistant", "user"):
+        for text in ("job=1072 status=ok\n```", "```\n```", "see below\n```python\n\n```"):
+            assert [s for s in statements_of(msg(6, role, text)) if s.kind == "paste"] == []
+
+
 # --- the model's answers -------------------------------------------------------------------------
 
 
