@@ -134,6 +134,13 @@ def choose_model(config: Config, flag: str | None,
     return auto_detect(), "auto-detection"
 
 
+def model_name_without_probing(config: Config, session_model: str | None) -> str | None:
+    """The model a session opens with, as far as the config and environment say it (no
+    server is asked): for a list of sessions, where auto-detection per row would be slow."""
+    return (os.environ.get("PICOCHAT_MODEL") or session_model or config.agent.model
+            or config.default_model or None)
+
+
 def choose_model_name(config: Config, flag: str | None, session_model: str | None) -> str:
     return choose_model(config, flag, session_model)[0]
 

@@ -36,6 +36,7 @@ async def test_sessions_are_listed_with_how_they_began_and_typing_filters_them(s
         rows = shown(app)
         [mine] = [r for r in rows if r.startswith("● ")]  # the one on screen, marked
         assert mine.startswith("● redis") and "2 messages" in mine
+        assert "offline" in mine  # the model it opens with: the default one, named
         assert "Our Redis cache runs on 6380; why is it slow?" in mine
         assert rows[0].startswith("  [b]x[/b]")  # the most recently active first
         assert any("[@click=app.quit]hi[/]" in r and "second line" not in r for r in rows)
@@ -50,7 +51,7 @@ async def test_sessions_are_listed_with_how_they_began_and_typing_filters_them(s
 
 def test_a_filter_matches_every_word_in_any_order_in_name_model_or_first_words():
     def row(name, first, model=None):
-        return Row(Session(name, name, 0, 0, model, None, 0, 0, None, None), first)
+        return Row(Session(name, name, 0, 0, model, None, 0, 0, None, None), first, model or "")
 
     rows = [row("deploy", "roll back payments"), row("redis", "cache on 6380", "openai/qwen"),
             row("notes", "")]

@@ -357,9 +357,14 @@ async def cmd_new(host: CommandHost, name: str) -> None:
 
 async def cmd_sessions(host: CommandHost, _: str) -> None:
     """`/sessions`: the picker, filtered as the user types."""
+    from picochat.models import model_name_without_probing
     from picochat.tui.session_picker import Row, SessionPicker
 
-    rows = [Row(s, first) for s, first in await host.sessions.listing()]
+    # a session with no model of its own opens with the default, as this one did unless
+    # it has its own: auto-detected defaults have no name in the config
+    default = "" if host.session.model else host.worker.model.name
+    rows = [Row(s, first, model_name_without_probing(host.config, s.model) or default)
+            for s, first in await host.sessions.listing()]
 
     async def picked(session_id: str | None) -> None:
         if session_id and session_id != host.session.id:

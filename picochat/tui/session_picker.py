@@ -32,9 +32,10 @@ def clock() -> dt.datetime:
 class Row:
     session: Session
     first: str   # how it began: the first user message's first line
+    model: str = ""  # the model it opens with (its own, else the config's default)
 
     def haystack(self) -> str:
-        return " ".join((self.session.name, self.session.model or "", self.first)).casefold()
+        return " ".join((self.session.name, self.model, self.first)).casefold()
 
 
 def when(ms: int, now: dt.datetime | None = None) -> str:
@@ -60,9 +61,9 @@ def label(row: Row, current: bool, now: dt.datetime | None = None) -> Text:
     count = s.message_count
     out.append(f"  ·  {when(s.updated_at, now)}  ·  {count:,} message{'s' if count != 1 else ''}",
                style="dim")
-    if s.model:
+    if row.model:
         out.append("  ·  ", style="dim")
-        out.append_text(literal(s.model, "dim"))
+        out.append_text(literal(row.model, "dim"))
     if row.first:
         out.append("\n    ")
         out.append_text(literal(first_line(row.first), "italic"))
