@@ -69,3 +69,23 @@ def test_when_a_session_was_active_reads_as_a_time_today_a_day_this_year_else_a_
     assert when(at(2025, 11, 30, 8, 0), now) == "2025-11-30"
     long = Row(Session("s", "s", 0, 0, None, None, 0, 0, None, None, None, 3), "x" * 300)
     assert str(label(long, False, now)).rstrip().endswith("…")
+
+
+async def test_on_a_narrow_screen_each_row_is_cut_to_the_width_not_wrapped(store):
+    """At 80 columns a first line wrapped its last word under the next row's name."""
+    first = "Our Redis runs on port 6380 and the staging box is stage-db-02. Write a list"
+    sid = store.create_session("chat-1").id
+    append_message(store, sid, "user", first, turn_id="t")
+    store.create_session("ops-notes")
+    app = make_app(store, name="ops-notes")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await say(pilot, "/sessions")
+        await settle(pilot, app, lambda: isinstance(app.screen, SessionPicker))
+        await pilot.pause()
+        rows = ["".join(seg.text for seg in strip)
+                for strip in app.screen._compositor.render_strips()]
+        [line] = [r for r in rows if "Our Redis runs on port 6380" in r]
+        assert "…" in line
+        at = rows.index(line)
+        assert "chat-1" in rows[at - 1] and "Write" not in rows[at + 1]

@@ -88,7 +88,11 @@ class SessionPicker(ModalScreen["str | None"]):
         border-subtitle-color: $text-muted;
     }
     SessionPicker #sp-filter { margin-bottom: 1; }
-    SessionPicker OptionList { height: auto; max-height: 30; border: none; }
+    SessionPicker OptionList {
+        height: auto; max-height: 30; border: none;
+        /* each row's two lines cut to the list's width, never wrapped under the next name */
+        text-wrap: nowrap; text-overflow: ellipsis;
+    }
     SessionPicker #sp-count { color: $text-muted; }
     """
     BINDINGS = [
