@@ -89,7 +89,7 @@ async def test_a_config_file_saved_meanwhile_applies_unasked_once_nothing_runs(s
     app, paths = app_with_file(store, tmp_path, "[ui]\ntheme = \"picochat-dark\"\n")
     app.worker.provider = Streaming(turns=[first, "two"])
     waits = lambda: [str(n.message) for n in app._notifications  # noqa: E731
-                     if "applies once nothing runs" in str(n.message)]
+                     if "it applies once" in str(n.message)]
     applied = lambda: [n for n in notices(app) if "was saved; applied" in n]  # noqa: E731
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, lambda: app.ready)
@@ -97,6 +97,7 @@ async def test_a_config_file_saved_meanwhile_applies_unasked_once_nothing_runs(s
         await settle(pilot, app, lambda: first.reached.is_set())
         save(paths, "[context_compaction]\nsummary_model = \"offline\"\n", 1)
         await settle(pilot, app, lambda: len(waits()) == 1, what="the wait was never said")
+        assert "once the running answer ends" in waits()[0]
         assert app.worker.summary_model is None and not applied()  # not under a running turn
         first.release.set()
         await settle(pilot, app, lambda: len(applied()) == 1, what="never applied")
@@ -121,6 +122,27 @@ async def test_a_config_file_saved_meanwhile_applies_unasked_once_nothing_runs(s
         save(paths, paths.config_file.read_text(encoding="utf-8"), 4)
         await settle(pilot, app, lambda: app._config_stamp == app._config_file_stamp())
         assert len(applied()) == 2 and len(bad()) == 1
+
+
+async def test_a_save_under_an_open_window_waits_for_it_to_close(store, tmp_path):
+    """Seen in tmux: a save made as /context closed was said to wait "once nothing runs"
+    when nothing ran; a wait is said only when it lasts, and says what it waits for."""
+    from picochat.tui.screens import CardScreen
+
+    app, paths = app_with_file(store, tmp_path, "[ui]\ntheme = \"picochat-dark\"\n")
+    waits = lambda: [str(n.message) for n in app._notifications  # noqa: E731
+                     if "it applies once" in str(n.message)]
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await pilot.press("f3")
+        await settle(pilot, app, lambda: isinstance(app.screen, CardScreen))
+        save(paths, "[context_compaction]\nsummary_model = \"offline\"\n", 1)
+        await settle(pilot, app, lambda: len(waits()) == 1, what="the wait was never said")
+        assert waits() == ["The config file changed: it applies once this window closes"]
+        assert app.worker.summary_model is None
+        await pilot.press("escape")
+        await settle(pilot, app, lambda: app.worker.summary_model is not None,
+                     what="never applied once the window closed")
 
 
 async def test_the_app_s_own_theme_save_is_not_a_change_to_tell(store, tmp_path):

@@ -94,6 +94,7 @@ DATABASE_GONE = ("The database file {path} was deleted or replaced while picocha
 # A pause this long in the user's typing starts loading what the send will run on (the encoding
 # and a turn's modules, 0.3 s, holding the GIL for 0.1 s of it): in a pause no key waits for it.
 TYPING_PAUSE_S = 0.3
+CONFIG_WAIT_SAID_S = 2.0     # a saved config file waiting longer than this says why
 SHUTDOWN_WAIT_S = 1.0        # quitting waits this long at most for another picochat's lock
                              # (under signals.EXIT_WITHIN_S, so what it could not save is kept)
 
@@ -140,6 +141,7 @@ class PicochatApp(App[None]):
         self.paths = paths
         self._config_stamp = self._config_file_stamp()  # what /reload would read, as read
         self._config_waits_told = False  # a saved config file waits for a turn: said once
+        self._config_seen_at: float | None = None  # when a save that waits was first seen
         self.worker = self.sessions.worker(session, model, provider, config)
         if paths is not None:  # counts an earlier run kept: the figures need no encoding
             token_counts.read(paths.data_dir)
@@ -602,15 +604,22 @@ class PicochatApp(App[None]):
 
     async def _apply_saved_config(self, quiet: bool) -> None:
         """The config file saved since it was read (an editor in another pane) applies unasked,
-        each change said, once nothing runs here; until then, that it waits is said once."""
+        each change said, once nothing runs here and no window is open over the chat; a wait
+        of more than CONFIG_WAIT_SAID_S is said once, with what it waits for."""
         if self._config_file_stamp() == self._config_stamp:
+            self._config_seen_at = None
             return
         if not quiet:
-            if not self._config_waits_told:
+            now = asyncio.get_running_loop().time()
+            self._config_seen_at = self._config_seen_at or now
+            if not self._config_waits_told and now - self._config_seen_at >= CONFIG_WAIT_SAID_S:
                 self._config_waits_told = True
-                self.notify(literal("The config file changed: it applies once nothing runs"),
+                until = ("the running answer ends" if self.worker.busy or self.worker.queued
+                         or self.state else "this window closes")
+                self.notify(literal(f"The config file changed: it applies once {until}"),
                             title="Config", timeout=10)
             return
+        self._config_seen_at = None
         from picochat.tui.commands import reload_config
 
         log.info("config_saved session=%s", self.session.id)
