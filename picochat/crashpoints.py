@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import time
 
-POINTS = ("user_written", "summary_in_flight", "before_commit", "in_commit", "quitting")
+POINTS = ("user_written", "summary_in_flight", "before_commit", "in_commit", "quitting",
+          "in_rewind")
 
 
 def reached(point: str) -> None:

@@ -51,6 +51,18 @@ class BadSessionName(UsageError):
     kind = "session_name"
 
 
+class BranchNotFound(UsageError):
+    """A branch number the session does not have: exit 2, nothing changed."""
+
+    kind = "branch_not_found"
+
+
+class NotRewindable(UsageError):
+    """A rewind to a message that is not one of the user's on the current path: exit 2."""
+
+    kind = "not_rewindable"
+
+
 class ConfigError(PicochatError):
     """The config file (or an override) is invalid: exit status 2, nothing written."""
 

@@ -50,6 +50,7 @@ class Session:
     deleted_at: int | None
     system_prompt: str | None = None  # set by /system; None: the agent's prompt
     message_count: int = 0
+    branch: int = 0  # the branch in use (storage/branches.py); 0 for one never rewound
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ from picochat.messages import (
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider
 from picochat.statements import PASTE
+from picochat.storage.search import CHECKPOINT_KEY
 from picochat.storage.store import Store
 
 log = logging.getLogger("picochat.compaction")
@@ -339,7 +340,7 @@ async def commit_candidate(store: Store, provider: Provider, request: CompactReq
     now = restore(store, sid)
     if not checkpoint.degraded and not checkpoint.pointers:  # a fold's words are in the log
         try:
-            await store.io(store.search.add_timeline, f"context_checkpoint:{checkpoint.id}", sid,
+            await store.io(store.search.add_timeline, CHECKPOINT_KEY + checkpoint.id, sid,
                            checkpoint.summary)
         except PicochatError as exc:
             log.warning("timeline_failed session=%s checkpoint=%s kind=%s", sid, checkpoint.id,

@@ -31,6 +31,7 @@ from picochat.messages import (
     StoredLedger,
     TriggerReason,
 )
+from picochat.storage.branches import current_path
 from picochat.storage.rows import (MESSAGE_COLS, OnCore, fields, session_row, to_message,
                                    touch)
 from picochat.storage.sql import NOT_RETRACTED
@@ -90,9 +91,10 @@ class ContextPointers(OnCore):
             start = session.context_floor_seq + 1
             if checkpoint is not None:
                 start = max(start, checkpoint.first_retained_seq)
+            on = current_path(c, session_id).clause()
             rows = c.execute(
                 f"SELECT {MESSAGE_COLS}, 0 FROM messages m WHERE session_id = ? AND seq >= ? "
-                f"AND {NOT_RETRACTED} ORDER BY seq", (session_id, start)).fetchall()
+                f"AND {on} AND {NOT_RETRACTED} ORDER BY seq", (session_id, start)).fetchall()
             max_seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                                 (session_id,)).fetchone()[0]
             pins = _pins(c, session_id)
@@ -116,8 +118,8 @@ class ContextPointers(OnCore):
                 "context_generation = context_generation + 1 WHERE id = :id", {"id": session_id})
             now = self.core.clock()
             c.execute("INSERT INTO context_clears (session_id, floor_seq, "
-                      "prev_floor_seq, prev_checkpoint, created_at) SELECT id, "
-                      "context_floor_seq, ?, ?, ? FROM sessions WHERE id = ?",
+                      "prev_floor_seq, prev_checkpoint, created_at, branch) SELECT id, "
+                      "context_floor_seq, ?, ?, ?, branch FROM sessions WHERE id = ?",
                       (before.context_floor_seq, before.active_context_checkpoint_id, now,
                        session_id))
             touch(c, session_id, now)
@@ -132,10 +134,11 @@ class ContextPointers(OnCore):
         """
         with self.core.write() as c:
             session = session_row(c, session_id)
+            on = current_path(c, session_id).clause()
             rows = c.execute(
                 f"SELECT seq, role, turn_id FROM messages m WHERE session_id = ? AND seq > ? "
-                f"AND {NOT_RETRACTED} ORDER BY seq DESC", (session_id,
-                                                            session.context_floor_seq)).fetchall()
+                f"AND {on} AND {NOT_RETRACTED} ORDER BY seq DESC",
+                (session_id, session.context_floor_seq)).fetchall()
             removed = last_turn_seqs(rows)
             if not removed:
                 return UndoResult((), session.active_context_checkpoint_id is not None)
@@ -147,8 +150,8 @@ class ContextPointers(OnCore):
             now = self.core.clock()
             c.executemany(  # one range per run of the turn's rows: another turn's rows between
                 "INSERT INTO retractions (session_id, from_seq, to_seq, context_generation, "
-                "created_at) VALUES (?, ?, ?, ?, ?)",  # them (two writers) stay in the context
-                [(session_id, a, b, session.context_generation + 1, now)
+                "created_at, branch) VALUES (?, ?, ?, ?, ?, ?)",  # them (two writers) stay
+                [(session_id, a, b, session.context_generation + 1, now, session.branch)
                  for a, b in _runs([r[0] for r in reversed(rows)], set(removed))])
             c.execute("UPDATE sessions SET context_generation = context_generation + 1, "
                       "active_context_checkpoint_id = CASE WHEN ? THEN "
@@ -192,7 +195,7 @@ class ContextPointers(OnCore):
                                       "committed", "run the compaction again")
             boundary = c.execute(
                 f"SELECT 1 FROM messages m WHERE session_id = ? AND seq = ? AND seq > ? "
-                f"AND {NOT_RETRACTED}",
+                f"AND {current_path(c, session_id).clause()} AND {NOT_RETRACTED}",
                 (session_id, new.first_retained_seq, before.context_floor_seq)).fetchone()
             if not boundary:
                 raise StorageError(f"first_retained_seq {new.first_retained_seq} is not a message "
@@ -206,6 +209,8 @@ class ContextPointers(OnCore):
                  "generation": expected_generation + 1, "degraded": int(new.degraded),
                  "created_at": now})
             _insert_ledger(c, cp_id, new.ledger)
+            c.execute("INSERT INTO branch_checkpoints (checkpoint_id, session_id, branch) "
+                      "VALUES (?, ?, ?)", (cp_id, session_id, before.branch))
             crashpoints.reached("in_commit")  # both writes done, the transaction still open
             return _checkpoint_by_id(c, cp_id)  # type: ignore[return-value]
 
@@ -234,11 +239,15 @@ class ContextPointers(OnCore):
             return _checkpoint_by_id(c, checkpoint_id)
 
     def checkpoints(self, session_id: str) -> list[Checkpoint]:
-        """Every checkpoint of the session, newest first."""
+        """Every checkpoint of the branch in use (made on it, or on the way to where it
+        began, from rows it shares), newest first."""
         with self.core.read() as c:
-            rows = c.execute(f"SELECT {_CHECKPOINT_COLS} FROM context_checkpoints "
-                             "WHERE session_id = ? ORDER BY generation DESC",
-                             (session_id,)).fetchall()
+            rows = c.execute(f"SELECT {_CHECKPOINT_COLS} FROM context_checkpoints WHERE "
+                             "session_id = ? AND id IN (SELECT checkpoint_id FROM "
+                             "branch_checkpoints b WHERE b.session_id = ? AND b.branch = "
+                             "(SELECT branch FROM sessions WHERE id = ?)) "
+                             "ORDER BY generation DESC",
+                             (session_id, session_id, session_id)).fetchall()
             return [_checkpoint(c, r) for r in rows]
 
     # --- automatic compaction's back-off ----------------------------------------------------------
@@ -341,8 +350,8 @@ def _unclear(c: sqlite3.Connection, session: Session, now: int) -> UncompactResu
     in force (no later clear): the floor and the summary in use before it come back (the
     summary only if still usable). Turns sent since stay, after the restored context."""
     row = c.execute("SELECT id, floor_seq, prev_floor_seq, prev_checkpoint FROM "
-                    "context_clears WHERE session_id = ? AND undone_at IS NULL ORDER BY id DESC "
-                    "LIMIT 1", (session.id,)).fetchone()
+                    "context_clears WHERE session_id = ? AND branch = ? AND undone_at IS NULL "
+                    "ORDER BY id DESC LIMIT 1", (session.id, session.branch)).fetchone()
     if row is None or row[1] != session.context_floor_seq:
         return UncompactResult(None, None, session.context_generation)
     clear_id, _, prev_floor, prev_cp = row
@@ -378,7 +387,8 @@ def _checkpoint_problem(c: sqlite3.Connection, session: Session,
         return f"active checkpoint {cp.id} belongs to another session"
     if not cp.summary.strip():
         return f"active checkpoint {cp.id} has an empty summary"
-    exists = c.execute("SELECT 1 FROM messages WHERE session_id = ? AND seq = ?",
+    exists = c.execute(f"SELECT 1 FROM messages m WHERE session_id = ? AND seq = ? AND "
+                       f"{current_path(c, session.id).clause()}",
                        (session.id, cp.first_retained_seq)).fetchone()
     if not exists or cp.first_retained_seq <= session.context_floor_seq:
         return f"active checkpoint {cp.id} has an invalid boundary seq {cp.first_retained_seq}"

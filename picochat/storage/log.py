@@ -18,7 +18,8 @@ from picochat.messages import ROLES, Message, PreparedMessage, Session
 from picochat.storage.drafts import forget_drafts, has_draft
 from picochat.storage.rows import (MESSAGE_COLS, MESSAGE_FIELDS, OnCore, session_row,
                                    to_message, touch)
-from picochat.storage.sql import NO_UPPER_BOUND, NOT_RETRACTED
+from picochat.storage.branches import current_path, path_of
+from picochat.storage.sql import NO_UPPER_BOUND, NOT_RETRACTED, not_retracted
 
 
 class MessageLog(OnCore):
@@ -49,28 +50,33 @@ class MessageLog(OnCore):
             forget_drafts(c, {m.turn_id for m in rows if m.turn_id})
             for m in rows:
                 seq += 1
-                rowid = c.execute(
-                    f"INSERT INTO messages ({MESSAGE_COLS}) "
-                    f"VALUES ({', '.join('?' * len(MESSAGE_FIELDS))})",
+                rowid = c.execute(  # on the branch in use (storage/branches.py)
+                    f"INSERT INTO messages ({MESSAGE_COLS}, branch) "
+                    f"VALUES ({', '.join('?' * (len(MESSAGE_FIELDS) + 1))})",
                     (session_id, seq, m.role, m.content, m.tool_calls_json, m.tool_call_id,
                      m.name, m.turn_id, m.tool_status, m.status, m.tokens, now,
-                     m.statements, m.reasoning)).lastrowid
+                     m.statements, m.reasoning, session.branch)).lastrowid
                 c.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)",
                           (rowid, m.content))
                 out.append(m.stored(session_id, seq, now, retracted=late))
             if late and out:  # kept in the log, out of the context: the context is unchanged
                 c.execute("INSERT INTO retractions (session_id, from_seq, to_seq, "
-                          "context_generation, created_at) VALUES (?, ?, ?, ?, ?)",
-                          (session_id, out[0].seq, seq, session.context_generation, now))
+                          "context_generation, created_at, branch) VALUES (?, ?, ?, ?, ?, ?)",
+                          (session_id, out[0].seq, seq, session.context_generation, now,
+                           session.branch))
             touch(c, session_id, now)
         return out
 
-    def history(self, session_id: str) -> list[Message]:
-        """The raw log, all of it, with undone rows marked (for `history` and `export`)."""
+    def history(self, session_id: str, branch: int | None = None) -> list[Message]:
+        """The raw log of the branch in use (or `branch`), all of it, with undone rows marked
+        (for `history` and `export`)."""
         with self.core.read() as c:
+            path = (current_path(c, session_id) if branch is None
+                    else path_of(c, session_id, branch))
             rows = c.execute(
-                f"SELECT {MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
-                "WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
+                f"SELECT {MESSAGE_COLS}, NOT {not_retracted(path.branch)} FROM messages m "
+                f"WHERE session_id = ? AND {path.clause()} ORDER BY seq",
+                (session_id,)).fetchall()
         return [to_message(r) for r in rows]
 
     def history_page(self, session_id: str, before_seq: int | None, limit: int
@@ -78,9 +84,10 @@ class MessageLog(OnCore):
         """The newest `limit` messages below `before_seq` (all: None), oldest first: a screen
         of a long log without reading the rest of it."""
         with self.core.read() as c:
+            on = current_path(c, session_id).clause()
             rows = c.execute(
                 f"SELECT {MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
-                "WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+                f"WHERE session_id = ? AND seq < ? AND {on} ORDER BY seq DESC LIMIT ?",
                 (session_id, before_seq if before_seq is not None else NO_UPPER_BOUND,
                  max(0, limit))).fetchall()
         return [to_message(r) for r in reversed(rows)]
@@ -101,12 +108,14 @@ class MessageLog(OnCore):
 
 def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str) -> bool:
     """Whether a turn's recovered answer would land out of place: its question was cleared
-    (`/clear` after it), undone, or is gone, or a newer turn began after its rows. Appended at
+    (`/clear` after it), undone, or is gone (or on a branch not in use), or a newer turn
+    began after its rows. Appended at
     the end of the log, it would read as the answer to that newer question."""
+    on = current_path(c, session.id).clause()
     last = c.execute(f"SELECT MAX(seq) FROM messages m WHERE session_id = ? AND turn_id = ? "
-                     f"AND {NOT_RETRACTED}", (session.id, turn_id)).fetchone()[0]
+                     f"AND {on} AND {NOT_RETRACTED}", (session.id, turn_id)).fetchone()[0]
     if last is None or last <= session.context_floor_seq:
         return True
-    return c.execute("SELECT 1 FROM messages WHERE session_id = ? AND seq > ? AND "
-                     "(turn_id IS NULL OR turn_id != ?) LIMIT 1",
+    return c.execute(f"SELECT 1 FROM messages m WHERE session_id = ? AND seq > ? AND {on} "
+                     "AND (turn_id IS NULL OR turn_id != ?) LIMIT 1",
                      (session.id, last, turn_id)).fetchone() is not None

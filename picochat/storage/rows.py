@@ -30,7 +30,7 @@ def fields(cols: str) -> tuple[str, ...]:
 
 SESSION_COLS = (
     "id, name, created_at, updated_at, model, active_context_checkpoint_id, context_generation, "
-    "context_floor_seq, last_compressed_message_at, deleted_at, system_prompt"
+    "context_floor_seq, last_compressed_message_at, deleted_at, system_prompt, branch"
 )
 MESSAGE_COLS = (
     "session_id, seq, role, content, tool_calls, tool_call_id, name, turn_id, tool_status, "

@@ -27,6 +27,12 @@ def number_activity(conn: sqlite3.Connection) -> None:
                      [(n, rowid) for n, (rowid,) in enumerate(rows, start=1)])
 
 
+def first_branches(conn: sqlite3.Connection) -> None:
+    """Step 17's carry: every checkpoint there is belongs to branch 0, the only one then."""
+    conn.execute("INSERT INTO branch_checkpoints (checkpoint_id, session_id, branch) "
+                 "SELECT id, session_id, 0 FROM context_checkpoints")
+
+
 MIGRATIONS: tuple[Step, ...] = (
     # 1: sessions and the append-only message log.
     """
@@ -244,6 +250,38 @@ MIGRATIONS: tuple[Step, ...] = (
     );
     CREATE INDEX idx_context_clears_session ON context_clears(session_id, id);
     """,
+    # 17: branches (issue 36): a session's log is a tree. Each row, retraction and clear says
+    # which branch it was made on (0: the session's first, every row written before). A
+    # branch other than 0 leaves `parent` after its `fork_seq` (the last seq of the parent's
+    # path it shares); its path is its own rows, then its parent's path up to that seq. The
+    # session's own pointers (active checkpoint, floor) are those of its current `branch`; a
+    # branch not current keeps its own in its row here. Which checkpoints belong to a branch
+    # (made on it, or inherited where it began) is `branch_checkpoints`, beside
+    # `context_checkpoints`, whose columns the contract fixes. Existing rows are not touched:
+    # the new columns default to 0.
+    ("""
+    ALTER TABLE sessions ADD COLUMN branch INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN branch INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE retractions ADD COLUMN branch INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE context_clears ADD COLUMN branch INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE branches (
+        session_id                    TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        id                            INTEGER NOT NULL,
+        parent                        INTEGER,
+        fork_seq                      INTEGER NOT NULL,
+        active_context_checkpoint_id  TEXT,
+        context_floor_seq             INTEGER NOT NULL DEFAULT 0,
+        created_at                    INTEGER NOT NULL,
+        PRIMARY KEY (session_id, id)
+    );
+    CREATE TABLE branch_checkpoints (
+        checkpoint_id  TEXT NOT NULL REFERENCES context_checkpoints(id) ON DELETE CASCADE,
+        session_id     TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        branch         INTEGER NOT NULL,
+        PRIMARY KEY (checkpoint_id, branch)
+    );
+    CREATE INDEX idx_branch_checkpoints ON branch_checkpoints(session_id, branch);
+    """, first_branches),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from picochat.storage.core import Core
+from picochat.storage.branches import current_path
 from picochat.storage.sql import NO_UPPER_BOUND, NOT_RETRACTED
 
 
@@ -96,6 +97,9 @@ def _all_of(words: Sequence[str]) -> str | None:
     return " AND ".join(f'"{w}"' for w in words) if words else None
 
 
+CHECKPOINT_KEY = "context_checkpoint:"  # a timeline row's key: this, then its checkpoint's id
+
+
 class Search:
     """`store.search`: ranked full-text search of the log, the timeline, earlier prompts."""
 
@@ -104,7 +108,7 @@ class Search:
 
     def messages(self, session_id: str, query: str, limit: int = 10,
                  before_seq: int | None = None) -> list[SearchHit]:
-        """Full-text search over the session's whole raw log, including rows a checkpoint
+        """Full-text search over the raw log of the branch in use, including rows a checkpoint
         summarized, cleared or undone (they are marked): best matches first. `before_seq`
         leaves out the turn doing the searching."""
         q = parse_query(query)
@@ -114,19 +118,21 @@ class Search:
         limit = max(1, limit)
         before = before_seq if before_seq is not None else NO_UPPER_BOUND
         with self.core.read() as c:
+            on = current_path(c, session_id).clause()  # the branch read: no other's rows
             # a message holding every word comes first, however long it is (bm25 alone ranks
             # a short one holding the common words over a long one that also has the rare),
             # and first among those, one holding the joined tokens as written (OPS-103)
             picked = (_ranked(c, _must(must + list(q.joined), _all_of(list(q.loose))),
-                              session_id, before, limit, 0, NO_UPPER_BOUND) if q.joined else [])
+                              session_id, before, limit, 0, NO_UPPER_BOUND, on) if q.joined
+                      else [])
             if (len(words) > 1 or must) and len(picked) < limit:
                 more = _ranked(c, _must(must, _all_of(words)), session_id, before,
-                               limit + len(picked), 0, NO_UPPER_BOUND)
+                               limit + len(picked), 0, NO_UPPER_BOUND, on)
                 picked += [i for i in more if i not in picked][: limit - len(picked)]
             rare = [w for w in words if _matches_up_to(c, w, RARE_MATCHES + 1) <= RARE_MATCHES]
             if rare and len(picked) < limit:
                 more = _ranked(c, _must(must, _any_of(rare)), session_id, before,
-                               limit + len(picked), 0, NO_UPPER_BOUND)
+                               limit + len(picked), 0, NO_UPPER_BOUND, on)
                 picked += [i for i in more if i not in picked][: limit - len(picked)]
             if len(picked) < limit:  # fill up from the newest matches of every word
                 everything = _must(must, _any_of(words))
@@ -140,7 +146,7 @@ class Search:
                     "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
                     (everything, top, COMMON_CANDIDATES - 1)).fetchone()
                 more = _ranked(c, everything, session_id, before, limit + len(picked),
-                               floor[0] if floor else 0, top)
+                               floor[0] if floor else 0, top, on)
                 picked += [i for i in more if i not in picked][: limit - len(picked)]
             if not picked:
                 return []
@@ -162,10 +168,11 @@ class Search:
         if match is None:
             return 0
         with self.core.read() as c:
+            on = current_path(c, session_id).clause()
             return c.execute(
                 "SELECT COUNT(*) FROM (SELECT m.id FROM messages_fts JOIN messages m ON "
                 "m.id = messages_fts.rowid WHERE messages_fts MATCH ? AND m.session_id = ? "
-                "LIMIT ?)", (match, session_id, cap)).fetchone()[0]
+                f"AND {on} LIMIT ?)", (match, session_id, cap)).fetchone()[0]
 
     def timeline(self, session_id: str, query: str, limit: int = 5) -> list[tuple[str, str]]:
         """Earlier checkpoint summaries (the timeline) that mention the query's words, the
@@ -211,10 +218,18 @@ class Search:
                       (key, category, session_id, content, self.core.clock()))
 
     def timeline_entries(self, session_id: str) -> list[tuple[str, str]]:
-        """The session's timeline, oldest first: (key, summary)."""
+        """The timeline of the branch in use, oldest first: (key, summary). A summary made
+        on another branch is not recalled here: it holds that branch's facts."""
         with self.core.read() as c:
-            return c.execute("SELECT key, content FROM timeline WHERE session_id = ? "
-                             "ORDER BY created_at, id", (session_id,)).fetchall()
+            # left out: a summary of a checkpoint the current branch does not have
+            return c.execute(
+                "SELECT key, content FROM timeline t WHERE session_id = ? AND (NOT EXISTS ("
+                "SELECT 1 FROM branch_checkpoints b WHERE b.session_id = t.session_id AND "
+                f"t.key = '{CHECKPOINT_KEY}' || b.checkpoint_id) OR EXISTS (SELECT 1 FROM "
+                "branch_checkpoints b WHERE b.session_id = t.session_id AND b.branch = "
+                "(SELECT branch FROM sessions WHERE id = t.session_id) AND "
+                f"t.key = '{CHECKPOINT_KEY}' || b.checkpoint_id)) ORDER BY created_at, id",
+                (session_id,)).fetchall()
 
 
 def _matches_up_to(c: sqlite3.Connection, word: str, cap: int) -> int:
@@ -224,11 +239,13 @@ def _matches_up_to(c: sqlite3.Connection, word: str, cap: int) -> int:
 
 
 def _ranked(c: sqlite3.Connection, match: str | None, session_id: str, before: int,
-            limit: int, floor: int, top: int) -> list[int]:
-    """Row ids of the session's best matches (bm25, then newest) among rows floor..top."""
+            limit: int, floor: int, top: int, on: str) -> list[int]:
+    """Row ids of the session's best matches (bm25, then newest) among rows floor..top on
+    the path `on` (`BranchPath.clause`)."""
     rows = c.execute(
         "SELECT m.id FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
         "WHERE messages_fts MATCH ? AND messages_fts.rowid BETWEEN ? AND ? "
-        "AND m.session_id = ? AND m.seq < ? ORDER BY bm25(messages_fts), m.seq DESC LIMIT ?",
+        f"AND m.session_id = ? AND m.seq < ? AND {on} "
+        "ORDER BY bm25(messages_fts), m.seq DESC LIMIT ?",
         (match, floor, top, session_id, before, limit)).fetchall()
     return [r[0] for r in rows]

@@ -1,8 +1,8 @@
 """`Store`: the one object the rest of picochat writes and reads the database through, a thin
 composition of one class a job, all on the transactional core (`core.py`, `store.core`):
 sessions (`sessions.py`), the append-only message log (`log.py`), and the context's pointers
-into it (`context.py`: checkpoints, `/clear`, undo, `/uncompact`, the compaction wait, pins),
-whose methods `Store` has as its own; drafts (`store.drafts`, `drafts.py`), search
+into it (`context.py`: checkpoints, `/clear`, undo, `/uncompact`, the compaction wait, pins)
+and its branches (`branches.py`: rewind, switch), whose methods `Store` has as its own; drafts (`store.drafts`, `drafts.py`), search
 (`store.search`, `search.py`) and model traits (`store.traits`, `traits.py`) are its parts.
 
 Kept as one object so that every caller keeps one handle and one method name for each thing
@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from picochat.storage.branches import BranchPointers
 from picochat.storage.context import (TRIGGER_REASONS, ContextPointers, ContextSnapshot,
                                       UncompactResult, UndoResult, last_turn_seqs)
 from picochat.storage.core import Clock, Core, T, open_core, wall_clock_ms
@@ -34,7 +35,7 @@ def open_store(path: Path, clock: Clock = wall_clock_ms) -> "Store":
     return Store(open_core(path, clock))
 
 
-class Store(SessionRows, MessageLog, ContextPointers):
+class Store(SessionRows, MessageLog, ContextPointers, BranchPointers):
     """Sessions, the message log and the context's pointers (its bases, one job each), on the
     transactional core (`store.core`); drafts, search and model traits are its parts
     (`store.drafts`, …).

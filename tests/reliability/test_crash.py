@@ -155,3 +155,48 @@ def test_no_kill_at_any_point_or_moment_loses_or_mixes_anything(crash_env, home,
     # a compact with nothing to fold never reaches its points: most trials still must
     assert all(figures["reached"].get(p, 0) >= KILLS_AT_POINTS * 0.6 for p in
                ("user_written", "summary_in_flight", "before_commit", "in_commit"))
+
+
+REWIND = """
+import sys
+from pathlib import Path
+from picochat.storage import open_store
+store = open_store(Path(sys.argv[1]))
+store.rewind(store.list_sessions()[0].id, int(sys.argv[2]))
+"""
+
+
+def test_a_rewind_killed_in_its_transaction_leaves_the_session_as_it_was(crash_env, home,
+                                                                         run_cli):
+    """Issue 36: a rewind SIGKILLed with every write done but not committed leaves the old
+    branch current, its context and rows as they were, and no branch half made; run to the
+    end, it leaves the new one whole."""
+    db = home / "data" / "picochat.db"
+    for i in range(4):
+        assert run_cli("ask", "--session", "s", f"seed {i}: port {9000 + i}").status == 0
+    assert run_cli("compact", "--session", "s").status in (0, 1)
+    conn = sqlite3.connect(db)
+    user = conn.execute("SELECT MAX(seq) FROM messages WHERE role = 'user'").fetchone()[0]
+    conn.close()
+    for n in range(5):
+        before = read_state(db)
+        marker = home / f"rewound-{n}"
+        env = dict(crash_env, PICOCHAT_CRASH_POINT="in_rewind", PICOCHAT_CRASH_FILE=str(marker))
+        proc = subprocess.Popen([sys.executable, "-c", REWIND, str(db), str(user)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert kill_when(proc, marker), "the rewind never reached its point"
+        after = read_state(db)
+        assert after == before
+        conn = sqlite3.connect(db)
+        assert conn.execute("SELECT branch FROM sessions").fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM branches").fetchone()[0] == 0
+        conn.close()
+    done = subprocess.run([sys.executable, "-c", REWIND, str(db), str(user)], env=crash_env)
+    assert done.returncode == 0
+    after = read_state(db)
+    assert after.rows == before.rows  # the log is the same: the rows after stay, elsewhere
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT branch FROM sessions").fetchone()[0] == 1
+    assert conn.execute("SELECT COUNT(*) FROM branches").fetchone()[0] == 2
+    conn.close()
+    assert all(m["content"] != "seed 3: port 9003" for m in after.context)  # not on it

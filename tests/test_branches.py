@@ -1,0 +1,338 @@
+"""Branches (issue 36), as a spec of the store: rewinding to an earlier message of the user
+starts a branch there, the rows after it stay on the branch left, and each branch keeps its
+own context: its checkpoint, its `/clear` floor, its undone turns, what search and recall
+find. A state machine then runs random turns, rewinds, switches, compactions, undos, clears
+and `/uncompact`s, and after every step checks each branch against a model of its own path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from picochat.budget import budget_limits
+from picochat.compaction.compact import CompactRequest, compact_context
+from picochat.errors import BranchNotFound, NotRewindable, StaleGeneration
+from picochat.messages import NewCheckpoint
+from picochat.projection import project
+from picochat.providers.offline import OfflineProvider
+from picochat.storage import open_store
+from picochat.storage.schema import SCHEMA_VERSION
+from tests.helpers.storage import append_message, database_at
+
+TOKEN = re.compile(r"\bfact(\d+)x\b")  # each message begins with one: fact<seq>x; the
+# user's also state it as a fact with a port, which the ledger keeps
+LIMITS = budget_limits(1200, None, 200, 60)
+
+
+def turn(store, sid: str, text: str, answer: str) -> tuple[int, int]:
+    """A user message and its answer; their seqs."""
+    n = store.max_seq(sid) + 1
+    u = append_message(store, sid, "user", f"fact{n}x: the fact{n}x service runs on port "
+                       f"{6000 + n}. {text}", turn_id=f"t{n}")
+    a = append_message(store, sid, "assistant", f"fact{n + 1}x: {answer}", turn_id=f"t{n}")
+    return u.seq, a.seq
+
+
+def seqs(messages) -> list[int]:
+    return [m.seq for m in messages]
+
+
+def compact(store, sid: str, everything: bool = True):
+    return asyncio.run(compact_context(store, OfflineProvider(0), CompactRequest(
+        session_id=sid, reason="manual", limits=LIMITS, system_prompt="sys",
+        everything=everything)))
+
+
+def test_a_session_never_rewound_has_one_branch_and_reads_as_before(store):
+    sid = store.create_session("s").id
+    turn(store, sid, "hello", "hi")
+    [only] = store.branches(sid)
+    assert (only.id, only.parent, only.current, only.turns) == (0, None, True, 1)
+    assert seqs(store.history(sid)) == [1, 2]
+
+
+def test_rewinding_starts_a_branch_and_the_rows_after_stay_on_the_one_left(store):
+    sid = store.create_session("s").id
+    for i in range(3):
+        turn(store, sid, f"question {i}", f"answer {i}")      # seqs 1..6
+    raw = {m.seq: m.content for m in store.history(sid)}
+    session = store.rewind(sid, 3)                             # edit the second question
+    assert session.branch == 1
+    assert seqs(store.history(sid)) == [1, 2]                  # the path before it
+    turn(store, sid, "question 1, asked better", "a better answer")  # seqs 7, 8
+    assert seqs(store.history(sid)) == [1, 2, 7, 8]
+    assert seqs(store.history(sid, branch=0)) == [1, 2, 3, 4, 5, 6]  # kept, whole
+    branches = {b.id: b for b in store.branches(sid)}
+    assert (branches[1].parent, branches[1].fork_seq, branches[1].turns) == (0, 2, 1)
+    assert branches[1].current and not branches[0].current
+    store.switch_branch(sid, 0)
+    assert seqs(project(store.context_snapshot(sid)).raw) == [1, 2, 3, 4, 5, 6]
+    # no raw row was rewritten: every seq reads as it was written
+    assert {m.seq: m.content for m in store.history(sid, branch=0)} == raw
+
+
+def test_a_rewind_to_what_is_not_the_user_s_on_this_path_changes_nothing(store):
+    sid = store.create_session("s").id
+    turn(store, sid, "one", "two")
+    store.rewind(sid, 1)
+    turn(store, sid, "three", "four")                          # seqs 3, 4 on branch 1
+    before = store.session(sid)
+    for seq in (2, 4, 99):                                     # an answer, an answer, none
+        with pytest.raises(NotRewindable):
+            store.rewind(sid, seq)
+    store.switch_branch(sid, 0)
+    with pytest.raises(NotRewindable):
+        store.rewind(sid, 3)                                   # branch 1's, not on this path
+    with pytest.raises(BranchNotFound):
+        store.switch_branch(sid, 7)
+    store.switch_branch(sid, 1)
+    assert store.session(sid).branch == before.branch
+    assert [b.id for b in store.branches(sid)] == [0, 1]
+
+
+def test_a_branch_starts_with_the_checkpoint_whose_summary_comes_only_from_before_it(store):
+    sid = store.create_session("s").id
+    for i in range(6):
+        turn(store, sid, f"question {i} " + "words " * 40, f"answer {i} " + "words " * 40)
+    first = compact(store, sid)
+    assert first.compacted
+    cut = first.checkpoint.first_retained_seq
+    for i in range(6, 9):
+        turn(store, sid, f"question {i} " + "words " * 40, f"answer {i} " + "words " * 40)
+    second = compact(store, sid)
+    assert second.compacted and second.checkpoint.first_retained_seq > cut
+    assert second.checkpoint.parent_checkpoint_id == first.checkpoint.id
+
+    # back to a question after the first cut and before the second: the first summary holds
+    user_after = next(m.seq for m in store.history(sid) if m.role == "user" and m.seq > cut
+                      and m.seq < second.checkpoint.first_retained_seq)
+    store.rewind(sid, user_after)
+    snapshot = store.context_snapshot(sid)
+    assert snapshot.checkpoint is not None and snapshot.checkpoint.id == first.checkpoint.id
+    assert [c.id for c in store.checkpoints(sid)] == [first.checkpoint.id]
+    on_path = set(seqs(store.history(sid)))
+    assert all(row.seq in on_path for row in snapshot.checkpoint.ledger.rows)
+    # back before the first cut: no summary
+    store.switch_branch(sid, 0)
+    store.rewind(sid, 1)
+    assert store.context_snapshot(sid).checkpoint is None and store.checkpoints(sid) == []
+    # a compaction on a branch is its own: not on the branch it left
+    for i in range(6):
+        turn(store, sid, f"other {i} " + "words " * 40, f"reply {i} " + "words " * 40)
+    mine = compact(store, sid)
+    assert mine.compacted
+    store.switch_branch(sid, 0)
+    assert mine.checkpoint.id not in [c.id for c in store.checkpoints(sid)]
+    assert store.context_snapshot(sid).checkpoint.id == second.checkpoint.id
+    # /uncompact on one branch leaves the other's summary in use
+    store.uncompact(sid)
+    assert store.context_snapshot(sid).checkpoint.id == first.checkpoint.id
+    store.switch_branch(sid, 2)
+    assert store.context_snapshot(sid).checkpoint.id == mine.checkpoint.id
+
+
+def test_undo_and_clear_on_one_branch_leave_the_other_as_it_was(store):
+    sid = store.create_session("s").id
+    for i in range(3):
+        turn(store, sid, f"q{i}", f"a{i}")                     # 1..6
+    store.rewind(sid, 5)                                       # branch 1: 1..4
+    store.undo_last_turn(sid)                                  # takes 3, 4 out on branch 1
+    assert seqs(project(store.context_snapshot(sid)).raw) == [1, 2]
+    store.clear_context(sid)
+    assert project(store.context_snapshot(sid)).raw == ()
+    store.switch_branch(sid, 0)
+    assert seqs(project(store.context_snapshot(sid)).raw) == [1, 2, 3, 4, 5, 6]
+    assert not any(m.retracted for m in store.history(sid))
+    store.switch_branch(sid, 1)
+    assert store.uncompact(sid).uncleared                      # the clear, undone there
+    assert seqs(project(store.context_snapshot(sid)).raw) == [1, 2]
+
+
+def test_a_rewind_before_a_clear_takes_the_context_from_before_the_clear(store):
+    sid = store.create_session("s").id
+    for i in range(2):
+        turn(store, sid, f"q{i}", f"a{i}")                     # 1..4
+    store.clear_context(sid)                                   # floor 4
+    turn(store, sid, "q2", "a2")                               # 5, 6
+    store.rewind(sid, 3)                                       # before the clear
+    assert store.session(sid).context_floor_seq == 0
+    assert seqs(project(store.context_snapshot(sid)).raw) == [1, 2]
+    store.switch_branch(sid, 0)
+    assert store.session(sid).context_floor_seq == 4           # kept on the branch left
+
+
+def test_search_and_recall_read_only_the_branch_in_use(store):
+    sid = store.create_session("s").id
+    turn(store, sid, "the deploy key is kestrel", "noted")     # 1, 2
+    turn(store, sid, "the staging host is osprey-7", "noted")  # 3, 4
+    store.rewind(sid, 3)
+    turn(store, sid, "the staging host is heron-2", "noted")   # 5, 6
+    assert [h.seq for h in store.search.messages(sid, "staging host")] == [5]
+    assert store.search.messages(sid, "osprey-7") == []
+    assert store.search.count(sid, "osprey") == 0
+    store.switch_branch(sid, 0)
+    assert [h.seq for h in store.search.messages(sid, "staging host")] == [3]
+
+
+def test_a_compaction_built_before_a_rewind_cannot_commit(store):
+    sid = store.create_session("s").id
+    for i in range(3):
+        turn(store, sid, f"q{i}", f"a{i}")
+    built_at = store.session(sid).context_generation
+    store.rewind(sid, 3)
+    with pytest.raises(StaleGeneration):
+        store.commit_context_checkpoint(sid, built_at, NewCheckpoint(
+            None, "a summary of 1..4", 5, 6, "manual", "offline", "offline", 100, 10))
+    assert store.checkpoints(sid) == []
+
+
+def test_a_database_from_schema_16_migrates_onto_branch_0(tmp_path):
+    path = tmp_path / "old.db"
+    conn = database_at(path, 16)
+    conn.execute("INSERT INTO sessions (id, name, created_at, updated_at) "
+                 "VALUES ('s_a', 'a', 1, 1)")
+    for seq, role in ((1, "user"), (2, "assistant")):
+        conn.execute("INSERT INTO messages (session_id, seq, role, content, tokens, "
+                     "created_at) VALUES ('s_a', ?, ?, 'old words', 2, 1)", (seq, role))
+    conn.execute("INSERT INTO context_checkpoints (id, session_id, generation, summary, "
+                 "first_retained_seq, source_max_seq, trigger_reason, provider_kind, model, "
+                 "tokens_before, tokens_after, created_at) VALUES ('cp_old', 's_a', 1, "
+                 "'an old summary', 2, 2, 'manual', 'offline', 'offline', 10, 5, 1)")
+    conn.execute("UPDATE sessions SET active_context_checkpoint_id = 'cp_old', "
+                 "context_generation = 1 WHERE id = 's_a'")
+    conn.close()
+    store = open_store(path)
+    try:
+        assert store.session("s_a").branch == 0
+        assert [c.id for c in store.checkpoints("s_a")] == ["cp_old"]
+        assert store.context_snapshot("s_a").checkpoint.id == "cp_old"
+        assert seqs(store.history("s_a")) == [1, 2]
+        assert SCHEMA_VERSION >= 17
+    finally:
+        store.close()
+
+
+# --- the state machine ---------------------------------------------------------------------------
+
+
+class Branching(RuleBasedStateMachine):
+    """The model: each branch's path (the seqs it reads, in order) and the seqs every row was
+    written with. Invariants after every step: the store's history of the branch in use is its
+    path; the context is a tail of it; the summary in use, its facts and the timeline come only
+    from rows on it; and no row ever changed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="branches-")
+        self.store = open_store(Path(self.dir) / "b.db")
+        self.sid = self.store.create_session("s").id
+        self.paths: dict[int, list[int]] = {0: []}
+        self.current = 0
+        self.written: dict[int, str] = {}
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @rule(words=st.lists(st.integers(1, 60), min_size=1, max_size=3))
+    def talk_some(self, words: list[int]) -> None:
+        self.talk(words)
+
+    def talk(self, words: list[int]) -> None:
+        for n in words:
+            u, a = turn(self.store, self.sid, "ask " + "word " * n, "reply " + "word " * n)
+            self.paths[self.current] += [u, a]
+        for m in self.store.history(self.sid)[-2 * len(words):]:
+            self.written[m.seq] = m.content
+
+    @precondition(lambda self: self.paths[self.current])
+    @rule(data=st.data(), recent=st.booleans())
+    def rewind(self, data, recent: bool) -> None:
+        """To any message of the user's in the context, or (`recent`) one of the newest two:
+        those are the ones after a summary's cut, which the new branch then carries."""
+        path = self.paths[self.current]
+        users = [m.seq for m in self.store.history(self.sid)
+                 if m.role == "user" and not m.retracted and m.seq > self._floor()]
+        if not users:
+            return
+        seq = data.draw(st.sampled_from(users[-2:] if recent else users))
+        session = self.store.rewind(self.sid, seq)
+        self.paths[session.branch] = [s for s in path if s < seq]
+        self.current = session.branch
+        event("rewind: " + ("a summary carried" if session.active_context_checkpoint_id
+                            else "no summary"))
+
+    @rule(data=st.data())
+    def switch(self, data) -> None:
+        branch = data.draw(st.sampled_from(sorted(self.paths)))
+        self.current = self.store.switch_branch(self.sid, branch).branch
+
+    @rule(everything=st.booleans(), more=st.integers(0, 3), then=st.integers(0, 2))
+    def compact(self, everything: bool, more: int, then: int) -> None:
+        """`more` turns first (a compaction needs a few turns to fold), `then` after (a rewind
+        to one of them carries the summary)."""
+        if more:
+            self.talk([40] * more)
+        event(f"compact: {compact(self.store, self.sid, everything).status}")
+        if then:
+            self.talk([20] * then)
+
+    @rule()
+    def undo(self) -> None:
+        self.store.undo_last_turn(self.sid)
+
+    @rule()
+    def clear(self) -> None:
+        self.store.clear_context(self.sid)
+
+    @rule()
+    def uncompact(self) -> None:
+        self.store.uncompact(self.sid)
+
+    def _floor(self) -> int:
+        return self.store.session(self.sid).context_floor_seq
+
+    @invariant()
+    def each_branch_reads_its_own_path(self) -> None:
+        assert self.store.session(self.sid).branch == self.current
+        for branch, path in self.paths.items():
+            assert seqs(self.store.history(self.sid, branch=branch)) == path
+
+    @invariant()
+    def the_context_and_its_summary_come_from_this_path_alone(self) -> None:
+        path = set(self.paths[self.current])
+        snapshot = self.store.context_snapshot(self.sid)
+        projection = project(snapshot)
+        live = [m.seq for m in self.store.history(self.sid) if not m.retracted]
+        assert set(seqs(projection.raw)) <= path
+        start = max(snapshot.session.context_floor_seq + 1,
+                    snapshot.checkpoint.first_retained_seq if snapshot.checkpoint else 0)
+        assert seqs(projection.raw) == [s for s in live if s >= start]
+        assert snapshot.checkpoint_problem is None  # no branch is left pointing astray
+        in_use = [snapshot.checkpoint] if snapshot.checkpoint else []
+        for cp in self.store.checkpoints(self.sid) + in_use:
+            assert {int(n) for n in TOKEN.findall(cp.summary)} <= path, cp.id
+            assert {row.seq for row in cp.ledger.rows} <= path, cp.id
+        for _, text in self.store.search.timeline_entries(self.sid):
+            assert {int(n) for n in TOKEN.findall(text)} <= path
+
+    @invariant()
+    def no_row_was_rewritten(self) -> None:
+        every = {}
+        for branch in self.paths:
+            every.update({m.seq: m.content for m in self.store.history(self.sid, branch)})
+        assert {s: every[s] for s in self.written} == self.written
+
+
+TestBranching = Branching.TestCase
+TestBranching.settings = settings(max_examples=100, stateful_step_count=40, deadline=None,
+                                  suppress_health_check=[HealthCheck.too_slow])
