@@ -48,6 +48,7 @@ from picochat.models import (
 from picochat.pins import pin_problem
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider, TextDelta, ThinkingDelta
+from picochat.storage.branches import Branch, Rewound
 from picochat.storage.search import SearchHit
 from picochat.storage.store import Store, UncompactResult, UndoResult, last_turn_seqs
 from picochat.tools.access import FileAccess, file_access
@@ -89,7 +90,7 @@ __all__ = [
     "TextDelta", "CompactionStarted", "CompactionReview", "Compacted", "Notice", "RetryWaiting",
     "ToolRan", "TurnFinished", "TurnFailed", "TurnCancelled", "CUT_AT_LIMIT", "remembered",
     "summary_model_advice", "note_opened", "TOTAL_TIMEOUT_S", "MIN_LEARNED_WINDOW", "LastTurn",
-    "ready_for_turns",
+    "ready_for_turns", "Branch", "Rewound",
 ]
 log = logging.getLogger("picochat.session")
 T = TypeVar("T")
@@ -670,6 +671,27 @@ class SessionWorker:
 
     def clear(self) -> "asyncio.Future[Any]":
         return self.call(lambda: self.store.clear_context(self.session_id))
+
+    def rewind(self, seq: int) -> "asyncio.Future[Rewound]":
+        """A new branch that leaves the path just before message `seq` (the user's), in order
+        with the turns: the message sent next lands on it (storage/branches.py)."""
+        def run() -> Rewound:
+            done = self.store.rewind(self.session_id, seq)
+            log.info("rewind session=%s seq=%d branch=%d left=%d later=%d", self.session_id,
+                     seq, done.session.branch, done.left, done.later)
+            return done
+        return self.call(run)
+
+    def switch_branch(self, branch: int) -> "asyncio.Future[Session]":
+        def run() -> Session:
+            session = self.store.switch_branch(self.session_id, branch)
+            log.info("branch_switched session=%s branch=%d", self.session_id, branch)
+            return session
+        return self.call(run)
+
+    async def branches(self) -> "list[Branch]":
+        """The session's branches, read now (not queued: a list to show)."""
+        return await self.store.io(self.store.branches, self.session_id)
 
     def last_turn(self) -> "asyncio.Future[LastTurn | None]":
         """The turn `undo` would take back once the work queued before it is done (None:

@@ -65,8 +65,8 @@ def test_rewinding_starts_a_branch_and_the_rows_after_stay_on_the_one_left(store
     for i in range(3):
         turn(store, sid, f"question {i}", f"answer {i}")      # seqs 1..6
     raw = {m.seq: m.content for m in store.history(sid)}
-    session = store.rewind(sid, 3)                             # edit the second question
-    assert session.branch == 1
+    done = store.rewind(sid, 3)                                # edit the second question
+    assert (done.session.branch, done.left, done.later) == (1, 0, 2)
     assert seqs(store.history(sid)) == [1, 2]                  # the path before it
     turn(store, sid, "question 1, asked better", "a better answer")  # seqs 7, 8
     assert seqs(store.history(sid)) == [1, 2, 7, 8]
@@ -265,7 +265,7 @@ class Branching(RuleBasedStateMachine):
         if not users:
             return
         seq = data.draw(st.sampled_from(users[-2:] if recent else users))
-        session = self.store.rewind(self.sid, seq)
+        session = self.store.rewind(self.sid, seq).session
         self.paths[session.branch] = [s for s in path if s < seq]
         self.current = session.branch
         event("rewind: " + ("a summary carried" if session.active_context_checkpoint_id

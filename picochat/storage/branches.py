@@ -60,6 +60,7 @@ class Branch:
     last_seq: int          # its newest row's seq (the fork point while it has none)
     last_at: int           # when its newest row was written (its creation while none)
     current: bool
+    first: str = ""        # its first message of the user's: how it went another way
 
 
 
@@ -87,6 +88,16 @@ def current_path(c: sqlite3.Connection, session_id: str) -> BranchPath:
     return path_of(c, session_id, row[0] if row else 0)
 
 
+@dataclass(frozen=True)
+class Rewound:
+    """A rewind done: the session on its new branch, the branch it left and how many of the
+    user's messages (from the rewound one on) stay there."""
+
+    session: Session
+    left: int
+    later: int
+
+
 class BranchPointers(OnCore):
     """Rewinding, switching and listing a session's branches, each call one transaction."""
 
@@ -103,11 +114,15 @@ class BranchPointers(OnCore):
                     "SELECT COUNT(*) FILTER (WHERE role = 'user'), MAX(seq), MAX(created_at) "
                     "FROM messages WHERE session_id = ? AND branch = ?",
                     (session_id, bid)).fetchone()
+                first = c.execute("SELECT substr(content, 1, 300) FROM messages WHERE "
+                                  "session_id = ? AND branch = ? AND role = 'user' ORDER BY "
+                                  "seq LIMIT 1", (session_id, bid)).fetchone()
                 out.append(Branch(bid, parent, fork, turns, last_seq or fork,
-                                  last_at or created, bid == session.branch))
+                                  last_at or created, bid == session.branch,
+                                  first[0] if first else ""))
             return out
 
-    def rewind(self, session_id: str, seq: int) -> Session:
+    def rewind(self, session_id: str, seq: int) -> Rewound:
         """A new branch that leaves the current path just before message `seq` (one of the
         user's on it), made current with the pointers that held at that point; the branch
         left keeps its rows and its pointers. The caller then sends the edited message: it
@@ -122,6 +137,9 @@ class BranchPointers(OnCore):
                 raise NotRewindable(f"message {seq} is not one of yours in this branch's "
                                     "context", "select one of your messages, then press e")
             owner = row[0]
+            later = c.execute(f"SELECT COUNT(*) FROM messages m WHERE session_id = ? AND "
+                              f"seq >= ? AND role = 'user' AND {path.clause()} AND "
+                              f"{NOT_RETRACTED}", (session_id, seq)).fetchone()[0]
             now = self.core.clock()
             _keep_first_branch(c, session, now)
             new = c.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM branches WHERE "
@@ -153,7 +171,7 @@ class BranchPointers(OnCore):
             _make_current(c, session_id, new, checkpoint, floor, now)
             crashpoints.reached("in_rewind")  # every write done, the transaction still open
         with self.core.read() as c:
-            return session_row(c, session_id)
+            return Rewound(session_row(c, session_id), session.branch, later)
 
     def switch_branch(self, session_id: str, branch: int) -> Session:
         """Make `branch` current, with its own pointers; the one left keeps its own."""

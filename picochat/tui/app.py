@@ -41,7 +41,7 @@ from picochat.catalog import FirstScreen, SessionCatalog
 from picochat.session import SessionWorker, ready_for_turns
 from picochat.storage.store import Store
 from picochat.tui import slash
-from picochat.tui.chat import ChatView
+from picochat.tui.chat import ChatView, EditRequested
 from picochat.tui.conversation import Conversation, as_typed
 from picochat.tui.copyable import PinRequested
 from picochat.tui.hints import SlashHints
@@ -53,7 +53,7 @@ from picochat.tui.safe import clean, literal
 from picochat.tui.signals import QuitSignals
 from picochat.tui.welcome import Welcome
 from picochat.tui.themes import bundled_dir, install_themes, save_theme
-from picochat.tui.status import StatusBar
+from picochat.tui.status import StatusBar, shown_name
 from picochat.unsent import Unsent, keep_at_quit, restored_note, take
 
 if TYPE_CHECKING:
@@ -120,6 +120,9 @@ class PicochatApp(App[None]):
         Binding("alt+up", "select_messages", "Select", key_display="alt+↑"),
         # priority: the prompt (a TextArea) would take it as "delete to the end of the line"
         Binding("ctrl+k", "compact_now", "Compact now", key_display="ctrl+k", priority=True,
+                show=False),
+        Binding("ctrl+b", "branches", "Branches: list and switch", key_display="ctrl+b",
+                priority=True,
                 show=False),
         Binding("ctrl+q", "quit", "Quit", key_display="ctrl+q", priority=True),
     ]
@@ -428,7 +431,7 @@ class PicochatApp(App[None]):
         usage = self.worker.info_if_counted() if self.transcript_ready.is_set() else None
         self._counting = usage is None
         if usage is None:  # everything but the figures
-            bar.session_name = self.session.name
+            bar.session_name = shown_name(self.session)
             bar.set_model(self.worker.model)
             bar.used = None
             if self.transcript_ready.is_set():
@@ -635,7 +638,61 @@ class PicochatApp(App[None]):
             return
         if text.startswith("//"):
             text = text[1:]
+        if event.rewind is not None:
+            self.rewind_and_send(event.rewind, text)
+            return
         self.conversation.run_turn(text)
+
+    # --- branches --------------------------------------------------------------------------------
+
+    def on_edit_requested(self, event: EditRequested) -> None:
+        """e on an earlier message of the user's: its text in the prompt, to edit and send as
+        a new branch from there (Esc gives back what was typed)."""
+        event.stop()
+        if self.worker.busy or self.worker.queued:
+            self.notify(literal("An answer is running: edit an earlier message once it ends "
+                                "(esc stops it)"), severity="warning")
+            return
+        prompt = self.query_one(Prompt)
+        prompt.begin_edit(event.seq, as_typed(event.text))
+        prompt.focus()
+
+    @work(group="turns", exit_on_error=False)
+    async def rewind_and_send(self, seq: int, text: str) -> None:
+        """The edited message sent: a new branch starts before message `seq` (the rows after it
+        stay on the branch left), the transcript shows the new branch, and `text` is sent."""
+        await self.transcript_ready.wait()
+        try:
+            done = await self.worker.rewind(seq)
+        except PicochatError as exc:
+            await self.chat.add_notice(f"Not sent: {exc.user_line()}. It is back in the prompt",
+                                       "error")
+            self.back_to_prompt(text)
+            return
+        self.session = done.session
+        await self.reload()
+        later = (f"{done.later} turn{'s' if done.later != 1 else ''} from there on stay"
+                 if done.later else "nothing after it is lost: the branch")
+        await self.chat.add_notice(
+            f"Branch {done.session.branch} starts here, before message {seq}; {later} on "
+            f"branch {done.left}, and ctrl+b switches back")
+        await self.conversation.send(text)
+
+    def action_branches(self) -> None:
+        self.command("/branches")
+
+    async def switch_branch(self, branch: int) -> None:
+        """Another branch in use: the transcript, the panel and the bar show it."""
+        try:
+            session = await self.worker.switch_branch(branch)
+        except PicochatError as exc:
+            await self.chat.add_notice(exc.user_line(), "error")
+            return
+        self.session = session
+        await self.reload()
+        self.refresh_status()
+        await self.chat.add_notice(f"On branch {branch}: the model reads this branch's "
+                                   "context from the next message on; ctrl+b switches again")
 
     def _show_chat(self) -> None:
         """Where the panel hides the chat (a narrow terminal), close it."""

@@ -9,6 +9,7 @@ from typing import Awaitable, Callable, Iterable
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
+from textual.message import Message as UiMessage
 from textual.await_remove import AwaitRemove
 from textual.containers import VerticalScroll
 from textual.widget import AwaitMount, Widget
@@ -31,14 +32,25 @@ TOOL_PREVIEW_CHARS = 4_000
 QUEUED = "queued · ↑ edits · sends after this answer"  # our words: no literal()
 
 
+class EditRequested(UiMessage):
+    """e on a saved message of the user's: its owner (the app) puts it in the prompt, and
+    sending it starts a new branch there (storage/branches.py)."""
+
+    def __init__(self, seq: int, text: str) -> None:
+        super().__init__()
+        self.seq, self.text = seq, text
+
+
 class UserMessage(Pinnable, Static):
     """The user's message; a long one (a paste) folded to its first and last lines and a
     note: selected, Enter expands it (a huge one still to its head and tail) and folds it
-    back; c copies all of it either way; alt+p pins it."""
+    back; c copies all of it either way; alt+p pins it; e edits it and sends it again as a
+    new branch from there."""
 
     BINDINGS = [
         COPY,
         PIN,
+        Binding("e", "edit", "Edit from here", key_display="e"),
         # only on a long message: on the others Enter goes back to the prompt (ChatView)
         Binding("enter", "expand", "Expand", key_display="enter"),
         Binding("enter", "fold", "Fold", key_display="enter"),
@@ -80,6 +92,9 @@ class UserMessage(Pinnable, Static):
         return self.folding is not None and not self.has_class("expanded")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "edit":  # saved and in the context: neither queued nor undone
+            return (self.seq is not None and not self.has_class("queued")
+                    and not self.has_class("retracted"))
         if action == "expand":
             return self.folded
         if action == "fold":
@@ -106,6 +121,10 @@ class UserMessage(Pinnable, Static):
 
     def copy_text(self) -> str:
         return self.text
+
+    def action_edit(self) -> None:
+        if self.seq is not None:
+            self.post_message(EditRequested(self.seq, self.text))
 
     def started(self, seq: int) -> None:
         self.seq = seq

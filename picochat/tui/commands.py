@@ -372,6 +372,23 @@ async def cmd_sessions(host: CommandHost, _: str) -> None:
     host.push_screen(SessionPicker(rows, host.session.id), picked)
 
 
+async def cmd_branches(host: CommandHost, _: str) -> None:
+    """`/branches` (ctrl+b): the picker; with one branch, how to start another."""
+    from picochat.tui.branch_picker import BranchPicker
+
+    branches = await host.worker.branches()
+    if len(branches) < 2:
+        await host.chat.add_notice("One branch so far: select an earlier message of yours "
+                                   "(alt+↑, then ↑) and press e to edit it; sending it starts "
+                                   "a new branch there, and this one is kept")
+        return
+
+    async def picked(branch: int | None) -> None:
+        if branch is not None and branch != host.session.branch:
+            await host.switch_branch(branch)
+    host.push_screen(BranchPicker(branches), picked)
+
+
 async def cmd_rename(host: CommandHost, name: str) -> None:
     chat = host.chat
     if not name:
@@ -579,6 +596,7 @@ HANDLERS: dict[str, Handler] = {
     "context": cmd_context,
     "tools": cmd_tools,
     "reload": cmd_reload,
+    "branches": cmd_branches,
     "checkpoints": cmd_checkpoints,
     "clear": cmd_clear,
     "pin": cmd_pin,

@@ -24,7 +24,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("tab / shift+tab", "complete a slash command, then walk the list"),
     ("ctrl+z (in the panel)", "undo the summary in use, after asking"),
     ("alt+↑ or click", "select a message or code block; then ↑ / ↓ move, c copies, alt+p pins "
-                       "a message (kept word for word in every request), enter "
+                       "a message (kept word for word in every request), e edits one of "
+                       "yours and sends it as a new branch from there, enter "
                        "expands or folds a long message of yours, enter elsewhere or typing "
                        "goes back to the prompt"),
     ("← / → (a selected code block)", "scroll a block wider than the screen sideways; "

@@ -9,7 +9,7 @@ from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
-from picochat.tui.safe import clean
+from picochat.tui.safe import clean, literal
 from picochat.tui.slash import completions
 
 
@@ -36,6 +36,9 @@ class Prompt(TextArea):
     @dataclass
     class Submitted(Message):
         text: str
+        rewind: int | None = None  # sent in place of this earlier message: a new branch
+
+    EDITING = "editing message {seq}: enter sends it as a new branch from there · esc cancels"
 
     @dataclass
     class Walk(Message):
@@ -77,6 +80,8 @@ class Prompt(TextArea):
         self.hints_open = False  # set by the app: the slash-command hints show above
         self.takeable = 0       # queued messages that can still be taken back (the app sets it)
         self._taking = False    # the text holds messages taken back from the queue
+        self.editing: int | None = None  # the earlier message of the user's being edited
+        self._before_edit = ""  # what was typed when the edit began: back on esc
 
     async def _on_key(self, event: events.Key) -> None:
         # Handled here, not by a binding: a binding runs after the key bubbles, so text typed
@@ -105,9 +110,16 @@ class Prompt(TextArea):
             text = self.text
             if text.strip():
                 self.remember(text)
+                rewind = self.editing
+                self.end_edit()
                 self.clear()
                 self._taking = False
-                self.post_message(self.Submitted(text))
+                self.post_message(self.Submitted(text, rewind))
+            return
+        if event.key == "escape" and self.editing is not None:
+            event.stop()
+            event.prevent_default()
+            self.put(self.end_edit())
             return
         if (event.key == "up" and self.takeable and self.cursor_at_first_line
                 and (self._taking or not self.text.strip())):
@@ -132,6 +144,23 @@ class Prompt(TextArea):
         palette), the cursor after it."""
         self.load_text(text)
         self.move_cursor(self.document.end)
+
+    def begin_edit(self, seq: int, text: str) -> None:
+        """An earlier message of the user's to edit (e on it): its text in place of what was
+        typed (kept, and back on esc); sending it starts a new branch there."""
+        if self.editing is None:
+            self._before_edit = self.text
+        self.editing = seq
+        self.border_title = literal(self.EDITING.format(seq=seq))
+        self.put(text)
+        self._recall = None
+
+    def end_edit(self) -> str:
+        """No edit under way any more; what was typed before it began."""
+        before, self._before_edit = self._before_edit, ""
+        self.editing = None
+        self.border_title = ""
+        return before
 
     def put_ahead(self, text: str, between: str = "\n") -> None:
         """`text` ahead of anything typed since (a message that went back), so nothing

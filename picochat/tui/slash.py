@@ -37,6 +37,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("retry", "", "take back the last turn and ask it again"),
     Command("new", "[name]", "start a new session"),
     Command("sessions", "", "switch to another session"),
+    Command("branches", "", "list this session's branches and switch to one (ctrl+b); e on "
+                            "an earlier message of yours starts one"),
     Command("rename", "NAME", "rename this session"),
     Command("delete", "", "delete this session (asks first; the rows are kept)"),
     Command("model", "[NAME]", "show or switch this session's model; the budget follows"),

@@ -23,6 +23,7 @@ from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widget import Widget
 
+from picochat.messages import Session
 from picochat.models import ResolvedModel
 from picochat.textsafe import clean
 
@@ -268,8 +269,13 @@ class StatusBar(Widget):
         self.used, self.threshold, self.window = b.used_tokens, lim.threshold, lim.window
         self.auto_compact = usage.enabled
         self.warning = usage.warning
-        self.session_name = usage.session.name
+        self.session_name = shown_name(usage.session)
         self.set_model(usage.model)
 
     def set_model(self, model: ResolvedModel) -> None:
         self.model_name, self.offline = model.name, model.offline
+
+
+def shown_name(session: Session) -> str:
+    """The session's name in the bar, and its branch once it has more than one."""
+    return session.name + (f" · branch {session.branch}" if session.branch else "")

@@ -1,0 +1,99 @@
+"""Rewind in place and switch branches in the app (issue 36, items 1 and 4): e on an earlier
+message of the user's puts it in the prompt; sending it starts a branch there, the transcript
+shows the new branch and says where the rest went; ctrl+b lists the branches and switches;
+what the provider receives follows the branch in use."""
+
+from __future__ import annotations
+
+from picochat.tui.branch_picker import BranchPicker
+from picochat.tui.chat import Notice, UserMessage
+from picochat.tui.prompt import Prompt
+from tests.helpers.scripted import Hold, Streaming
+from tests.helpers.tui import SIZE, chat_once, conversation, idle, make_app, say, texts
+from tests.helpers.waiting import settle
+
+
+def status_line(app) -> str:
+    from picochat.tui.status import StatusBar
+
+    return str(app.query_one(StatusBar).render())
+
+
+async def select_user_message(pilot, app, text: str) -> UserMessage:
+    """alt+↑, then ↑ until the user's message `text` is selected."""
+    await pilot.press("alt+up")
+    for _ in range(20):
+        if isinstance(app.focused, UserMessage) and app.focused.text == text:
+            return app.focused
+        await pilot.press("up")
+    raise AssertionError(f"never selected {text!r}")
+
+
+async def test_editing_an_earlier_message_sends_it_as_a_new_branch_and_ctrl_b_goes_back(store):
+    provider = Streaming(turns=["one", "two", "three", "two, better", "three again"])
+    app = make_app(store, provider=provider)
+    async with app.run_test(size=SIZE) as pilot:
+        sid = app.session.id
+        await settle(pilot, app, lambda: app.ready)
+        for q in ("first question", "second question", "third question"):
+            await chat_once(pilot, app, store, q)
+        prompt = app.query_one(Prompt)
+        prompt.put("a draft I was writing")
+
+        await select_user_message(pilot, app, "second question")
+        await pilot.press("e")
+        await settle(pilot, app, lambda: prompt.text == "second question")
+        assert app.focused is prompt and "editing message 3" in str(prompt.border_title)
+        await pilot.press("escape")          # changed my mind: the draft comes back
+        assert prompt.text == "a draft I was writing" and not prompt.border_title
+
+        await select_user_message(pilot, app, "second question")
+        await pilot.press("e")
+        await settle(pilot, app, lambda: prompt.text == "second question")
+        await pilot.press("end", *", asked better", "enter")
+        await settle(pilot, app, lambda: idle(app) and conversation(app)[-1:] ==
+                     [("assistant", "two, better")], what="the edit was never answered")
+        assert conversation(app) == [("user", "first question"), ("assistant", "one"),
+                                     ("user", "second question, asked better"),
+                                     ("assistant", "two, better")]
+        said = [t for t in texts(app, Notice) if t.startswith("Branch 1 starts here")]
+        assert said and "2 turns from there on stay on branch 0" in said[0]
+        # the provider was sent the new branch only: nothing of the old second or third turn
+        sent = " ".join(str(m.get("content")) for m in provider.turn_requests[-1].messages)
+        assert "first question" in sent and "second question, asked better" in sent
+        assert "third question" not in sent and "three" not in sent
+        assert [b.id for b in store.branches(sid)] == [0, 1]
+        await settle(pilot, app, lambda: "branch 1" in status_line(app))
+
+        await pilot.press("ctrl+b")
+        await settle(pilot, app, lambda: isinstance(app.screen, BranchPicker))
+        await pilot.press("up", "enter")     # the picker opens on the branch in use: 1
+        await settle(pilot, app, lambda: app.session.branch == 0 and idle(app))
+        await settle(pilot, app, lambda: conversation(app)[-1:] == [("assistant", "three")])
+        assert [u for u, _ in conversation(app)].count("user") == 3
+        await say(pilot, "and now?")
+        await settle(pilot, app, lambda: idle(app) and conversation(app)[-1:] ==
+                     [("assistant", "three again")])
+        sent = " ".join(str(m.get("content")) for m in provider.turn_requests[-1].messages)
+        assert "third question" in sent and "asked better" not in sent
+        assert store.branches(sid)[0].turns == 4
+
+
+async def test_e_while_an_answer_runs_says_to_wait_and_one_branch_says_how_to_start_one(store):
+    first = Hold("held", "done")
+    app = make_app(store, provider=Streaming(turns=["ok", first]))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        await chat_once(pilot, app, store, "a question")
+        await say(pilot, "/branches")
+        await settle(pilot, app, lambda: any(t.startswith("One branch so far") for t in
+                                             texts(app, Notice)))
+        await say(pilot, "another")
+        await settle(pilot, app, lambda: first.reached.is_set())
+        await select_user_message(pilot, app, "a question")
+        await pilot.press("e")
+        await settle(pilot, app, lambda: any("edit an earlier message once it ends" in
+                                             str(n.message) for n in app._notifications))
+        assert app.query_one(Prompt).editing is None
+        first.release.set()
+        await settle(pilot, app, lambda: idle(app))
