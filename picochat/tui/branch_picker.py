@@ -22,7 +22,7 @@ def branch_label(branch: Branch) -> Text:
     out.append(f"branch {branch.id}", style="bold")
     where = ("the start" if branch.parent is None else
              f"leaves branch {branch.parent} after message {branch.fork_seq}")
-    turns = f"{branch.turns:,} turn{'s' if branch.turns != 1 else ''} of its own"
+    turns = f"{branch.turns:,} turn{'s' if branch.turns != 1 else ''}"
     out.append(f"  ·  {where}  ·  {turns}  ·  {when(branch.last_at)}", style="dim")
     if branch.first:
         out.append("\n    ")
