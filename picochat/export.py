@@ -14,7 +14,7 @@ from picochat import render
 from picochat.errors import PicochatError
 from picochat.fsutil import write_export
 from picochat.messages import Session
-from picochat.session import SessionRecord, read_record
+from picochat.session import Branch, SessionRecord, read_branches, read_record
 from picochat.storage.store import Store
 
 FORMATS = ("md", "json")
@@ -30,6 +30,30 @@ class SessionExport:
 def export_session(store: Store, session_id: str, fmt: str) -> SessionExport:
     """The whole raw history with its checkpoints, as `fmt` ("md" or "json")."""
     return export_record(read_record(store, session_id), fmt)
+
+
+def export_branches(store: Store, session_id: str, fmt: str) -> SessionExport:
+    """Every branch of the session (`--all-branches`), oldest first, each as its own export
+    (its whole path, its summaries), under a line saying where it leaves the one before."""
+    import json
+
+    records = read_branches(store, session_id)
+    parts = [(b, export_record(r, fmt)) for b, r in records]
+    seqs = {m.seq for _, r in records for m in r.messages}
+    session = store.session(session_id)
+    if fmt == "md":
+        text = "\n---\n\n".join(f"# {branch_heading(b)}\n\n{done.text}" for b, done in parts)
+    else:
+        text = json.dumps({"branches": [
+            {"branch": b.id, "parent": b.parent, "fork_seq": b.fork_seq, "current": b.current,
+             **json.loads(done.text)} for b, done in parts]}, ensure_ascii=False, indent=2) + "\n"
+    return SessionExport(session, len(seqs), text)
+
+
+def branch_heading(branch: Branch) -> str:
+    where = ("the start" if branch.parent is None else
+             f"leaves branch {branch.parent} after message {branch.fork_seq}")
+    return f"Branch {branch.id} ({where}{', in use' if branch.current else ''})"
 
 
 def export_record(record: SessionRecord, fmt: str) -> SessionExport:
@@ -50,7 +74,12 @@ def export_to_file(store: Store, session_id: str, fmt: str, target: Path,
 def write_record(record: SessionRecord, fmt: str, target: Path, database: Path,
                  also: Iterable[Path] = ()) -> SessionExport:
     """`export_to_file` of a record already read (the app reads it off its loop)."""
-    done = export_record(record, fmt)
+    return write_export_text(export_record(record, fmt), target, database, also)
+
+
+def write_export_text(done: SessionExport, target: Path, database: Path,
+                      also: Iterable[Path] = ()) -> SessionExport:
+    """An export written to `target` as `export_to_file` writes one."""
     try:
         write_export(target, done.text, database, also=also)
     except OSError as exc:

@@ -34,7 +34,7 @@ from picochat.budget import (
 )
 from picochat.compaction.report import numbers
 from picochat.config import CompactionConfig, Config
-from picochat.errors import PicochatError, PinRefused
+from picochat.errors import BranchNotFound, PicochatError, PinRefused
 from picochat.job_queue import JobQueue
 from picochat.messages import (Checkpoint, Message, NewMessage, Pin, PreparedMessage,
                                Session, TriggerReason)
@@ -90,7 +90,7 @@ __all__ = [
     "TextDelta", "CompactionStarted", "CompactionReview", "Compacted", "Notice", "RetryWaiting",
     "ToolRan", "TurnFinished", "TurnFailed", "TurnCancelled", "CUT_AT_LIMIT", "remembered",
     "summary_model_advice", "note_opened", "TOTAL_TIMEOUT_S", "MIN_LEARNED_WINDOW", "LastTurn",
-    "ready_for_turns", "Branch", "Rewound",
+    "ready_for_turns", "Branch", "Rewound", "read_branches",
 ]
 log = logging.getLogger("picochat.session")
 T = TypeVar("T")
@@ -118,9 +118,24 @@ class SessionRecord:
     pins: tuple[Pin, ...]
 
 
-def read_record(store: Store, session_id: str) -> SessionRecord:
-    return SessionRecord(store.session(session_id), store.history(session_id),
-                         store.checkpoints(session_id), store.pins(session_id))
+def read_record(store: Store, session_id: str, branch: int | None = None) -> SessionRecord:
+    """The branch in use, or `branch` (the session then as that branch would show it: its
+    summary in use and its floor)."""
+    session = store.session(session_id)
+    if branch is not None and branch != session.branch:
+        mine = next((b for b in store.branches(session_id) if b.id == branch), None)
+        if mine is None:
+            raise BranchNotFound(f"session {session.name} has no branch {branch}",
+                                 "`picochat branches` lists them")
+        session = dataclasses.replace(session, branch=branch, context_floor_seq=mine.floor,
+                                      active_context_checkpoint_id=mine.checkpoint)
+    return SessionRecord(session, store.history(session_id, session.branch),
+                         store.checkpoints(session_id, session.branch), store.pins(session_id))
+
+
+def read_branches(store: Store, session_id: str) -> list[tuple[Branch, SessionRecord]]:
+    """Every branch of the session with its record, oldest branch first (`--all-branches`)."""
+    return [(b, read_record(store, session_id, b.id)) for b in store.branches(session_id)]
 
 
 @dataclasses.dataclass(frozen=True)

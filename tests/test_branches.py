@@ -336,3 +336,42 @@ class Branching(RuleBasedStateMachine):
 TestBranching = Branching.TestCase
 TestBranching.settings = settings(max_examples=100, stateful_step_count=40, deadline=None,
                                   suppress_health_check=[HealthCheck.too_slow])
+
+
+# --- from the shell ------------------------------------------------------------------------------
+
+
+def test_branches_history_and_export_read_each_branch_from_the_shell(run_cli, cli_store):
+    """`picochat branches` lists them, `history --branch N` reads one, `export --all-branches`
+    writes every branch whole; a branch the session lacks is one line and exit 2."""
+    import json
+
+    for i in range(2):
+        assert run_cli("ask", "-s", "w", f"the staging host is osprey-{i}").status == 0
+    sid = cli_store.find_session("w").id
+    cli_store.rewind(sid, 3)
+    turn(cli_store, sid, "the staging host is heron-2", "noted")
+
+    listed = run_cli("branches", "-s", "w")
+    assert listed.status == 0
+    assert "* Branch 1 (leaves branch 0 after message 2, in use): 1 turn" in listed.stdout
+    assert "Branch 0 (the start): 2 turns" in listed.stdout
+    as_json = json.loads(run_cli("branches", "-s", "w", "--json").stdout)
+    assert [(b["branch"], b["current"]) for b in as_json] == [(0, False), (1, True)]
+
+    mine = run_cli("history", "-s", "w").stdout
+    assert "heron-2" in mine and "osprey-1" not in mine
+    other = run_cli("history", "-s", "w", "--branch", "0").stdout
+    assert "osprey-1" in other and "heron-2" not in other
+    missing = run_cli("history", "-s", "w", "--branch", "9")
+    assert missing.status == 2 and "has no branch 9" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+    every = json.loads(run_cli("export", "-s", "w", "--format", "json",
+                               "--all-branches").stdout)
+    assert [b["branch"] for b in every["branches"]] == [0, 1]
+    contents = [" ".join(m["content"] for m in b["messages"]) for b in every["branches"]]
+    assert "osprey-1" in contents[0] and "heron-2" not in contents[0]
+    assert "heron-2" in contents[1] and "osprey-1" not in contents[1]
+    md = run_cli("export", "-s", "w", "--format", "md", "--all-branches").stdout
+    assert md.index("# Branch 0 (the start)") < md.index("# Branch 1 (leaves branch 0")

@@ -18,7 +18,8 @@ from picochat.cli.main import build_parser, main
 from tests.helpers.cli import CliResult
 
 REPO = Path(__file__).resolve().parent.parent
-COMMANDS = ("ask", "compact", "info", "clear", "pin", "pins", "unpin", "sessions", "history", "checkpoints", "export",
+COMMANDS = ("ask", "compact", "info", "clear", "pin", "pins", "unpin", "sessions", "history",
+            "branches", "checkpoints", "export",
             "config", "paths", "completion")
 
 

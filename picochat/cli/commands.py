@@ -406,9 +406,11 @@ def _active_checkpoint(app: App, session: Session) -> Any:
 
 def cmd_history(app: App) -> int:
     from picochat import render
+    from picochat.session import read_record
 
-    session = app.session()
-    messages = app.store.history(session.id)
+    sid = app.session().id  # first: on a fresh machine, it refuses before a store is made
+    record = read_record(app.store, sid, app.opt("branch"))
+    session, messages = record.session, record.messages
     active = _active_checkpoint(app, session)
     if app.opt("json"):
         dump_json({"session": render.session_json(session),
@@ -416,6 +418,32 @@ def cmd_history(app: App) -> int:
     else:
         out(for_terminal(render.history_text(session, messages, active)))
     return 0
+
+
+def cmd_branches(app: App) -> int:
+    from picochat.export import branch_heading
+
+    session = app.session()
+    branches = app.store.branches(session.id)
+    if app.opt("json"):
+        dump_json([{"branch": b.id, "parent": b.parent, "fork_seq": b.fork_seq,
+                    "turns": b.turns, "last_seq": b.last_seq, "current": b.current,
+                    "first": b.first} for b in branches])
+        return 0
+    lines = [f"Branches of {session.name}:"]
+    for b in branches:
+        turns = f"{b.turns:,} turn{'s' if b.turns != 1 else ''}"
+        lines.append(f"{'*' if b.current else ' '} {branch_heading(b)}: {turns}"
+                     + (f", begins {_first_words(b.first)!r}" if b.first else ""))
+    if len(branches) < 2:
+        lines.append("One branch: in the app, e on an earlier message of yours starts another.")
+    out(for_terminal("\n".join(lines)))
+    return 0
+
+
+def _first_words(text: str, limit: int = 60) -> str:
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def cmd_checkpoints(app: App) -> int:
@@ -438,6 +466,22 @@ def cmd_export(app: App) -> int:
     from picochat.export import export_session, export_to_file
 
     session, fmt = app.session(), app.args.format
+    if app.args.all_branches:
+        from picochat.export import export_branches, write_export_text
+
+        done = export_branches(app.store, session.id, fmt)
+        if app.args.output and app.args.output != "-":
+            from pathlib import Path
+
+            target = Path(app.args.output).expanduser()
+            write_export_text(done, target, app.store.path,
+                              also=(app.paths.config_file, app.paths.log_file))
+            note(f"Exported every branch of {done.session.name} ({done.messages} messages) "
+                 f"to {target}")
+        else:
+            write_stdout(for_terminal(done.text) if fmt == "md"
+                         else for_terminal_json(done.text))
+        return 0
     if app.args.output and app.args.output != "-":
         from pathlib import Path
 
@@ -697,6 +741,7 @@ HANDLERS = {
     "unpin": cmd_unpin,
     "sessions": cmd_sessions,
     "history": cmd_history,
+    "branches": cmd_branches,
     "checkpoints": cmd_checkpoints,
     "export": cmd_export,
     "config": cmd_config,

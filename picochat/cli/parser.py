@@ -199,13 +199,25 @@ def build_parser() -> argparse.ArgumentParser:
           picochat sessions --json | jq -r '.[].name'
         """))
     p.add_argument("--names", action="store_true", help=argparse.SUPPRESS)  # for completion
-    sub.add_parser("history", parents=[common, session, as_json],
-                   help="the session's raw log, all of it", **_help("""
-        Print every message of the session as it was sent or received, compacted
-        or not, marking where the context the model sees starts.
+    p = sub.add_parser("history", parents=[common, session, as_json],
+                       help="the session's raw log, all of it", **_help("""
+        Print every message of the branch in use (or --branch N) as it was sent or
+        received, compacted or not, marking where the context the model sees starts.
         """, """
           picochat history -s work | less
+          picochat history --branch 0
           picochat history --json | jq '.messages | length'
+        """))
+    p.add_argument("--branch", type=int, metavar="N",
+                   help="read branch N (`picochat branches` lists them)")
+    sub.add_parser("branches", parents=[common, session, as_json],
+                   help="the session's branches", **_help("""
+        List the session's branches: where each leaves the one before it, the
+        turns written on it, its first message, and which is in use. In the app,
+        e on an earlier message of yours starts one, and ctrl+b switches.
+        """, """
+          picochat branches -s work
+          picochat branches --json | jq '.[] | select(.current)'
         """))
     sub.add_parser("checkpoints", parents=[common, session, as_json],
                    help="every checkpoint of the session, newest first", **_help("""
@@ -223,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
           picochat export -s work --format json | jq '.messages | length'
         """))
     p.add_argument("--format", required=True, choices=("md", "json"), help="md or json")
+    p.add_argument("--all-branches", action="store_true",
+                   help="every branch, each whole, not only the one in use")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p = sub.add_parser("config", parents=[common], help="config file: path, show, init",
                        **_help("""

@@ -61,6 +61,8 @@ class Branch:
     last_at: int           # when its newest row was written (its creation while none)
     current: bool
     first: str = ""        # its first message of the user's: how it went another way
+    checkpoint: str | None = None  # its summary in use
+    floor: int = 0         # its `/clear` floor
 
 
 
@@ -105,11 +107,15 @@ class BranchPointers(OnCore):
         """Every branch of the session, oldest first (only branch 0 for one never rewound)."""
         with self.core.read() as c:
             session = session_row(c, session_id)
-            rows = c.execute("SELECT id, parent, fork_seq, created_at FROM branches WHERE "
-                             "session_id = ? ORDER BY id", (session_id,)).fetchall() \
-                or [(0, None, 0, session.created_at)]
+            rows = c.execute("SELECT id, parent, fork_seq, created_at, "
+                             "active_context_checkpoint_id, context_floor_seq FROM branches "
+                             "WHERE session_id = ? ORDER BY id", (session_id,)).fetchall() \
+                or [(0, None, 0, session.created_at, None, 0)]
             out = []
-            for bid, parent, fork, created in rows:
+            for bid, parent, fork, created, checkpoint, floor in rows:
+                if bid == session.branch:  # the session row holds the current one's
+                    checkpoint = session.active_context_checkpoint_id
+                    floor = session.context_floor_seq
                 turns, last_seq, last_at = c.execute(
                     "SELECT COUNT(*) FILTER (WHERE role = 'user'), MAX(seq), MAX(created_at) "
                     "FROM messages WHERE session_id = ? AND branch = ?",
@@ -119,7 +125,7 @@ class BranchPointers(OnCore):
                                   "seq LIMIT 1", (session_id, bid)).fetchone()
                 out.append(Branch(bid, parent, fork, turns, last_seq or fork,
                                   last_at or created, bid == session.branch,
-                                  first[0] if first else ""))
+                                  first[0] if first else "", checkpoint, floor))
             return out
 
     def rewind(self, session_id: str, seq: int) -> Rewound:

@@ -238,16 +238,17 @@ class ContextPointers(OnCore):
         with self.core.read() as c:
             return _checkpoint_by_id(c, checkpoint_id)
 
-    def checkpoints(self, session_id: str) -> list[Checkpoint]:
-        """Every checkpoint of the branch in use (made on it, or on the way to where it
-        began, from rows it shares), newest first."""
+    def checkpoints(self, session_id: str, branch: int | None = None) -> list[Checkpoint]:
+        """Every checkpoint of the branch in use (or `branch`): made on it, or on the way to
+        where it began, from rows it shares; newest first."""
         with self.core.read() as c:
+            if branch is None:
+                branch = session_row(c, session_id).branch
             rows = c.execute(f"SELECT {_CHECKPOINT_COLS} FROM context_checkpoints WHERE "
                              "session_id = ? AND id IN (SELECT checkpoint_id FROM "
-                             "branch_checkpoints b WHERE b.session_id = ? AND b.branch = "
-                             "(SELECT branch FROM sessions WHERE id = ?)) "
+                             "branch_checkpoints b WHERE b.session_id = ? AND b.branch = ?) "
                              "ORDER BY generation DESC",
-                             (session_id, session_id, session_id)).fetchall()
+                             (session_id, session_id, branch)).fetchall()
             return [_checkpoint(c, r) for r in rows]
 
     # --- automatic compaction's back-off ----------------------------------------------------------
