@@ -274,6 +274,7 @@ class ContextPanel:
     floor_seq: int
     pins: tuple[str, ...]
     refused: RefusedSummary | None = None
+    branches: tuple[str, ...] = ()  # one line a branch, once there is more than one
 
 
 @dataclass(frozen=True)

@@ -51,9 +51,7 @@ def export_branches(store: Store, session_id: str, fmt: str) -> SessionExport:
 
 
 def branch_heading(branch: Branch) -> str:
-    where = ("the start" if branch.parent is None else
-             f"leaves branch {branch.parent} after message {branch.fork_seq}")
-    return f"Branch {branch.id} ({where}{', in use' if branch.current else ''})"
+    return f"Branch {branch.id} ({branch.where}{', in use' if branch.current else ''})"
 
 
 def export_record(record: SessionRecord, fmt: str) -> SessionExport:

@@ -578,15 +578,18 @@ class SessionWorker:
 
         usage = self.info()  # the budget and the pins, from one read of the context
 
-        def read() -> tuple[list[Checkpoint], Session, list[Message]]:
+        def read() -> tuple[list[Checkpoint], Session, list[Message], list[Branch]]:
             sid = self.session_id
-            return self.store.checkpoints(sid), self.store.session(sid), self.store.history(sid)
-        checkpoints, session, history = await self.store.io(read)
+            return (self.store.checkpoints(sid), self.store.session(sid),
+                    self.store.history(sid), self.store.branches(sid))
+        checkpoints, session, history, branches = await self.store.io(read)
         series = context_series(history, checkpoints, usage.budget.parts.fixed,
                                 usage.budget.limits.token_factor)
+        lines = tuple(f"{'●' if b.current else ' '} {b.id}: {b.where} · {b.size}"
+                      for b in branches) if len(branches) > 1 else ()
         return ContextPanel(tuple(checkpoints), session.active_context_checkpoint_id,
                             tuple(series), session.context_floor_seq, tuple(usage.pins_lines()),
-                            self.refused)
+                            self.refused, lines)
 
     # --- pins ----------------------------------------------------------------------------------
 

@@ -398,3 +398,59 @@ def test_a_wide_code_block_scrolled_to_its_end(snap_compare, fixed_store):
         return app.focused is fence and fence.scroll_x == fence.max_scroll_x > 0
 
     assert snap(snap_compare, app, press=["alt+up", "end"], size=(80, 24), shown=shown)
+
+
+async def edit_the_second_question(pilot) -> None:
+    """Issue 36: alt+↑, up to the second question, e, an edit, Enter: a new branch."""
+    from picochat.tui.chat import Notice, UserMessage
+
+    app = pilot.app
+    await pilot.press("alt+up")
+    while not (isinstance(app.focused, UserMessage) and app.focused.text.startswith(
+            "Question 1")):
+        await pilot.press("up")
+    await pilot.press("e", "end", *" (asked again)", "enter")
+    await settle(pilot, app, lambda: app.session.branch == 1 and not app.worker.busy
+                 and any(str(n.render()).startswith("Branch 1 starts here")
+                         for n in app.query(Notice))
+                 and at_the_end(app), what="the edit never became a branch")
+
+
+def test_a_new_branch_in_the_transcript_and_the_panel(snap_compare, fixed_store):
+    """Issue 36: the notice where the branch starts, the bar naming it, and the panel's list
+    of branches."""
+    async def before(pilot) -> None:
+        await edit_the_second_question(pilot)
+        await pilot.press("f2")
+
+    def shown(app) -> bool:
+        panel = app.query_one(CheckpointPanel)
+        return (panel.is_open and bool(panel.query("#cp-branches"))
+                and panel.query_one("#cp-branches").display
+                and "leaves branch 0" in str(panel.query_one("#cp-branches").render()))
+
+    assert snap(snap_compare, app_with_history(fixed_store), before, size=(120, 40),
+                shown=shown)
+
+
+def test_the_branch_picker(snap_compare, fixed_store, monkeypatch):
+    """Issue 36: ctrl+b lists the branches: where each leaves, its turns, how it began."""
+    import datetime as dt
+
+    from picochat.tui import session_picker
+    from picochat.tui.branch_picker import BranchPicker
+
+    monkeypatch.setattr(session_picker, "ZONE", dt.timezone.utc)
+    monkeypatch.setattr(session_picker, "clock",
+                        lambda: dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.timezone.utc))
+
+    async def before(pilot) -> None:
+        await edit_the_second_question(pilot)
+        await pilot.press("ctrl+b")
+
+    def shown(app) -> bool:
+        return (isinstance(app.screen, BranchPicker) and footer_drawn(app)
+                and app.screen.query_one("#bp-list").option_count == 2)
+
+    assert snap(snap_compare, app_with_history(fixed_store), before, size=(80, 24),
+                shown=shown)

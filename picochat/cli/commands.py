@@ -432,8 +432,7 @@ def cmd_branches(app: App) -> int:
         return 0
     lines = [f"Branches of {session.name}:"]
     for b in branches:
-        turns = f"{b.turns:,} turn{'s' if b.turns != 1 else ''}"
-        lines.append(f"{'*' if b.current else ' '} {branch_heading(b)}: {turns}"
+        lines.append(f"{'*' if b.current else ' '} {branch_heading(b)}: {b.size}"
                      + (f", begins {_first_words(b.first)!r}" if b.first else ""))
     if len(branches) < 2:
         lines.append("One branch: in the app, e on an earlier message of yours starts another.")

@@ -64,6 +64,16 @@ class Branch:
     checkpoint: str | None = None  # its summary in use
     floor: int = 0         # its `/clear` floor
 
+    @property
+    def where(self) -> str:
+        """Where it begins, as every list of branches says it."""
+        return ("the start" if self.parent is None else
+                f"leaves branch {self.parent} after message {self.fork_seq}")
+
+    @property
+    def size(self) -> str:
+        return f"{self.turns:,} turn{'s' if self.turns != 1 else ''}"
+
 
 
 

@@ -547,7 +547,7 @@ class PicochatApp(App[None]):
             return
         shown = await self.worker.panel()
         await panel.show(list(shown.checkpoints), shown.active_id, list(shown.series),
-                         shown.floor_seq, list(shown.pins), shown.refused)
+                         shown.floor_seq, list(shown.pins), shown.refused, list(shown.branches))
 
     async def context_moved(self) -> None:
         """The checkpoint in force changed: the conversation moves its divider and tells

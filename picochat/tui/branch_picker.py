@@ -20,10 +20,8 @@ from picochat.tui.session_picker import first_line, when
 def branch_label(branch: Branch) -> Text:
     out = Text("● " if branch.current else "  ", style="bold")
     out.append(f"branch {branch.id}", style="bold")
-    where = ("the start" if branch.parent is None else
-             f"leaves branch {branch.parent} after message {branch.fork_seq}")
-    turns = f"{branch.turns:,} turn{'s' if branch.turns != 1 else ''}"
-    out.append(f"  ·  {where}  ·  {turns}  ·  {when(branch.last_at)}", style="dim")
+    out.append(f"  ·  {branch.where}  ·  {branch.size}  ·  {when(branch.last_at)}",
+               style="dim")
     if branch.first:
         out.append("\n    ")
         out.append_text(literal(first_line(branch.first), "italic"))

@@ -160,6 +160,8 @@ class CheckpointPanel(VerticalScroll):
         yield Collapsible(Static("", id="cp-ids"), title="Details", id="cp-details")
         yield Label("Pinned", classes="title")
         yield Static("", id="cp-pins")
+        yield Label("Branches", classes="title", id="cp-branches-title")
+        yield Static("", id="cp-branches")
         yield Label("Context per turn (tokens)", classes="title")
         yield ContextChart(id="cp-chart")
         yield Static("", classes="title", id="cp-summary-title")
@@ -167,10 +169,15 @@ class CheckpointPanel(VerticalScroll):
 
     async def show(self, checkpoints: list[Checkpoint], active_id: str | None,
                    series: list[int], cleared_at: int = 0,
-                   pins: list[str] | None = None, refused: RefusedSummary | None = None) -> None:
+                   pins: list[str] | None = None, refused: RefusedSummary | None = None,
+                   branches: list[str] | None = None) -> None:
         if not self.children:
             await self.mount_all(list(self._parts()))
         self.show_refused(refused)
+        for part in ("#cp-branches-title", "#cp-branches"):  # once the session has two
+            self.query_one(part).display = bool(branches)
+        self.query_one("#cp-branches", Static).update(literal(
+            "\n".join(branches or []) + "\nctrl+b switches; e on a message of yours starts one"))
         self.ordered = list(checkpoints)
         self.checkpoints = {c.id: c for c in checkpoints}
         self.numbers = numbers(self.ordered)
