@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from picochat.budget import budget_limits
-from picochat.compaction.compact import CompactRequest, compact_context
+from picochat.compaction.compact import CompactMode, CompactRequest, compact_context
 from picochat.errors import BranchNotFound, NotRewindable, StaleGeneration
 from picochat.messages import NewCheckpoint
 from picochat.projection import project
+from picochat.providers.errors import ProviderUnavailable
 from picochat.providers.offline import OfflineProvider
 from picochat.storage import open_store
 from picochat.storage.schema import SCHEMA_VERSION
@@ -30,7 +31,6 @@ from tests.helpers.storage import append_message, database_at
 
 TOKEN = re.compile(r"\bfact(\d+)x\b")  # each message begins with one: fact<seq>x; the
 # user's also state it as a fact with a port, which the ledger keeps
-LIMITS = budget_limits(1200, None, 200, 60)
 
 
 def turn(store, sid: str, text: str, answer: str) -> tuple[int, int]:
@@ -46,10 +46,24 @@ def seqs(messages) -> list[int]:
     return [m.seq for m in messages]
 
 
-def compact(store, sid: str, everything: bool = True):
-    return asyncio.run(compact_context(store, OfflineProvider(0), CompactRequest(
-        session_id=sid, reason="manual", limits=LIMITS, system_prompt="sys",
-        everything=everything)))
+class Down(OfflineProvider):
+    """A summarizer that cannot be reached: an overflow then folds without a summary."""
+
+    async def stream(self, request):
+        raise ProviderUnavailable("connection refused")
+        yield  # an async generator, as a provider's stream is
+
+
+def compact(store, sid: str, everything: bool = True, reason: str = "manual",
+            down: bool = False):
+    """A compaction as each trigger runs one: `/compact [all]`, the automatic one before a
+    turn, or overflow recovery (which trims without a summary when the summary fails)."""
+    window = {"manual": 1200, "auto": 700, "overflow": 500}[reason]
+    return asyncio.run(compact_context(
+        store, Down(0) if down else OfflineProvider(0), CompactRequest(
+            session_id=sid, reason=reason, limits=budget_limits(window, None, 200, 60),
+            system_prompt="sys", everything=everything and reason == "manual",
+            mode=CompactMode.SUMMARY_OR_TRIM if reason == "overflow" else CompactMode.SUMMARY)))
 
 
 def test_a_session_never_rewound_has_one_branch_and_reads_as_before(store):
@@ -276,13 +290,16 @@ class Branching(RuleBasedStateMachine):
         branch = data.draw(st.sampled_from(sorted(self.paths)))
         self.current = self.store.switch_branch(self.sid, branch).branch
 
-    @rule(everything=st.booleans(), more=st.integers(0, 3), then=st.integers(0, 2))
-    def compact(self, everything: bool, more: int, then: int) -> None:
+    @rule(everything=st.booleans(), more=st.integers(0, 3), then=st.integers(0, 2),
+          reason=st.sampled_from(["manual", "auto", "overflow"]), down=st.booleans())
+    def compact(self, everything: bool, more: int, then: int, reason: str, down: bool) -> None:
         """`more` turns first (a compaction needs a few turns to fold), `then` after (a rewind
-        to one of them carries the summary)."""
+        to one of them carries the summary); any trigger, the summarizer up or down."""
         if more:
             self.talk([40] * more)
-        event(f"compact: {compact(self.store, self.sid, everything).status}")
+        outcome = compact(self.store, self.sid, everything, reason, down)
+        event(f"compact {reason}{' (summarizer down)' if down else ''}: {outcome.status}"
+              + (" degraded" if outcome.degraded else ""))
         if then:
             self.talk([20] * then)
 
