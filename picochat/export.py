@@ -35,12 +35,16 @@ def export_session(store: Store, session_id: str, fmt: str) -> SessionExport:
 def export_branches(store: Store, session_id: str, fmt: str) -> SessionExport:
     """Every branch of the session (`--all-branches`), oldest first, each as its own export
     (its whole path, its summaries), under a line saying where it leaves the one before."""
+    return export_all(read_branches(store, session_id), fmt)
+
+
+def export_all(records: list[tuple[Branch, SessionRecord]], fmt: str) -> SessionExport:
+    """`export_branches` of the records already read (the app reads them off its loop)."""
     import json
 
-    records = read_branches(store, session_id)
     parts = [(b, export_record(r, fmt)) for b, r in records]
     seqs = {m.seq for _, r in records for m in r.messages}
-    session = store.session(session_id)
+    session = next((r.session for b, r in records if b.current), records[0][1].session)
     if fmt == "md":
         text = "\n---\n\n".join(f"# {branch_heading(b)}\n\n{done.text}" for b, done in parts)
     else:

@@ -711,6 +711,10 @@ class SessionWorker:
         """The session's branches, read now (not queued: a list to show)."""
         return await self.store.io(self.store.branches, self.session_id)
 
+    async def branch_records(self) -> "list[tuple[Branch, SessionRecord]]":
+        """Every branch with all that is stored of it (`/export --all-branches`)."""
+        return await self.store.io(read_branches, self.store, self.session_id)
+
     def last_turn(self) -> "asyncio.Future[LastTurn | None]":
         """The turn `undo` would take back once the work queued before it is done (None:
         nothing is in the context), to be named or confirmed before it goes."""

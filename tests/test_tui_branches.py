@@ -97,3 +97,28 @@ async def test_e_while_an_answer_runs_says_to_wait_and_one_branch_says_how_to_st
         assert app.query_one(Prompt).editing is None
         first.release.set()
         await settle(pilot, app, lambda: idle(app))
+
+
+async def test_export_writes_the_branch_on_screen_or_every_branch(store, tmp_path):
+    import json
+
+    app = make_app(store, provider=Streaming(turns=["one", "two", "two again"]))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, lambda: app.ready)
+        for q in ("first question", "second question"):
+            await chat_once(pilot, app, store, q)
+        await select_user_message(pilot, app, "second question")
+        await pilot.press("e", "end", *" again", "enter")
+        await settle(pilot, app, lambda: idle(app) and conversation(app)[-1:] ==
+                     [("assistant", "two again")])
+        mine, every = tmp_path / "mine.json", tmp_path / "every.json"
+        await say(pilot, f"/export json {mine}")
+        await say(pilot, f"/export json {every} --all-branches")
+        await settle(pilot, app, lambda: any(t.startswith("Exported every branch") for t in
+                                             texts(app, Notice)))
+        shown = [m["content"].strip() for m in json.loads(mine.read_text())["messages"]]
+        assert shown == ["first question", "one", "second question again", "two again"]
+        branches = json.loads(every.read_text())["branches"]
+        assert [(b["branch"], b["current"]) for b in branches] == [(0, False), (1, True)]
+        assert [m["content"].strip() for m in branches[0]["messages"]] == [
+            "first question", "one", "second question", "two"]

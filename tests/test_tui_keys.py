@@ -135,7 +135,7 @@ async def test_f1_and_help_open_a_card_listing_every_command_and_ctrl_j(store, o
         labels = [label for label, _ in app.screen.rows]
         for c in slash.COMMANDS:
             assert f"/{c.name} {c.args}".strip() in labels, c.name
-        assert {"/stop", "/checkpoints", "/quit", "/export [md|json] [PATH]"} <= set(labels)
+        assert {"/stop", "/checkpoints", "/quit", "/export [md|json] [PATH] [--all-branches]"} <= set(labels)
         assert {"ctrl+j", "F1", "F2", "F3", "ctrl+q"} <= set(labels)
         assert any("queued" in label and "take the newest queued message back" in text
                    for label, text in app.screen.rows)  # up takes a queued message back

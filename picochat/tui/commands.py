@@ -512,7 +512,8 @@ async def cmd_copy(host: CommandHost, _: str) -> None:
 
 async def cmd_export(host: CommandHost, arg: str) -> None:
     chat = host.chat
-    words = arg.split(maxsplit=1)
+    every = "--all-branches" in arg.split()  # every branch, each whole
+    words = " ".join(w for w in arg.split(" ") if w != "--all-branches").split(maxsplit=1)
     fmt = "md"
     if words and words[0].lower() in FORMATS:
         fmt = words.pop(0).lower()
@@ -526,12 +527,12 @@ async def cmd_export(host: CommandHost, arg: str) -> None:
     if target.exists():  # a regular file: an earlier export, or one of the user's
         async def answered(yes: bool | None) -> None:
             if yes:
-                await _export(host, fmt, target)
+                await _export(host, fmt, target, every)
             else:
                 await chat.add_notice(f"Not exported: {target.resolve()} is left as it was")
         host.push_screen(ConfirmScreen(f"{target.resolve()} exists. Overwrite it?"), answered)
         return
-    await _export(host, fmt, target)
+    await _export(host, fmt, target, every)
 
 
 def _own(host: CommandHost) -> tuple[Path, ...]:
@@ -539,17 +540,28 @@ def _own(host: CommandHost) -> tuple[Path, ...]:
     return (host.paths.config_file, host.paths.log_file) if host.paths else ()
 
 
-async def _export(host: CommandHost, fmt: str, target: Path) -> None:
+async def _export(host: CommandHost, fmt: str, target: Path, every: bool = False) -> None:
+    """The branch on screen, or (`every`) every branch, each whole."""
+    from picochat.export import export_all, write_export_text
+
     chat = host.chat
     own = _own(host)
     try:  # the same refusals and failure lines as `picochat export -o`
-        record = await host.worker.record()
-        done = await asyncio.to_thread(write_record, record, fmt, target,
-                                       host.sessions.path, own)
+        if every:
+            records = await host.worker.branch_records()
+            done = await asyncio.to_thread(
+                lambda: write_export_text(export_all(records, fmt), target,
+                                          host.sessions.path, own))
+        else:
+            record = await host.worker.record()
+            done = await asyncio.to_thread(write_record, record, fmt, target,
+                                           host.sessions.path, own)
     except PicochatError as exc:
         await chat.add_notice(f"export failed: {exc.user_line()}", "error")
         return
-    await chat.add_notice(f"Exported {done.messages:,} messages to {target.resolve()}")
+    what = f"every branch ({done.messages:,} messages)" if every else \
+        f"{done.messages:,} messages"
+    await chat.add_notice(f"Exported {what} to {target.resolve()}")
 
 
 async def cmd_theme(host: CommandHost, name: str) -> None:

@@ -46,7 +46,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("search", "TEXT", "search the whole raw history (\"quotes\" for a phrase); pick a "
                               "match to jump to it"),
     Command("copy", "", "copy the last answer to the clipboard"),
-    Command("export", "[md|json] [PATH]", "write the whole session to a file"),
+    Command("export", "[md|json] [PATH] [--all-branches]", "write the branch on screen to a "
+                                                              "file (or every branch)"),
     Command("theme", "[NAME]", "list themes, or switch and remember one"),
     Command("reload", "", "read the config file again and apply what changed"),
     Command("help", "", "keys and commands"),
