@@ -197,6 +197,64 @@ def test_search_and_recall_read_only_the_branch_in_use(store):
     assert [h.seq for h in store.search.messages(sid, "staging host")] == [3]
 
 
+def test_a_message_of_another_branch_cannot_be_read_back_or_pinned_by_its_number(
+        store, tmp_path):
+    """Seqs are shared across branches, words are not: `history_search seq=N` and a pin
+    from message N see only the branch in use (found in review: the model could read the
+    branch edited away by trying nearby numbers)."""
+    import json
+
+    from picochat.tools.base import ToolContext
+    from picochat.tools.registry import run_tool
+
+    sid = store.create_session("s").id
+    turn(store, sid, "hello", "hi")                                      # 1, 2
+    append_message(store, sid, "user", "the db password is hunter2-SECRET", turn_id="t3")
+    store.rewind(sid, 3)
+    turn(store, sid, "never mind", "ok")                                  # 4, 5
+    assert store.message(sid, 3) is None and store.message(sid, 4) is not None
+    read = run_tool("history_search", json.dumps({"seq": 3}), ToolContext(store, sid, tmp_path))
+    assert "hunter2" not in read.content
+    store.switch_branch(sid, 0)
+    assert store.message(sid, 3).content.endswith("hunter2-SECRET")
+    assert store.message(sid, 4) is None
+
+
+def test_an_answer_lands_with_its_question_whatever_another_process_rewound(store):
+    """Two processes on one file: A's question is written, B rewinds, then A's answer comes:
+    it goes on A's question's branch, not on the one B made current (found in review)."""
+    other = open_store(store.path)
+    try:
+        sid = store.create_session("s").id
+        turn(store, sid, "q1", "a1")                                      # 1, 2
+        turn(store, sid, "q2", "a2")                                      # 3, 4
+        append_message(store, sid, "user", "q3: deploy to prod?", turn_id="t5")   # 5
+        other.rewind(sid, 3)                                              # branch 1: 1, 2
+        append_message(store, sid, "assistant", "a3: yes, deploying", turn_id="t5")
+        assert seqs(store.history(sid, branch=0)) == [1, 2, 3, 4, 5, 6]
+        assert seqs(store.history(sid)) == [1, 2]                         # branch 1: untouched
+        assert seqs(project(store.context_snapshot(sid)).raw) == [1, 2]
+    finally:
+        other.close()
+
+
+def test_a_recovered_answer_goes_to_its_question_s_branch(store):
+    """An answer streaming when its process died, recovered after a rewind elsewhere: it is
+    saved under its question, on that branch, and stays out of the branch in use."""
+    from picochat.prepare import prepare
+
+    sid = store.create_session("s").id
+    turn(store, sid, "q1", "a1")
+    turn(store, sid, "q2", "a2")
+    append_message(store, sid, "user", "q3", turn_id="t5")               # 5
+    store.drafts.save(sid, "t5", "the long answer to q3 so f")
+    store.rewind(sid, 3)
+    got = store.drafts.recover(prepare, alive=lambda pid, start: False)
+    assert [(m.seq, m.retracted) for m in got] == [(6, False)]
+    assert seqs(store.history(sid, branch=0)) == [1, 2, 3, 4, 5, 6]
+    assert seqs(store.history(sid)) == [1, 2]
+
+
 def test_a_compaction_built_before_a_rewind_cannot_commit(store):
     sid = store.create_session("s").id
     for i in range(3):

@@ -95,6 +95,15 @@ def path_of(c: sqlite3.Connection, session_id: str, branch: int) -> BranchPath:
     return BranchPath(branch, tuple(steps), only=not rows)
 
 
+def floor_of(c: sqlite3.Connection, session: Session, branch: int) -> int:
+    """`branch`'s `/clear` floor: the session's for the one in use, else its own row's."""
+    if branch == session.branch:
+        return session.context_floor_seq
+    row = c.execute("SELECT context_floor_seq FROM branches WHERE session_id = ? AND id = ?",
+                    (session.id, branch)).fetchone()
+    return row[0] if row else 0
+
+
 def current_path(c: sqlite3.Connection, session_id: str) -> BranchPath:
     row = c.execute("SELECT branch FROM sessions WHERE id = ?", (session_id,)).fetchone()
     return path_of(c, session_id, row[0] if row else 0)

@@ -18,7 +18,7 @@ from picochat.messages import ROLES, Message, PreparedMessage, Session
 from picochat.storage.drafts import forget_drafts, has_draft
 from picochat.storage.rows import (MESSAGE_COLS, MESSAGE_FIELDS, OnCore, session_row,
                                    to_message, touch)
-from picochat.storage.branches import current_path, path_of
+from picochat.storage.branches import current_path, floor_of, path_of
 from picochat.storage.sql import NO_UPPER_BOUND, NOT_RETRACTED, not_retracted
 
 
@@ -44,7 +44,11 @@ class MessageLog(OnCore):
             session = session_row(c, session_id)
             if if_draft is not None and not has_draft(c, if_draft):
                 return []
-            late = if_draft is not None and _overtaken(c, session, if_draft)
+            # a turn's rows go where its question is: a rewind or a switch by another
+            # process between the question and its answer leaves them together
+            branches = {t: _branch_of_turn(c, session, t) for t in {m.turn_id for m in rows}}
+            late = if_draft is not None and _overtaken(c, session, if_draft,
+                                                       branches.get(if_draft, session.branch))
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
                             (session_id,)).fetchone()[0]
             forget_drafts(c, {m.turn_id for m in rows if m.turn_id})
@@ -55,7 +59,7 @@ class MessageLog(OnCore):
                     f"VALUES ({', '.join('?' * (len(MESSAGE_FIELDS) + 1))})",
                     (session_id, seq, m.role, m.content, m.tool_calls_json, m.tool_call_id,
                      m.name, m.turn_id, m.tool_status, m.status, m.tokens, now,
-                     m.statements, m.reasoning, session.branch)).lastrowid
+                     m.statements, m.reasoning, branches[m.turn_id])).lastrowid
                 c.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)",
                           (rowid, m.content))
                 out.append(m.stored(session_id, seq, now, retracted=late))
@@ -63,7 +67,7 @@ class MessageLog(OnCore):
                 c.execute("INSERT INTO retractions (session_id, from_seq, to_seq, "
                           "context_generation, created_at, branch) VALUES (?, ?, ?, ?, ?, ?)",
                           (session_id, out[0].seq, seq, session.context_generation, now,
-                           session.branch))
+                           branches[if_draft]))
             touch(c, session_id, now)
         return out
 
@@ -93,11 +97,14 @@ class MessageLog(OnCore):
         return [to_message(r) for r in reversed(rows)]
 
     def message(self, session_id: str, seq: int) -> Message | None:
-        """One row of the raw log (a tool result the app is about to show), or None."""
+        """One row of the branch in use (a tool result the app is about to show, a message
+        pinned or read back by `history_search`), or None: a row of another branch is not
+        this conversation's (its number is shared, its words are not)."""
         with self.core.read() as c:
             row = c.execute(
                 f"SELECT {MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
-                "WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
+                f"WHERE session_id = ? AND seq = ? AND {current_path(c, session_id).clause()}",
+                (session_id, seq)).fetchone()
         return to_message(row) if row else None
 
     def max_seq(self, session_id: str) -> int:
@@ -106,15 +113,25 @@ class MessageLog(OnCore):
                              (session_id,)).fetchone()[0]
 
 
-def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str) -> bool:
+def _branch_of_turn(c: sqlite3.Connection, session: Session, turn_id: str | None) -> int:
+    """The branch a turn's rows go on: that of its first row already written, else the one
+    in use (a new turn's question)."""
+    if turn_id is None:
+        return session.branch
+    row = c.execute("SELECT branch FROM messages WHERE session_id = ? AND turn_id = ? "
+                    "ORDER BY seq LIMIT 1", (session.id, turn_id)).fetchone()
+    return row[0] if row else session.branch
+
+
+def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str, branch: int) -> bool:
     """Whether a turn's recovered answer would land out of place: its question was cleared
     (`/clear` after it), undone, or is gone (or on a branch not in use), or a newer turn
     began after its rows. Appended at
     the end of the log, it would read as the answer to that newer question."""
-    on = current_path(c, session.id).clause()
+    on = path_of(c, session.id, branch).clause()  # judged on the question's branch
     last = c.execute(f"SELECT MAX(seq) FROM messages m WHERE session_id = ? AND turn_id = ? "
-                     f"AND {on} AND {NOT_RETRACTED}", (session.id, turn_id)).fetchone()[0]
-    if last is None or last <= session.context_floor_seq:
+                     f"AND {on} AND {not_retracted(branch)}", (session.id, turn_id)).fetchone()[0]
+    if last is None or last <= floor_of(c, session, branch):
         return True
     return c.execute(f"SELECT 1 FROM messages m WHERE session_id = ? AND seq > ? AND {on} "
                      "AND (turn_id IS NULL OR turn_id != ?) LIMIT 1",
