@@ -159,6 +159,10 @@ def test_undo_and_clear_on_one_branch_leave_the_other_as_it_was(store):
     for i in range(3):
         turn(store, sid, f"q{i}", f"a{i}")                     # 1..6
     store.rewind(sid, 5)                                       # branch 1: 1..4
+    turn(store, sid, "q2, asked again", "a2 again")            # 7, 8 on branch 1
+    assert store.branches(sid)[1].turns == 1
+    store.undo_last_turn(sid)                                  # takes 7, 8 out
+    assert store.branches(sid)[1].turns == 0                   # an undone turn is no turn
     store.undo_last_turn(sid)                                  # takes 3, 4 out on branch 1
     assert seqs(project(store.context_snapshot(sid)).raw) == [1, 2]
     store.clear_context(sid)

@@ -24,7 +24,7 @@ from picochat import crashpoints
 from picochat.errors import BranchNotFound, NotRewindable
 from picochat.messages import Session
 from picochat.storage.rows import OnCore, session_row, touch
-from picochat.storage.sql import NOT_RETRACTED
+from picochat.storage.sql import NOT_RETRACTED, not_retracted
 
 
 @dataclass(frozen=True)
@@ -135,10 +135,11 @@ class BranchPointers(OnCore):
                 if bid == session.branch:  # the session row holds the current one's
                     checkpoint = session.active_context_checkpoint_id
                     floor = session.context_floor_seq
+                # its turns: the user's messages on it that no undo there took out
                 turns, last_seq, last_at = c.execute(
-                    "SELECT COUNT(*) FILTER (WHERE role = 'user'), MAX(seq), MAX(created_at) "
-                    "FROM messages WHERE session_id = ? AND branch = ?",
-                    (session_id, bid)).fetchone()
+                    "SELECT COUNT(*) FILTER (WHERE role = 'user' AND "
+                    f"{not_retracted(bid)}), MAX(seq), MAX(created_at) FROM messages m "
+                    "WHERE session_id = ? AND branch = ?", (session_id, bid)).fetchone()
                 first = c.execute("SELECT substr(content, 1, 300) FROM messages WHERE "
                                   "session_id = ? AND branch = ? AND role = 'user' ORDER BY "
                                   "seq LIMIT 1", (session_id, bid)).fetchone()
