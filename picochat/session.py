@@ -34,7 +34,7 @@ from picochat.budget import (
 )
 from picochat.compaction.report import numbers
 from picochat.config import CompactionConfig, Config
-from picochat.errors import BranchNotFound, PicochatError, PinRefused
+from picochat.errors import PicochatError, PinRefused
 from picochat.job_queue import JobQueue
 from picochat.messages import (Checkpoint, Message, NewMessage, Pin, PreparedMessage,
                                Session, TriggerReason)
@@ -48,7 +48,7 @@ from picochat.models import (
 from picochat.pins import pin_problem
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider, TextDelta, ThinkingDelta
-from picochat.storage.branches import Branch, Rewound
+from picochat.storage.branches import Branch, Rewound, no_branch
 from picochat.storage.search import SearchHit
 from picochat.storage.store import Store, UncompactResult, UndoResult, last_turn_seqs
 from picochat.tools.access import FileAccess, file_access
@@ -122,20 +122,27 @@ def read_record(store: Store, session_id: str, branch: int | None = None) -> Ses
     """The branch in use, or `branch` (the session then as that branch would show it: its
     summary in use and its floor)."""
     session = store.session(session_id)
-    if branch is not None and branch != session.branch:
-        mine = next((b for b in store.branches(session_id) if b.id == branch), None)
-        if mine is None:
-            raise BranchNotFound(f"session {session.name} has no branch {branch}",
-                                 "`picochat branches` lists them")
-        session = dataclasses.replace(session, branch=branch, context_floor_seq=mine.floor,
-                                      active_context_checkpoint_id=mine.checkpoint)
-    return SessionRecord(session, store.history(session_id, session.branch),
-                         store.checkpoints(session_id, session.branch), store.pins(session_id))
+    if branch is None or branch == session.branch:
+        return _branch_record(store, session, None)
+    mine = next((b for b in store.branches(session_id) if b.id == branch), None)
+    if mine is None:
+        raise no_branch(session.name, branch)
+    return _branch_record(store, session, mine)
 
 
 def read_branches(store: Store, session_id: str) -> list[tuple[Branch, SessionRecord]]:
     """Every branch of the session with its record, oldest branch first (`--all-branches`)."""
-    return [(b, read_record(store, session_id, b.id)) for b in store.branches(session_id)]
+    session = store.session(session_id)
+    return [(b, _branch_record(store, session, b)) for b in store.branches(session_id)]
+
+
+def _branch_record(store: Store, session: Session, branch: Branch | None) -> SessionRecord:
+    """`session` as `branch` shows it (None: the branch in use, as stored)."""
+    if branch is not None and branch.id != session.branch:
+        session = dataclasses.replace(session, branch=branch.id, context_floor_seq=branch.floor,
+                                      active_context_checkpoint_id=branch.checkpoint)
+    return SessionRecord(session, store.history(session.id, session.branch),
+                         store.checkpoints(session.id, session.branch), store.pins(session.id))
 
 
 @dataclasses.dataclass(frozen=True)

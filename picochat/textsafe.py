@@ -141,3 +141,10 @@ def line_key(line: str) -> str:
 
 
 _ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def first_line(text: str, limit: int) -> str:
+    """The first line of `text` with words in it, cleaned, cut to `limit` characters ("…"):
+    how a list names a session or a branch by how it began."""
+    line = next((part.strip() for part in clean(text).splitlines() if part.strip()), "")
+    return line if len(line) <= limit else line[:limit - 1] + "…"

@@ -422,6 +422,7 @@ def cmd_history(app: App) -> int:
 
 def cmd_branches(app: App) -> int:
     from picochat.export import branch_heading
+    from picochat.textsafe import first_line
 
     session = app.session()
     branches = app.store.branches(session.id)
@@ -433,16 +434,11 @@ def cmd_branches(app: App) -> int:
     lines = [f"Branches of {session.name}:"]
     for b in branches:
         lines.append(f"{'*' if b.current else ' '} {branch_heading(b)}: {b.size}"
-                     + (f", begins {_first_words(b.first)!r}" if b.first else ""))
+                     + (f", begins {first_line(b.first, 60)!r}" if b.first else ""))
     if len(branches) < 2:
         lines.append("One branch: in the app, e on an earlier message of yours starts another.")
     out(for_terminal("\n".join(lines)))
     return 0
-
-
-def _first_words(text: str, limit: int = 60) -> str:
-    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
-    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def cmd_checkpoints(app: App) -> int:
@@ -462,37 +458,25 @@ def cmd_checkpoints(app: App) -> int:
 
 
 def cmd_export(app: App) -> int:
-    from picochat.export import export_session, export_to_file
+    from picochat.export import export_branches, export_session, write_export_text
 
     session, fmt = app.session(), app.args.format
-    if app.args.all_branches:
-        from picochat.export import export_branches, write_export_text
-
-        done = export_branches(app.store, session.id, fmt)
-        if app.args.output and app.args.output != "-":
-            from pathlib import Path
-
-            target = Path(app.args.output).expanduser()
-            write_export_text(done, target, app.store.path,
-                              also=(app.paths.config_file, app.paths.log_file))
-            note(f"Exported every branch of {done.session.name} ({done.messages} messages) "
-                 f"to {target}")
-        else:
-            write_stdout(for_terminal(done.text) if fmt == "md"
-                         else for_terminal_json(done.text))
-        return 0
+    every = app.args.all_branches  # every branch, each whole; else the one in use
+    done = (export_branches if every else export_session)(app.store, session.id, fmt)
     if app.args.output and app.args.output != "-":
         from pathlib import Path
 
         target = Path(app.args.output).expanduser()
         # refused (exit 2): picochat's own files, anything but a regular or new file
-        done = export_to_file(app.store, session.id, fmt, target,
-                              also=(app.paths.config_file, app.paths.log_file))
-        note(f"Exported {done.messages} messages of {done.session.name} to {target}")
+        write_export_text(done, target, app.store.path,
+                          also=(app.paths.config_file, app.paths.log_file))
+        note(f"Exported every branch of {done.session.name} ({done.messages} messages) "
+             f"to {target}" if every else
+             f"Exported {done.messages} messages of {done.session.name} to {target}")
     elif fmt == "md":  # cleaned on a terminal, as stored in a pipe or a file
-        write_stdout(for_terminal(export_session(app.store, session.id, fmt).text))
+        write_stdout(for_terminal(done.text))
     else:
-        write_stdout(for_terminal_json(export_session(app.store, session.id, fmt).text))
+        write_stdout(for_terminal_json(done.text))
     return 0
 
 

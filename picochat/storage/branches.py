@@ -44,10 +44,6 @@ class BranchPath:
                  + ")" for b, last in self.steps]
         return "(" + " OR ".join(parts) + ")"
 
-    def holds(self, branch: int, seq: int) -> bool:
-        """Whether the row `seq` written on `branch` is on this path."""
-        return any(b == branch and (last is None or seq <= last) for b, last in self.steps)
-
 
 @dataclass(frozen=True)
 class Branch:
@@ -75,6 +71,10 @@ class Branch:
         return f"{self.turns:,} turn{'s' if self.turns != 1 else ''}"
 
 
+def no_branch(session: str, branch: int) -> BranchNotFound:
+    """The one error for a branch number a session lacks (`session`: its name or id)."""
+    return BranchNotFound(f"session {session} has no branch {branch}",
+                          "`picochat branches` lists them")
 
 
 def path_of(c: sqlite3.Connection, session_id: str, branch: int) -> BranchPath:
@@ -82,8 +82,7 @@ def path_of(c: sqlite3.Connection, session_id: str, branch: int) -> BranchPath:
     rows = {r[0]: (r[1], r[2]) for r in c.execute(
         "SELECT id, parent, fork_seq FROM branches WHERE session_id = ?", (session_id,))}
     if branch != 0 and branch not in rows:
-        raise BranchNotFound(f"session {session_id} has no branch {branch}",
-                             "/branches lists them")
+        raise no_branch(session_id, branch)
     steps: list[tuple[int, int | None]] = [(branch, None)]
     last: int | None = None
     at = branch
@@ -209,8 +208,7 @@ class BranchPointers(OnCore):
                                "branches WHERE session_id = ? AND id = ?",
                                (session_id, branch)).fetchone()
             if target is None:
-                raise BranchNotFound(f"session {session_id} has no branch {branch}",
-                                     "/branches lists them")
+                raise no_branch(session.name, branch)
             _save_pointers(c, session)
             now = self.core.clock()
             _make_current(c, session_id, branch, target[0], target[1], now)

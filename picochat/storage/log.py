@@ -46,7 +46,9 @@ class MessageLog(OnCore):
                 return []
             # a turn's rows go where its question is: a rewind or a switch by another
             # process between the question and its answer leaves them together
-            branches = {t: _branch_of_turn(c, session, t) for t in {m.turn_id for m in rows}}
+            branched = _branched(c, session_id)
+            branches = {t: _branch_of_turn(c, session, t) if branched else session.branch
+                        for t in {m.turn_id for m in rows}}
             late = if_draft is not None and _overtaken(c, session, if_draft,
                                                        branches.get(if_draft, session.branch))
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
@@ -54,7 +56,7 @@ class MessageLog(OnCore):
             forget_drafts(c, {m.turn_id for m in rows if m.turn_id})
             for m in rows:
                 seq += 1
-                rowid = c.execute(  # on the branch in use (storage/branches.py)
+                rowid = c.execute(  # on its turn's branch (storage/branches.py)
                     f"INSERT INTO messages ({MESSAGE_COLS}, branch) "
                     f"VALUES ({', '.join('?' * (len(MESSAGE_FIELDS) + 1))})",
                     (session_id, seq, m.role, m.content, m.tool_calls_json, m.tool_call_id,
@@ -113,6 +115,12 @@ class MessageLog(OnCore):
                              (session_id,)).fetchone()[0]
 
 
+def _branched(c: sqlite3.Connection, session_id: str) -> bool:
+    """Whether the session was ever rewound (one lookup; most never are)."""
+    return c.execute("SELECT 1 FROM branches WHERE session_id = ? LIMIT 1",
+                     (session_id,)).fetchone() is not None
+
+
 def _branch_of_turn(c: sqlite3.Connection, session: Session, turn_id: str | None) -> int:
     """The branch a turn's rows go on: that of its first row already written, else the one
     in use (a new turn's question)."""
@@ -124,10 +132,10 @@ def _branch_of_turn(c: sqlite3.Connection, session: Session, turn_id: str | None
 
 
 def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str, branch: int) -> bool:
-    """Whether a turn's recovered answer would land out of place: its question was cleared
-    (`/clear` after it), undone, or is gone (or on a branch not in use), or a newer turn
-    began after its rows. Appended at
-    the end of the log, it would read as the answer to that newer question."""
+    """Whether a turn's recovered answer would land out of place on `branch`, its question's:
+    the question was cleared there (`/clear` after it), undone, or is gone, or a newer turn
+    began after its rows. Appended at the end of the log, it would read as the answer to
+    that newer question."""
     on = path_of(c, session.id, branch).clause()  # judged on the question's branch
     last = c.execute(f"SELECT MAX(seq) FROM messages m WHERE session_id = ? AND turn_id = ? "
                      f"AND {on} AND {not_retracted(branch)}", (session.id, turn_id)).fetchone()[0]

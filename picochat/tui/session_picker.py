@@ -18,7 +18,8 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from picochat.messages import Session
-from picochat.tui.safe import clean, literal
+from picochat import textsafe
+from picochat.tui.safe import literal
 
 FIRST_CHARS = 70
 ZONE: dt.tzinfo | None = None  # the local time zone (a test fixes it, and the clock)
@@ -50,8 +51,7 @@ def when(ms: int, now: dt.datetime | None = None) -> str:
 
 
 def first_line(text: str) -> str:
-    line = next((part.strip() for part in clean(text).splitlines() if part.strip()), "")
-    return line if len(line) <= FIRST_CHARS else line[:FIRST_CHARS - 1] + "…"
+    return textsafe.first_line(text, FIRST_CHARS)
 
 
 def label(row: Row, current: bool, now: dt.datetime | None = None) -> Text:
