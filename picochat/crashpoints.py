@@ -11,7 +11,7 @@ import os
 import time
 
 POINTS = ("user_written", "summary_in_flight", "before_commit", "in_commit", "quitting",
-          "in_rewind")
+          "in_rewind", "in_fork")
 
 
 def reached(point: str) -> None:

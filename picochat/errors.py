@@ -63,6 +63,13 @@ class NotRewindable(UsageError):
     kind = "not_rewindable"
 
 
+class NotForkable(UsageError):
+    """A fork point that is not a finished turn's end on the source's branch in use, or a
+    source with nothing to fork: exit 2, nothing written."""
+
+    kind = "not_forkable"
+
+
 class ConfigError(PicochatError):
     """The config file (or an override) is invalid: exit status 2, nothing written."""
 

@@ -51,6 +51,8 @@ class Session:
     system_prompt: str | None = None  # set by /system; None: the agent's prompt
     message_count: int = 0
     branch: int = 0  # the branch in use (storage/branches.py); 0 for one never rewound
+    forked_from: str | None = None  # a fork's source session (storage/forks.py)
+    fork_seq: int = 0  # a fork: the last message of its source it starts from
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,6 @@ and `/uncompact`s, and after every step checks each branch against a model of it
 
 from __future__ import annotations
 
-import asyncio
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,52 +16,13 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from picochat.budget import budget_limits
-from picochat.compaction.compact import CompactMode, CompactRequest, compact_context
 from picochat.errors import BranchNotFound, NotRewindable, StaleGeneration
 from picochat.messages import NewCheckpoint
 from picochat.projection import project
-from picochat.providers.errors import ProviderUnavailable
-from picochat.providers.offline import OfflineProvider
 from picochat.storage import open_store
 from picochat.storage.schema import SCHEMA_VERSION
 from tests.helpers.storage import append_message, database_at
-
-TOKEN = re.compile(r"\bfact(\d+)x\b")  # each message begins with one: fact<seq>x; the
-# user's also state it as a fact with a port, which the ledger keeps
-
-
-def turn(store, sid: str, text: str, answer: str) -> tuple[int, int]:
-    """A user message and its answer; their seqs."""
-    n = store.max_seq(sid) + 1
-    u = append_message(store, sid, "user", f"fact{n}x: the fact{n}x service runs on port "
-                       f"{6000 + n}. {text}", turn_id=f"t{n}")
-    a = append_message(store, sid, "assistant", f"fact{n + 1}x: {answer}", turn_id=f"t{n}")
-    return u.seq, a.seq
-
-
-def seqs(messages) -> list[int]:
-    return [m.seq for m in messages]
-
-
-class Down(OfflineProvider):
-    """A summarizer that cannot be reached: an overflow then folds without a summary."""
-
-    async def stream(self, request):
-        raise ProviderUnavailable("connection refused")
-        yield  # an async generator, as a provider's stream is
-
-
-def compact(store, sid: str, everything: bool = True, reason: str = "manual",
-            down: bool = False):
-    """A compaction as each trigger runs one: `/compact [all]`, the automatic one before a
-    turn, or overflow recovery (which trims without a summary when the summary fails)."""
-    window = {"manual": 1200, "auto": 700, "overflow": 500}[reason]
-    return asyncio.run(compact_context(
-        store, Down(0) if down else OfflineProvider(0), CompactRequest(
-            session_id=sid, reason=reason, limits=budget_limits(window, None, 200, 60),
-            system_prompt="sys", everything=everything and reason == "manual",
-            mode=CompactMode.SUMMARY_OR_TRIM if reason == "overflow" else CompactMode.SUMMARY)))
+from tests.helpers.traced import TAG, TOKEN, compact, seqs, turn
 
 
 def test_a_session_never_rewound_has_one_branch_and_reads_as_before(store):
@@ -301,23 +260,34 @@ def test_a_database_from_schema_16_migrates_onto_branch_0(tmp_path):
 
 
 class Branching(RuleBasedStateMachine):
-    """The model: each branch's path (the seqs it reads, in order) and the seqs every row was
-    written with. Invariants after every step: the store's history of the branch in use is its
-    path; the context is a tail of it; the summary in use, its facts and the timeline come only
-    from rows on it; and no row ever changed."""
+    """The model: each (session, branch)'s path, the rows it reads in order, each row named
+    by its token (`traced.py`: its seq, plus its session's tag); and what every row was
+    written with. Forks make new sessions from the one in use, at any turn's end.
+    Invariants after every step, for every session: the store's history of each branch is
+    its path; the context is a tail of the branch in use; the summary in use, its facts and
+    the timeline come only from rows on it; and no row ever changed."""
 
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="branches-")
         self.store = open_store(Path(self.dir) / "b.db")
         self.sid = self.store.create_session("s").id
-        self.paths: dict[int, list[int]] = {0: []}
-        self.current = 0
+        self.tags = {self.sid: 0}
+        self.paths: dict[tuple[str, int], list[int]] = {(self.sid, 0): []}
+        self.current = {self.sid: 0}
         self.written: dict[int, str] = {}
 
     def teardown(self) -> None:
         self.store.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def key(self, message) -> int:
+        """A row's token number: which session wrote it, and its seq."""
+        return self.tags[message.session_id] * TAG + message.seq
+
+    @property
+    def path(self) -> list[int]:
+        return self.paths[(self.sid, self.current[self.sid])]
 
     @rule(words=st.lists(st.integers(1, 60), min_size=1, max_size=3))
     def talk_some(self, words: list[int]) -> None:
@@ -325,32 +295,54 @@ class Branching(RuleBasedStateMachine):
 
     def talk(self, words: list[int]) -> None:
         for n in words:
-            u, a = turn(self.store, self.sid, "ask " + "word " * n, "reply " + "word " * n)
-            self.paths[self.current] += [u, a]
+            u, a = turn(self.store, self.sid, "ask " + "word " * n, "reply " + "word " * n,
+                        tag=self.tags[self.sid])
         for m in self.store.history(self.sid)[-2 * len(words):]:
-            self.written[m.seq] = m.content
+            self.path.append(self.key(m))
+            self.written[self.key(m)] = m.content
 
-    @precondition(lambda self: self.paths[self.current])
+    @precondition(lambda self: self.path)
     @rule(data=st.data(), recent=st.booleans())
     def rewind(self, data, recent: bool) -> None:
         """To any message of the user's in the context, or (`recent`) one of the newest two:
         those are the ones after a summary's cut, which the new branch then carries."""
-        path = self.paths[self.current]
-        users = [m.seq for m in self.store.history(self.sid)
+        path = self.path
+        users = [m for m in self.store.history(self.sid)
                  if m.role == "user" and not m.retracted and m.seq > self._floor()]
         if not users:
             return
-        seq = data.draw(st.sampled_from(users[-2:] if recent else users))
-        session = self.store.rewind(self.sid, seq).session
-        self.paths[session.branch] = [s for s in path if s < seq]
-        self.current = session.branch
+        chosen = data.draw(st.sampled_from(users[-2:] if recent else users))
+        session = self.store.rewind(self.sid, chosen.seq).session
+        self.paths[(self.sid, session.branch)] = path[:path.index(self.key(chosen))]
+        self.current[self.sid] = session.branch
         event("rewind: " + ("a summary carried" if session.active_context_checkpoint_id
-                            else "no summary"))
+                            else "no summary") + (" in a fork" if self.tags[self.sid] else ""))
 
     @rule(data=st.data())
     def switch(self, data) -> None:
-        branch = data.draw(st.sampled_from(sorted(self.paths)))
-        self.current = self.store.switch_branch(self.sid, branch).branch
+        branch = data.draw(st.sampled_from(sorted(b for s, b in self.paths if s == self.sid)))
+        self.current[self.sid] = self.store.switch_branch(self.sid, branch).branch
+
+    @precondition(lambda self: self.path)
+    @rule(data=st.data(), newest=st.booleans())
+    def fork(self, data, newest: bool) -> None:
+        """A fork of the session in use at the end of any turn on its branch (`newest`: the
+        default, its newest), which then becomes the session in use."""
+        ends = [m for m in self.store.history(self.sid) if m.role == "assistant"]
+        chosen = None if newest else data.draw(st.sampled_from(ends))
+        done = self.store.fork_session(self.sid, at=None if chosen is None else chosen.seq)
+        path = self.path
+        upto = len(path) if chosen is None else path.index(self.key(chosen)) + 1
+        self.sid = done.session.id
+        self.tags[self.sid] = len(self.tags)
+        self.paths[(self.sid, 0)] = path[:upto]
+        self.current[self.sid] = 0
+        event("fork: " + ("a summary carried" if done.checkpoint else "no summary"))
+
+    @precondition(lambda self: len(self.tags) > 1)
+    @rule(data=st.data())
+    def pick_session(self, data) -> None:
+        self.sid = data.draw(st.sampled_from(list(self.tags)))  # in the order made
 
     @rule(everything=st.booleans(), more=st.integers(0, 3), then=st.integers(0, 2),
           reason=st.sampled_from(["manual", "auto", "overflow"]), down=st.booleans())
@@ -382,34 +374,38 @@ class Branching(RuleBasedStateMachine):
 
     @invariant()
     def each_branch_reads_its_own_path(self) -> None:
-        assert self.store.session(self.sid).branch == self.current
-        for branch, path in self.paths.items():
-            assert seqs(self.store.history(self.sid, branch=branch)) == path
+        for (sid, branch), path in self.paths.items():
+            assert self.store.session(sid).branch == self.current[sid]
+            assert [self.key(m) for m in self.store.history(sid, branch=branch)] == path
 
     @invariant()
     def the_context_and_its_summary_come_from_this_path_alone(self) -> None:
-        path = set(self.paths[self.current])
-        snapshot = self.store.context_snapshot(self.sid)
-        projection = project(snapshot)
-        live = [m.seq for m in self.store.history(self.sid) if not m.retracted]
-        assert set(seqs(projection.raw)) <= path
-        start = max(snapshot.session.context_floor_seq + 1,
-                    snapshot.checkpoint.first_retained_seq if snapshot.checkpoint else 0)
-        assert seqs(projection.raw) == [s for s in live if s >= start]
-        assert snapshot.checkpoint_problem is None  # no branch is left pointing astray
-        in_use = [snapshot.checkpoint] if snapshot.checkpoint else []
-        for cp in self.store.checkpoints(self.sid) + in_use:
-            assert {int(n) for n in TOKEN.findall(cp.summary)} <= path, cp.id
-            assert {row.seq for row in cp.ledger.rows} <= path, cp.id
-        for _, text in self.store.search.timeline_entries(self.sid):
-            assert {int(n) for n in TOKEN.findall(text)} <= path
+        for sid, branch in self.current.items():
+            path = self.paths[(sid, branch)]
+            snapshot = self.store.context_snapshot(sid)
+            projection = project(snapshot)
+            live = [m for m in self.store.history(sid) if not m.retracted]
+            start = max(snapshot.session.context_floor_seq + 1,
+                        snapshot.checkpoint.first_retained_seq if snapshot.checkpoint else 0)
+            assert [self.key(m) for m in projection.raw] == [
+                self.key(m) for m in live if m.seq >= start]
+            assert set(self.key(m) for m in projection.raw) <= set(path)
+            assert snapshot.checkpoint_problem is None  # no branch is left pointing astray
+            on_path = {m.seq for m in self.store.history(sid)}
+            in_use = [snapshot.checkpoint] if snapshot.checkpoint else []
+            for cp in self.store.checkpoints(sid) + in_use:
+                assert cp.session_id == sid  # a fork's summaries are its own copies
+                assert {int(n) for n in TOKEN.findall(cp.summary)} <= set(path), cp.id
+                assert {row.seq for row in cp.ledger.rows} <= on_path, cp.id
+            for _, text in self.store.search.timeline_entries(sid):
+                assert {int(n) for n in TOKEN.findall(text)} <= set(path)
 
     @invariant()
     def no_row_was_rewritten(self) -> None:
         every = {}
-        for branch in self.paths:
-            every.update({m.seq: m.content for m in self.store.history(self.sid, branch)})
-        assert {s: every[s] for s in self.written} == self.written
+        for sid, branch in self.paths:
+            every.update({self.key(m): m.content for m in self.store.history(sid, branch)})
+        assert {k: every[k] for k in self.written} == self.written
 
 
 TestBranching = Branching.TestCase

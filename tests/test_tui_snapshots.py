@@ -15,7 +15,7 @@ from picochat.models import resolve_model
 from picochat.providers.base import ModelInfo, Provider
 from picochat.providers.offline import OfflineProvider
 from picochat.storage import context as context_module
-from picochat.storage import sessions as sessions_module
+from picochat.storage import rows as rows_module
 from picochat.storage.store import open_store
 from picochat.tui.app import PicochatApp
 from picochat.tui.chat import ChatView, CheckpointDivider, UserMessage
@@ -43,7 +43,7 @@ class _CountingUUID:
 @pytest.fixture
 def fixed_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     ids = _CountingUUID()  # one count for session and checkpoint ids, as before the split
-    monkeypatch.setattr(sessions_module, "uuid", ids)
+    monkeypatch.setattr(rows_module, "uuid", ids)  # session ids
     monkeypatch.setattr(context_module, "uuid", ids)
     ticks = itertools.count(1_796_000_000_000, 1_000)
     s = open_store(tmp_path / "snap.db", clock=lambda: next(ticks))

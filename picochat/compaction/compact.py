@@ -55,7 +55,7 @@ from picochat.messages import (
 from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider
 from picochat.statements import PASTE
-from picochat.storage.search import CHECKPOINT_KEY
+from picochat.storage.sql import CHECKPOINT_KEY
 from picochat.storage.store import Store
 
 log = logging.getLogger("picochat.compaction")

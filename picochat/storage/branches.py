@@ -24,25 +24,45 @@ from picochat import crashpoints
 from picochat.errors import BranchNotFound, NotRewindable
 from picochat.messages import Session
 from picochat.storage.rows import OnCore, session_row, touch
-from picochat.storage.sql import NOT_RETRACTED, not_retracted
+from picochat.storage.sql import not_retracted, text_literal
 
 
 @dataclass(frozen=True)
 class BranchPath:
-    """The rows a branch reads: for each branch on the way to the root, the highest seq of its
-    rows on the path (None: all of them; the branch's own). `clause` is that as SQL over a
-    `messages` row aliased `m` (ints only: formatted, never text)."""
+    """The rows a branch reads: for each (session, branch) on the way to the root, the highest
+    seq of its rows on the path (None: all of them; the branch's own). A fork's path goes on
+    into its source session (`storage/forks.py`). `clause` is that as SQL over a `messages`
+    row aliased `m`, and `rows` the same without the rows the branch's undo took out (ids and
+    ints only, formatted as literals: never text of a message)."""
 
+    session: str  # the session reading: whose undo counts
     branch: int
-    steps: tuple[tuple[int, int | None], ...]
-    only: bool = False  # the session never branched: every row is on it
+    steps: tuple[tuple[str, int, int | None], ...]
+    only: bool = False  # the session never branched and is no fork: every row of it is on it
 
     def clause(self) -> str:
         if self.only:
-            return "1"
-        parts = [f"(m.branch = {int(b)}" + ("" if last is None else f" AND m.seq <= {int(last)}")
-                 + ")" for b, last in self.steps]
-        return "(" + " OR ".join(parts) + ")"
+            return f"(m.session_id = {text_literal(self.session)})"
+        sessions = ", ".join(text_literal(s) for s in dict.fromkeys(s for s, _, _ in self.steps))
+        parts = [f"(m.session_id = {text_literal(s)} AND m.branch = {int(b)}"
+                 + ("" if last is None else f" AND m.seq <= {int(last)}") + ")"
+                 for s, b, last in self.steps]
+        return f"(m.session_id IN ({sessions}) AND ({' OR '.join(parts)}))"
+
+    def not_retracted(self) -> str:
+        return not_retracted(self.session, self.branch)
+
+    def rows(self) -> str:
+        """The path's rows in the context's sense: on it, and not undone on this branch."""
+        return f"{self.clause()} AND {self.not_retracted()}"
+
+    def sessions(self) -> dict[str, int | None]:
+        """Each session the path reads, with the highest seq of its rows on it (None: all)."""
+        out: dict[str, int | None] = {}
+        for s, _, last in self.steps:
+            prev = out.get(s, 0)
+            out[s] = None if last is None or prev is None else max(prev, last)
+        return out
 
 
 @dataclass(frozen=True)
@@ -59,10 +79,13 @@ class Branch:
     first: str = ""        # its first message of the user's: how it went another way
     checkpoint: str | None = None  # its summary in use
     floor: int = 0         # its `/clear` floor
+    source: str | None = None  # a fork's first branch: the name of the session it came from
 
     @property
     def where(self) -> str:
         """Where it begins, as every list of branches says it."""
+        if self.source is not None:
+            return f"forked from {self.source} after message {self.fork_seq}"
         return ("the start" if self.parent is None else
                 f"leaves branch {self.parent} after message {self.fork_seq}")
 
@@ -78,20 +101,41 @@ def no_branch(session: str, branch: int) -> BranchNotFound:
 
 
 def path_of(c: sqlite3.Connection, session_id: str, branch: int) -> BranchPath:
-    """The path of `branch`: its rows, then each ancestor's up to where its child left it."""
-    rows = {r[0]: (r[1], r[2]) for r in c.execute(
-        "SELECT id, parent, fork_seq FROM branches WHERE session_id = ?", (session_id,))}
+    """The path of `branch`: its rows, then each ancestor's up to where its child left it,
+    and on into the source session where a fork's first branch began."""
+    rows = _branch_rows(c, session_id)
     if branch != 0 and branch not in rows:
         raise no_branch(session_id, branch)
-    steps: list[tuple[int, int | None]] = [(branch, None)]
-    last: int | None = None
-    at = branch
-    while at in rows and rows[at][0] is not None:
-        parent, fork = rows[at]
+    link = _source_of(c, session_id)
+    if not rows and link is None:
+        return BranchPath(session_id, branch, ((session_id, branch, None),), only=True)
+    steps: list[tuple[str, int, int | None]] = []
+    at_session, at, last = session_id, branch, None
+    while (at_session, at) not in {(s, b) for s, b, _ in steps}:
+        steps.append((at_session, at, last))
+        parent, fork = rows.get(at, (None, 0))
+        if parent is None:  # the root of this session: a fork goes on in its source
+            if link is None:
+                break
+            at_session, at, fork = link
+            rows, link = _branch_rows(c, at_session), _source_of(c, at_session)
+        else:
+            at = parent
         last = fork if last is None else min(last, fork)
-        steps.append((parent, last))  # type: ignore[arg-type]
-        at = parent  # type: ignore[assignment]
-    return BranchPath(branch, tuple(steps), only=not rows)
+    return BranchPath(session_id, branch, tuple(steps))
+
+
+def _branch_rows(c: sqlite3.Connection, session_id: str) -> dict[int, tuple[int | None, int]]:
+    return {r[0]: (r[1], r[2]) for r in c.execute(
+        "SELECT id, parent, fork_seq FROM branches WHERE session_id = ?", (session_id,))}
+
+
+def _source_of(c: sqlite3.Connection, session_id: str) -> tuple[str, int, int] | None:
+    """Where a fork's first branch leaves its source: (session, branch, last seq); None for a
+    session that is no fork."""
+    row = c.execute("SELECT forked_from, fork_branch, fork_seq FROM sessions WHERE id = ?",
+                    (session_id,)).fetchone()
+    return (row[0], row[1], row[2]) if row and row[0] is not None else None
 
 
 def floor_of(c: sqlite3.Connection, session: Session, branch: int) -> int:
@@ -128,7 +172,9 @@ class BranchPointers(OnCore):
             rows = c.execute("SELECT id, parent, fork_seq, created_at, "
                              "active_context_checkpoint_id, context_floor_seq FROM branches "
                              "WHERE session_id = ? ORDER BY id", (session_id,)).fetchall() \
-                or [(0, None, 0, session.created_at, None, 0)]
+                or [(0, None, session.fork_seq, session.created_at, None, 0)]
+            source = None if session.forked_from is None else c.execute(
+                "SELECT name FROM sessions WHERE id = ?", (session.forked_from,)).fetchone()[0]
             out = []
             for bid, parent, fork, created, checkpoint, floor in rows:
                 if bid == session.branch:  # the session row holds the current one's
@@ -137,14 +183,15 @@ class BranchPointers(OnCore):
                 # its turns: the user's messages on it that no undo there took out
                 turns, last_seq, last_at = c.execute(
                     "SELECT COUNT(*) FILTER (WHERE role = 'user' AND "
-                    f"{not_retracted(bid)}), MAX(seq), MAX(created_at) FROM messages m "
+                    f"{not_retracted(session_id, bid)}), MAX(seq), MAX(created_at) FROM messages m "
                     "WHERE session_id = ? AND branch = ?", (session_id, bid)).fetchone()
                 first = c.execute("SELECT substr(content, 1, 300) FROM messages WHERE "
                                   "session_id = ? AND branch = ? AND role = 'user' ORDER BY "
                                   "seq LIMIT 1", (session_id, bid)).fetchone()
                 out.append(Branch(bid, parent, fork, turns, last_seq or fork,
                                   last_at or created, bid == session.branch,
-                                  first[0] if first else "", checkpoint, floor))
+                                  first[0] if first else "", checkpoint, floor,
+                                  source if bid == 0 else None))
             return out
 
     def rewind(self, session_id: str, seq: int) -> Rewound:
@@ -155,16 +202,16 @@ class BranchPointers(OnCore):
         with self.core.write() as c:
             session = session_row(c, session_id)
             path = current_path(c, session_id)
-            row = c.execute(
-                f"SELECT branch, role FROM messages m WHERE session_id = ? AND seq = ? AND "
-                f"{path.clause()} AND {NOT_RETRACTED}", (session_id, seq)).fetchone()
-            if row is None or row[1] != "user":
+            row = c.execute(f"SELECT session_id, branch, role FROM messages m WHERE seq = ? "
+                            f"AND {path.rows()}", (seq,)).fetchone()
+            if row is None or row[2] != "user":
                 raise NotRewindable(f"message {seq} is not one of yours in this branch's "
                                     "context", "select one of your messages, then press e")
-            owner = row[0]
-            later = c.execute(f"SELECT COUNT(*) FROM messages m WHERE session_id = ? AND "
-                              f"seq >= ? AND role = 'user' AND {path.clause()} AND "
-                              f"{NOT_RETRACTED}", (session_id, seq)).fetchone()[0]
+            # a message a fork shares with its source: the new branch leaves the fork's own
+            # first branch, whose path goes on into the source's rows
+            owner = row[1] if row[0] == session_id else 0
+            later = c.execute(f"SELECT COUNT(*) FROM messages m WHERE seq >= ? AND "
+                              f"role = 'user' AND {path.rows()}", (seq,)).fetchone()[0]
             now = self.core.clock()
             _keep_first_branch(c, session, now)
             new = c.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM branches WHERE "
@@ -220,7 +267,8 @@ def _keep_first_branch(c: sqlite3.Connection, session: Session, now: int) -> Non
     """Branch 0 gets its row the first time the session branches (never before: a session
     that never branches has none)."""
     c.execute("INSERT OR IGNORE INTO branches (session_id, id, parent, fork_seq, created_at) "
-              "VALUES (?, 0, NULL, 0, ?)", (session.id, session.created_at or now))
+              "VALUES (?, 0, NULL, ?, ?)", (session.id, session.fork_seq,
+                                            session.created_at or now))
 
 
 def _save_pointers(c: sqlite3.Connection, session: Session) -> None:

@@ -32,9 +32,8 @@ from picochat.messages import (
     TriggerReason,
 )
 from picochat.storage.branches import current_path
-from picochat.storage.rows import (MESSAGE_COLS, OnCore, fields, session_row, to_message,
-                                   touch)
-from picochat.storage.sql import NOT_RETRACTED
+from picochat.storage.rows import (MESSAGE_COLS, OnCore, fields, last_seq, session_row,
+                                   to_message, touch)
 
 TRIGGER_REASONS = tuple(TriggerReason)
 
@@ -91,12 +90,10 @@ class ContextPointers(OnCore):
             start = session.context_floor_seq + 1
             if checkpoint is not None:
                 start = max(start, checkpoint.first_retained_seq)
-            on = current_path(c, session_id).clause()
-            rows = c.execute(
-                f"SELECT {MESSAGE_COLS}, 0 FROM messages m WHERE session_id = ? AND seq >= ? "
-                f"AND {on} AND {NOT_RETRACTED} ORDER BY seq", (session_id, start)).fetchall()
-            max_seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
-                                (session_id,)).fetchone()[0]
+            on = current_path(c, session_id).rows()
+            rows = c.execute(f"SELECT {MESSAGE_COLS}, 0 FROM messages m WHERE seq >= ? AND {on} "
+                             "ORDER BY seq", (start,)).fetchall()
+            max_seq = last_seq(c, session_id)
             pins = _pins(c, session_id)
         return ContextSnapshot(session, checkpoint, problem, tuple(to_message(r) for r in rows),
                                max_seq, pins)
@@ -113,9 +110,9 @@ class ContextPointers(OnCore):
         with self.core.write() as c:
             before = session_row(c, session_id)
             c.execute(
-                "UPDATE sessions SET context_floor_seq = (SELECT COALESCE(MAX(seq), 0) FROM "
-                "messages WHERE session_id = :id), active_context_checkpoint_id = NULL, "
-                "context_generation = context_generation + 1 WHERE id = :id", {"id": session_id})
+                "UPDATE sessions SET context_floor_seq = ?, active_context_checkpoint_id = NULL, "
+                "context_generation = context_generation + 1 WHERE id = ?",
+                (last_seq(c, session_id), session_id))
             now = self.core.clock()
             c.execute("INSERT INTO context_clears (session_id, floor_seq, "
                       "prev_floor_seq, prev_checkpoint, created_at, branch) SELECT id, "
@@ -134,11 +131,9 @@ class ContextPointers(OnCore):
         """
         with self.core.write() as c:
             session = session_row(c, session_id)
-            on = current_path(c, session_id).clause()
-            rows = c.execute(
-                f"SELECT seq, role, turn_id FROM messages m WHERE session_id = ? AND seq > ? "
-                f"AND {on} AND {NOT_RETRACTED} ORDER BY seq DESC",
-                (session_id, session.context_floor_seq)).fetchall()
+            on = current_path(c, session_id).rows()
+            rows = c.execute(f"SELECT seq, role, turn_id FROM messages m WHERE seq > ? AND {on} "
+                             "ORDER BY seq DESC", (session.context_floor_seq,)).fetchall()
             removed = last_turn_seqs(rows)
             if not removed:
                 return UndoResult((), session.active_context_checkpoint_id is not None)
@@ -194,9 +189,9 @@ class ContextPointers(OnCore):
                                       f"active checkpoint of session {session_id}; nothing was "
                                       "committed", "run the compaction again")
             boundary = c.execute(
-                f"SELECT 1 FROM messages m WHERE session_id = ? AND seq = ? AND seq > ? "
-                f"AND {current_path(c, session_id).clause()} AND {NOT_RETRACTED}",
-                (session_id, new.first_retained_seq, before.context_floor_seq)).fetchone()
+                f"SELECT 1 FROM messages m WHERE seq = ? AND seq > ? AND "
+                f"{current_path(c, session_id).rows()}",
+                (new.first_retained_seq, before.context_floor_seq)).fetchone()
             if not boundary:
                 raise StorageError(f"first_retained_seq {new.first_retained_seq} is not a message "
                                    f"in the context of session {session_id}; nothing was "
@@ -388,9 +383,9 @@ def _checkpoint_problem(c: sqlite3.Connection, session: Session,
         return f"active checkpoint {cp.id} belongs to another session"
     if not cp.summary.strip():
         return f"active checkpoint {cp.id} has an empty summary"
-    exists = c.execute(f"SELECT 1 FROM messages m WHERE session_id = ? AND seq = ? AND "
+    exists = c.execute(f"SELECT 1 FROM messages m WHERE seq = ? AND "
                        f"{current_path(c, session.id).clause()}",
-                       (session.id, cp.first_retained_seq)).fetchone()
+                       (cp.first_retained_seq,)).fetchone()
     if not exists or cp.first_retained_seq <= session.context_floor_seq:
         return f"active checkpoint {cp.id} has an invalid boundary seq {cp.first_retained_seq}"
     return None

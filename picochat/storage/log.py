@@ -16,10 +16,10 @@ from typing import Iterable
 
 from picochat.messages import ROLES, Message, PreparedMessage, Session
 from picochat.storage.drafts import forget_drafts, has_draft
-from picochat.storage.rows import (MESSAGE_COLS, MESSAGE_FIELDS, OnCore, session_row,
-                                   to_message, touch)
+from picochat.storage.rows import (MESSAGE_COLS, MESSAGE_FIELDS, OnCore, last_seq,
+                                   session_row, to_message, touch)
 from picochat.storage.branches import current_path, floor_of, path_of
-from picochat.storage.sql import NO_UPPER_BOUND, NOT_RETRACTED, not_retracted
+from picochat.storage.sql import NO_UPPER_BOUND
 
 
 class MessageLog(OnCore):
@@ -51,8 +51,7 @@ class MessageLog(OnCore):
                         for t in {m.turn_id for m in rows}}
             late = if_draft is not None and _overtaken(c, session, if_draft,
                                                        branches.get(if_draft, session.branch))
-            seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
-                            (session_id,)).fetchone()[0]
+            seq = last_seq(c, session_id)
             forget_drafts(c, {m.turn_id for m in rows if m.turn_id})
             for m in rows:
                 seq += 1
@@ -80,9 +79,8 @@ class MessageLog(OnCore):
             path = (current_path(c, session_id) if branch is None
                     else path_of(c, session_id, branch))
             rows = c.execute(
-                f"SELECT {MESSAGE_COLS}, NOT {not_retracted(path.branch)} FROM messages m "
-                f"WHERE session_id = ? AND {path.clause()} ORDER BY seq",
-                (session_id,)).fetchall()
+                f"SELECT {MESSAGE_COLS}, NOT {path.not_retracted()} FROM messages m "
+                f"WHERE {path.clause()} ORDER BY seq").fetchall()
         return [to_message(r) for r in rows]
 
     def history_page(self, session_id: str, before_seq: int | None, limit: int
@@ -90,11 +88,11 @@ class MessageLog(OnCore):
         """The newest `limit` messages below `before_seq` (all: None), oldest first: a screen
         of a long log without reading the rest of it."""
         with self.core.read() as c:
-            on = current_path(c, session_id).clause()
+            path = current_path(c, session_id)
             rows = c.execute(
-                f"SELECT {MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
-                f"WHERE session_id = ? AND seq < ? AND {on} ORDER BY seq DESC LIMIT ?",
-                (session_id, before_seq if before_seq is not None else NO_UPPER_BOUND,
+                f"SELECT {MESSAGE_COLS}, NOT {path.not_retracted()} FROM messages m "
+                f"WHERE seq < ? AND {path.clause()} ORDER BY seq DESC LIMIT ?",
+                (before_seq if before_seq is not None else NO_UPPER_BOUND,
                  max(0, limit))).fetchall()
         return [to_message(r) for r in reversed(rows)]
 
@@ -103,16 +101,15 @@ class MessageLog(OnCore):
         pinned or read back by `history_search`), or None: a row of another branch is not
         this conversation's (its number is shared, its words are not)."""
         with self.core.read() as c:
+            path = current_path(c, session_id)
             row = c.execute(
-                f"SELECT {MESSAGE_COLS}, NOT {NOT_RETRACTED} FROM messages m "
-                f"WHERE session_id = ? AND seq = ? AND {current_path(c, session_id).clause()}",
-                (session_id, seq)).fetchone()
+                f"SELECT {MESSAGE_COLS}, NOT {path.not_retracted()} FROM messages m "
+                f"WHERE seq = ? AND {path.clause()}", (seq,)).fetchone()
         return to_message(row) if row else None
 
     def max_seq(self, session_id: str) -> int:
         with self.core.read() as c:
-            return c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
-                             (session_id,)).fetchone()[0]
+            return last_seq(c, session_id)
 
 
 def _branched(c: sqlite3.Connection, session_id: str) -> bool:
@@ -136,11 +133,11 @@ def _overtaken(c: sqlite3.Connection, session: Session, turn_id: str, branch: in
     the question was cleared there (`/clear` after it), undone, or is gone, or a newer turn
     began after its rows. Appended at the end of the log, it would read as the answer to
     that newer question."""
-    on = path_of(c, session.id, branch).clause()  # judged on the question's branch
-    last = c.execute(f"SELECT MAX(seq) FROM messages m WHERE session_id = ? AND turn_id = ? "
-                     f"AND {on} AND {not_retracted(branch)}", (session.id, turn_id)).fetchone()[0]
+    path = path_of(c, session.id, branch)  # judged on the question's branch
+    last = c.execute(f"SELECT MAX(seq) FROM messages m WHERE turn_id = ? AND {path.rows()}",
+                     (turn_id,)).fetchone()[0]
     if last is None or last <= floor_of(c, session, branch):
         return True
-    return c.execute(f"SELECT 1 FROM messages m WHERE session_id = ? AND seq > ? AND {on} "
+    return c.execute(f"SELECT 1 FROM messages m WHERE seq > ? AND {path.clause()} "
                      "AND (turn_id IS NULL OR turn_id != ?) LIMIT 1",
-                     (session.id, last, turn_id)).fetchone() is not None
+                     (last, turn_id)).fetchone() is not None

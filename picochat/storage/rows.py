@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
 from typing import Any, Sequence
 
-from picochat.errors import SessionNotFound
+from picochat.errors import SessionNotFound, StorageError
 from picochat.messages import Message, Session
 from picochat.storage.core import Core
+from picochat.storage.names import check_session_name
 
 
 class OnCore:
@@ -30,7 +32,8 @@ def fields(cols: str) -> tuple[str, ...]:
 
 SESSION_COLS = (
     "id, name, created_at, updated_at, model, active_context_checkpoint_id, context_generation, "
-    "context_floor_seq, last_compressed_message_at, deleted_at, system_prompt, branch"
+    "context_floor_seq, last_compressed_message_at, deleted_at, system_prompt, branch, "
+    "forked_from, fork_seq"
 )
 MESSAGE_COLS = (
     "session_id, seq, role, content, tool_calls, tool_call_id, name, turn_id, tool_status, "
@@ -62,11 +65,22 @@ def session_row(c: sqlite3.Connection, session_id: str) -> Session:
 def to_session(c: sqlite3.Connection, row: Sequence[Any]) -> Session:
     """A `SELECT {SESSION_COLS}` row, read by column name."""
     r = dict(zip(_SESSION_FIELDS, row))
+    return Session(**r, message_count=max(r["fork_seq"], _own_max_seq(c, r["id"])))
+
+
+def _own_max_seq(c: sqlite3.Connection, session_id: str) -> int:
     # Seqs run 1, 2, 3… and rows are never deleted, so the count is the maximum seq: one index
     # lookup instead of a scan that would grow with the history on every append and restore.
-    count = c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
-                      (r["id"],)).fetchone()[0]
-    return Session(**r, message_count=count)
+    return c.execute("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?",
+                     (session_id,)).fetchone()[0]
+
+
+def last_seq(c: sqlite3.Connection, session_id: str) -> int:
+    """The session's highest seq: its own rows', or, in a fork that has written none above
+    it yet, the last of its source's it starts from (`storage/forks.py`). The next row
+    appended takes the one after it, so a fork's rows follow its source's in seq order."""
+    base = c.execute("SELECT fork_seq FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return max(base[0] if base else 0, _own_max_seq(c, session_id))
 
 
 def to_message(row: Sequence[Any]) -> Message:
@@ -77,3 +91,16 @@ def to_message(row: Sequence[Any]) -> Message:
                    r["tool_call_id"], r["name"], r["turn_id"], r["tool_status"], r["status"],
                    r["tokens"], r["created_at"], retracted=bool(r["retracted"]),
                    statements=r["statements"], reasoning=r["reasoning"])
+
+
+def insert_session(c: sqlite3.Connection, now: int, name: str, model: str | None) -> str:
+    """A new session row named `name` (refused if a live session has it), the most recently
+    active; its id."""
+    check_session_name(name)
+    if c.execute("SELECT 1 FROM sessions WHERE name = ? AND deleted_at IS NULL",
+                 (name,)).fetchone():
+        raise StorageError(f"a session named {name!r} already exists", "pick another name")
+    sid = "s_" + uuid.uuid4().hex[:12]
+    c.execute("INSERT INTO sessions (id, name, created_at, updated_at, model, activity_seq) "
+              f"VALUES (?, ?, ?, ?, ?, {NEXT_ACTIVITY})", (sid, name, now, now, model))
+    return sid

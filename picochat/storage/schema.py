@@ -282,6 +282,16 @@ MIGRATIONS: tuple[Step, ...] = (
     );
     CREATE INDEX idx_branch_checkpoints ON branch_checkpoints(session_id, branch);
     """, first_branches),
+    # 18: forks (issue 36): a session made from another's context at one of its messages.
+    # Its first branch's path goes on into `forked_from`'s branch `fork_branch`, up to
+    # `fork_seq`; no row of the source is copied, and the fork's own rows are numbered on from
+    # `fork_seq`. NULL and 0 for every session that is no fork.
+    """
+    ALTER TABLE sessions ADD COLUMN forked_from TEXT;
+    ALTER TABLE sessions ADD COLUMN fork_branch INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN fork_seq INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX idx_sessions_forked_from ON sessions(forked_from) WHERE forked_from IS NOT NULL;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

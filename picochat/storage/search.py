@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from picochat.storage.core import Core
-from picochat.storage.branches import current_path
-from picochat.storage.sql import NO_UPPER_BOUND, NOT_RETRACTED
+from picochat.storage.branches import BranchPath, current_path
+from picochat.storage.sql import CHECKPOINT_KEY, NO_UPPER_BOUND
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,6 @@ def _all_of(words: Sequence[str]) -> str | None:
     return " AND ".join(f'"{w}"' for w in words) if words else None
 
 
-CHECKPOINT_KEY = "context_checkpoint:"  # a timeline row's key: this, then its checkpoint's id
 
 
 class Search:
@@ -118,34 +117,32 @@ class Search:
         limit = max(1, limit)
         before = before_seq if before_seq is not None else NO_UPPER_BOUND
         with self.core.read() as c:
-            on = current_path(c, session_id).clause()  # the branch read: no other's rows
+            on = current_path(c, session_id)  # the branch read: no other's rows
             # a message holding every word comes first, however long it is (bm25 alone ranks
             # a short one holding the common words over a long one that also has the rare),
             # and first among those, one holding the joined tokens as written (OPS-103)
             picked = (_ranked(c, _must(must + list(q.joined), _all_of(list(q.loose))),
-                              session_id, before, limit, 0, NO_UPPER_BOUND, on) if q.joined
+                              before, limit, 0, NO_UPPER_BOUND, on) if q.joined
                       else [])
             if (len(words) > 1 or must) and len(picked) < limit:
-                more = _ranked(c, _must(must, _all_of(words)), session_id, before,
+                more = _ranked(c, _must(must, _all_of(words)), before,
                                limit + len(picked), 0, NO_UPPER_BOUND, on)
                 picked += [i for i in more if i not in picked][: limit - len(picked)]
             rare = [w for w in words if _matches_up_to(c, w, RARE_MATCHES + 1) <= RARE_MATCHES]
             if rare and len(picked) < limit:
-                more = _ranked(c, _must(must, _any_of(rare)), session_id, before,
+                more = _ranked(c, _must(must, _any_of(rare)), before,
                                limit + len(picked), 0, NO_UPPER_BOUND, on)
                 picked += [i for i in more if i not in picked][: limit - len(picked)]
             if len(picked) < limit:  # fill up from the newest matches of every word
                 everything = _must(must, _any_of(words))
                 # the newest candidates end at the session's last row before `before`; the
                 # index alone finds where they begin (a join here makes SQLite scan it all)
-                last = c.execute("SELECT id FROM messages WHERE session_id = ? AND seq < ? "
-                                 "ORDER BY seq DESC LIMIT 1", (session_id, before)).fetchone()
-                top = last[0] if last else 0
+                top = _top_rowid(c, on, before)
                 floor = c.execute(
                     "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? AND rowid <= ? "
                     "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
                     (everything, top, COMMON_CANDIDATES - 1)).fetchone()
-                more = _ranked(c, everything, session_id, before, limit + len(picked),
+                more = _ranked(c, everything, before, limit + len(picked),
                                floor[0] if floor else 0, top, on)
                 picked += [i for i in more if i not in picked][: limit - len(picked)]
             if not picked:
@@ -153,7 +150,7 @@ class Search:
             marks = ",".join("?" * len(picked))
             rows = c.execute(  # snippets for the chosen rows only: they cost more than bm25
                 "SELECT m.id, m.seq, m.role, snippet(messages_fts, 0, '«', '»', '…', 16), "
-                f"m.turn_id, NOT {NOT_RETRACTED} FROM messages_fts "
+                f"m.turn_id, NOT {on.not_retracted()} FROM messages_fts "
                 "JOIN messages m ON m.id = messages_fts.rowid "
                 f"WHERE messages_fts MATCH ? AND messages_fts.rowid IN ({marks})",
                 (_any_of(words + [w for p in must for w in p.split()]), *picked)).fetchall()
@@ -171,8 +168,8 @@ class Search:
             on = current_path(c, session_id).clause()
             return c.execute(
                 "SELECT COUNT(*) FROM (SELECT m.id FROM messages_fts JOIN messages m ON "
-                "m.id = messages_fts.rowid WHERE messages_fts MATCH ? AND m.session_id = ? "
-                f"AND {on} LIMIT ?)", (match, session_id, cap)).fetchone()[0]
+                f"m.id = messages_fts.rowid WHERE messages_fts MATCH ? AND {on} LIMIT ?)",
+                (match, cap)).fetchone()[0]
 
     def timeline(self, session_id: str, query: str, limit: int = 5) -> list[tuple[str, str]]:
         """Earlier checkpoint summaries (the timeline) that mention the query's words, the
@@ -238,14 +235,27 @@ def _matches_up_to(c: sqlite3.Connection, word: str, cap: int) -> int:
                      "messages_fts MATCH ? LIMIT ?)", (_any_of([word]), cap)).fetchone()[0]
 
 
-def _ranked(c: sqlite3.Connection, match: str | None, session_id: str, before: int,
-            limit: int, floor: int, top: int, on: str) -> list[int]:
-    """Row ids of the session's best matches (bm25, then newest) among rows floor..top on
-    the path `on` (`BranchPath.clause`)."""
+def _ranked(c: sqlite3.Connection, match: str | None, before: int, limit: int, floor: int,
+            top: int, on: BranchPath) -> list[int]:
+    """Row ids of the best matches (bm25, then newest) among rows floor..top on the path
+    `on`, below seq `before`."""
     rows = c.execute(
         "SELECT m.id FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
         "WHERE messages_fts MATCH ? AND messages_fts.rowid BETWEEN ? AND ? "
-        f"AND m.session_id = ? AND m.seq < ? AND {on} "
+        f"AND m.seq < ? AND {on.clause()} "
         "ORDER BY bm25(messages_fts), m.seq DESC LIMIT ?",
-        (match, floor, top, session_id, before, limit)).fetchall()
+        (match, floor, top, before, limit)).fetchall()
     return [r[0] for r in rows]
+
+
+def _top_rowid(c: sqlite3.Connection, on: BranchPath, before: int) -> int:
+    """A row id no row of the path below seq `before` is above: in each session it reads,
+    that of its newest row in range (a session's ids grow with its seqs), found by the
+    index alone."""
+    top = 0
+    for session_id, last in on.sessions().items():
+        bound = before if last is None else min(before, last + 1)
+        row = c.execute("SELECT id FROM messages WHERE session_id = ? AND seq < ? "
+                        "ORDER BY seq DESC LIMIT 1", (session_id, bound)).fetchone()
+        top = max(top, row[0] if row else 0)
+    return top

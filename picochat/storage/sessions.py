@@ -9,13 +9,14 @@ change never touches the log or the context.
 from __future__ import annotations
 
 import sqlite3
-import uuid
 
 from picochat.errors import SessionNotFound, StorageError
 from picochat.messages import Session
+from picochat.storage.branches import current_path
+from picochat.storage.forks import detach_forks
 from picochat.storage.names import check_session_name
-from picochat.storage.rows import (NEXT_ACTIVITY, SESSION_COLS, OnCore, session_row,
-                                   to_session)
+from picochat.storage.rows import (NEXT_ACTIVITY, SESSION_COLS, OnCore, insert_session,
+                                   session_row, to_session)
 
 _BY_ACTIVITY = "ORDER BY activity_seq DESC, rowid DESC"
 
@@ -25,13 +26,7 @@ class SessionRows(OnCore):
 
     def create_session(self, name: str | None = None, model: str | None = None) -> Session:
         with self.core.write() as c:
-            if name is None:
-                name = _free_name(c)
-            elif c.execute("SELECT 1 FROM sessions WHERE name = ? AND deleted_at IS NULL",
-                           (name,)).fetchone():
-                raise StorageError(f"a session named {name!r} already exists",
-                                   "pick another name")
-            sid = self._insert_session(c, name, model)
+            sid = self._insert_session(c, _free_name(c) if name is None else name, model)
         return self.session(sid)
 
     def find_or_create_session(self, ref: str | None) -> Session:
@@ -48,12 +43,7 @@ class SessionRows(OnCore):
         return self.session(sid)
 
     def _insert_session(self, c: sqlite3.Connection, name: str, model: str | None) -> str:
-        check_session_name(name)
-        now = self.core.clock()
-        sid = "s_" + uuid.uuid4().hex[:12]
-        c.execute("INSERT INTO sessions (id, name, created_at, updated_at, model, activity_seq) "
-                  f"VALUES (?, ?, ?, ?, ?, {NEXT_ACTIVITY})", (sid, name, now, now, model))
-        return sid
+        return insert_session(c, self.core.clock(), name, model)
 
     def session(self, session_id: str) -> Session:
         with self.core.read() as c:
@@ -112,9 +102,10 @@ class SessionRows(OnCore):
         how a conversation began); a session with none is left out."""
         out: dict[str, str] = {}
         with self.core.read() as c:
-            for sid in session_ids:
-                row = c.execute("SELECT substr(content, 1, ?) FROM messages WHERE session_id = ? "
-                                "AND role = 'user' ORDER BY seq LIMIT 1", (chars, sid)).fetchone()
+            for sid in session_ids:  # on the branch in use; a fork's begins in its source
+                on = current_path(c, sid).clause()
+                row = c.execute(f"SELECT substr(content, 1, ?) FROM messages m WHERE {on} "
+                                "AND role = 'user' ORDER BY seq LIMIT 1", (chars,)).fetchone()
                 if row is not None:
                     out[sid] = row[0]
         return out
@@ -147,6 +138,7 @@ class SessionRows(OnCore):
     def purge_session(self, session_id: str) -> None:
         """Delete for good: messages, checkpoints and timeline rows go with it (cascade)."""
         with self.core.write() as c:
+            detach_forks(c, session_id)  # a fork keeps every row it reads
             c.execute("INSERT INTO messages_fts(messages_fts, rowid, content) "
                       "SELECT 'delete', id, content FROM messages WHERE session_id = ?",
                       (session_id,))

@@ -10,16 +10,20 @@ row) and what "no upper bound" is cannot drift between the log's reads (`log.py`
 # or more raises OverflowError), so one query serves a bounded and an unbounded read.
 NO_UPPER_BOUND = 2**62
 
-# The branch a session reads now (storage/branches.py): its undone turns are its own.
-CURRENT_BRANCH = "(SELECT s.branch FROM sessions s WHERE s.id = m.session_id)"
+# A timeline row's key (`timeline`: accepted summaries): this, then its checkpoint's id.
+CHECKPOINT_KEY = "context_checkpoint:"
 
 
-def not_retracted(branch: str | int = CURRENT_BRANCH) -> str:
-    """A row `m` of `messages` that no undo on `branch` took out of the context (it stays
-    in the raw log); `branch` an int or the SQL of one."""
-    return ("NOT EXISTS (SELECT 1 FROM retractions r WHERE r.session_id = m.session_id "
-            f"AND r.branch = {branch if isinstance(branch, str) else int(branch)} "
+def text_literal(value: str) -> str:
+    """`value` as an SQL string literal (quotes doubled: SQLite has no other escape), for a
+    fragment built once and joined into queries whose parameters it cannot add to."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def not_retracted(reader: str, branch: int) -> str:
+    """A row `m` of `messages` that no undo on `branch` of session `reader` took out of the
+    context (it stays in the raw log). Keyed by the reader, not by the row's own session: a
+    fork reads its source's rows, and its undo is its own."""
+    return ("NOT EXISTS (SELECT 1 FROM retractions r WHERE r.session_id = "
+            f"{text_literal(reader)} AND r.branch = {int(branch)} "
             "AND m.seq BETWEEN r.from_seq AND r.to_seq)")
-
-
-NOT_RETRACTED = not_retracted()

@@ -2,7 +2,7 @@
 composition of one class a job, all on the transactional core (`core.py`, `store.core`):
 sessions (`sessions.py`), the append-only message log (`log.py`), and the context's pointers
 into it (`context.py`: checkpoints, `/clear`, undo, `/uncompact`, the compaction wait, pins)
-and its branches (`branches.py`: rewind, switch), whose methods `Store` has as its own; drafts (`store.drafts`, `drafts.py`), search
+and its branches (`branches.py`: rewind, switch) and forks (`forks.py`), whose methods `Store` has as its own; drafts (`store.drafts`, `drafts.py`), search
 (`store.search`, `search.py`) and model traits (`store.traits`, `traits.py`) are its parts.
 
 Kept as one object so that every caller keeps one handle and one method name for each thing
@@ -22,12 +22,13 @@ from picochat.storage.context import (TRIGGER_REASONS, ContextPointers, ContextS
                                       UncompactResult, UndoResult, last_turn_seqs)
 from picochat.storage.core import Clock, Core, T, open_core, wall_clock_ms
 from picochat.storage.drafts import Drafts
+from picochat.storage.forks import Forked, Forks
 from picochat.storage.log import MessageLog
 from picochat.storage.search import Search
 from picochat.storage.sessions import SessionRows
 from picochat.storage.traits import Traits
 
-__all__ = ["Store", "open_store", "ContextSnapshot", "UndoResult", "UncompactResult",
+__all__ = ["Store", "open_store", "Forked", "ContextSnapshot", "UndoResult", "UncompactResult",
            "TRIGGER_REASONS", "last_turn_seqs", "wall_clock_ms"]
 
 
@@ -35,7 +36,7 @@ def open_store(path: Path, clock: Clock = wall_clock_ms) -> "Store":
     return Store(open_core(path, clock))
 
 
-class Store(SessionRows, MessageLog, ContextPointers, BranchPointers):
+class Store(SessionRows, MessageLog, ContextPointers, BranchPointers, Forks):
     """Sessions, the message log and the context's pointers (its bases, one job each), on the
     transactional core (`store.core`); drafts, search and model traits are its parts
     (`store.drafts`, …).

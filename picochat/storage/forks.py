@@ -1,0 +1,204 @@
+"""Forks: a new session that starts with another's context at one of its messages (issue 36).
+
+No row of the source's log is copied. The fork's first branch reads on into the source's
+path up to the fork point (`BranchPath` follows `sessions.forked_from`), and the fork's own
+rows are numbered on from there, so its log reads as one conversation. What is copied is
+what the context held at that point besides the log: the checkpoints of the source's branch
+whose summaries come only from rows before it (the one in use then, and those `/uncompact`
+goes back to), with their ledgers and timeline entries; the undone turns and `/clear`s before
+it; and the pins. Each copy belongs to the fork alone: a later compaction, undo or pin on
+either side never shows on the other.
+
+A fork is one transaction: killed halfway, the database holds no fork, or all of it.
+Purging a source for good (`purge_session`) first gives each fork its own copy of the rows
+it reads there (`detach_forks`), so no fork ever loses a message.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from dataclasses import dataclass
+
+from picochat import crashpoints
+from picochat.errors import NotForkable
+from picochat.messages import Session
+from picochat.storage.branches import (BranchPath, _checkpoint_before, _pointers_before,
+                                       current_path, path_of)
+from picochat.storage.rows import (MESSAGE_COLS, SESSION_COLS, OnCore, insert_session,
+                                   session_row, to_session)
+from picochat.storage.sql import CHECKPOINT_KEY
+
+_NOT_SESSION_COLS = MESSAGE_COLS.replace("session_id, ", "", 1)  # every column of a row but its session
+_CHECKPOINT_COPY = (
+    "generation, summary, first_retained_seq, source_max_seq, trigger_reason, provider_kind, "
+    "model, tokens_before, tokens_after, degraded, created_at")
+
+
+@dataclass(frozen=True)
+class Forked:
+    """A fork made: the new session, its source, the source's last message it starts from,
+    and what it carries of the source's context."""
+
+    session: Session
+    source: Session
+    at: int
+    checkpoint: str | None  # the summary it starts with (its own copy's id), if any
+    facts: int              # the ledger rows of that summary
+    pins: int
+
+
+class Forks(OnCore):
+    """Forking a session, each call one transaction on `core`."""
+
+    def fork_session(self, source_id: str, name: str | None = None, at: int | None = None
+                     ) -> Forked:
+        """A new session named `name` (else "<source>-fork", "-fork-2", …) holding the
+        context of `source_id`'s branch in use as it was right after message `at` (else
+        after its newest finished turn), made the most recently active. `at` must end its
+        turn: a fork never starts between a question and its answer."""
+        with self.core.write() as c:
+            source = session_row(c, source_id)
+            at = _fork_point(c, source, at)
+            now = self.core.clock()
+            sid = insert_session(c, now, name or _fork_name(c, source.name), source.model)
+            floor, in_use = _pointers_before(c, source, at + 1)
+            checkpoint = _checkpoint_before(c, source, at + 1, floor, in_use)
+            copies = _copy_checkpoints(c, source, sid, at)
+            active = copies.get(checkpoint) if checkpoint else None
+            c.execute("UPDATE sessions SET forked_from = ?, fork_branch = ?, fork_seq = ?, "
+                      "system_prompt = ?, context_floor_seq = ?, context_generation = ?, "
+                      "active_context_checkpoint_id = ? WHERE id = ?",
+                      (source.id, source.branch, at, source.system_prompt, floor,
+                       source.context_generation, active, sid))
+            c.execute("INSERT INTO retractions (session_id, from_seq, to_seq, "
+                      "context_generation, created_at, branch) SELECT ?, from_seq, "
+                      "MIN(to_seq, ?), context_generation, created_at, 0 FROM retractions "
+                      "WHERE session_id = ? AND branch = ? AND from_seq <= ? ORDER BY id",
+                      (sid, at, source.id, source.branch, at))
+            for floor_seq, prev_floor, prev_cp, created, undone in c.execute(
+                    "SELECT floor_seq, prev_floor_seq, prev_checkpoint, created_at, undone_at "
+                    "FROM context_clears WHERE session_id = ? AND branch = ? AND "
+                    "floor_seq <= ? ORDER BY id", (source.id, source.branch, at)).fetchall():
+                c.execute("INSERT INTO context_clears (session_id, floor_seq, prev_floor_seq, "
+                          "prev_checkpoint, created_at, undone_at, branch) VALUES "
+                          "(?, ?, ?, ?, ?, ?, 0)", (sid, floor_seq, prev_floor,
+                                                    copies.get(prev_cp), created, undone))
+            pins = _copy_pins(c, source, sid, at)
+            facts = c.execute("SELECT COUNT(*) FROM checkpoint_facts WHERE checkpoint_id = ?",
+                              (active,)).fetchone()[0]
+            crashpoints.reached("in_fork")  # every write done, the transaction still open
+        with self.core.read() as c:
+            return Forked(session_row(c, sid), source, at, active, facts, pins)
+
+    def forks_of(self, session_id: str) -> list[Session]:
+        """The live sessions forked from this one, oldest first."""
+        with self.core.read() as c:
+            rows = c.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE forked_from = ? "
+                             "AND deleted_at IS NULL ORDER BY created_at, rowid",
+                             (session_id,)).fetchall()
+            return [to_session(c, r) for r in rows]
+
+
+def _fork_point(c: sqlite3.Connection, source: Session, at: int | None) -> int:
+    """The source's last message the fork starts from: `at`, checked, or the newest row of
+    its branch in use whose turn is finished (no process is still writing it)."""
+    on = current_path(c, source.id).clause()
+    if at is None:
+        newest = c.execute(f"SELECT MAX(seq) FROM messages m WHERE {on} AND (turn_id IS NULL "
+                           "OR turn_id NOT IN (SELECT turn_id FROM drafts))").fetchone()[0]
+        if newest is None:
+            raise NotForkable(f"session {source.name} has no messages to fork yet",
+                              "say something in it first")
+        at = newest
+    row = c.execute(f"SELECT turn_id FROM messages m WHERE seq = ? AND {on}", (at,)).fetchone()
+    if row is None:
+        raise NotForkable(f"session {source.name} has no message {at} on its branch in use",
+                          f"`picochat history -s {source.name}` numbers its messages")
+    if row[0] is not None:
+        end = c.execute(f"SELECT MAX(seq) FROM messages m WHERE turn_id = ? AND {on}",
+                        (row[0],)).fetchone()[0]
+        if end > at:
+            raise NotForkable(f"message {at} of session {source.name} is in the middle of a "
+                              f"turn", f"fork at {end}, where that turn ends")
+    return at
+
+
+def _fork_name(c: sqlite3.Connection, source: str) -> str:
+    """"<source>-fork", or the first free "<source>-fork-N"."""
+    taken = {r[0] for r in c.execute("SELECT name FROM sessions WHERE deleted_at IS NULL")}
+    stem = source[:180] + "-fork"
+    name, n = stem, 2
+    while name in taken:
+        name, n = f"{stem}-{n}", n + 1
+    return name
+
+
+def _copy_checkpoints(c: sqlite3.Connection, source: Session, fork: str, at: int
+                      ) -> dict[str, str]:
+    """Copies, for the fork's first branch, of the checkpoints of the source's branch in use
+    whose cut lies at or before `at` (made from rows the fork has), with their ledgers and
+    timeline entries, parents linked among the copies; {source's id: copy's id}."""
+    ids = [r[0] for r in c.execute(
+        "SELECT k.id FROM context_checkpoints k JOIN branch_checkpoints b ON b.checkpoint_id "
+        "= k.id WHERE b.session_id = ? AND b.branch = ? AND k.first_retained_seq <= ? "
+        "ORDER BY k.generation", (source.id, source.branch, at))]
+    copies: dict[str, str] = {}
+    for old in ids:
+        new = "cp_" + uuid.uuid4().hex[:16]
+        parent = c.execute("SELECT parent_checkpoint_id FROM context_checkpoints WHERE id = ?",
+                           (old,)).fetchone()[0]
+        c.execute(f"INSERT INTO context_checkpoints (id, session_id, parent_checkpoint_id, "
+                  f"{_CHECKPOINT_COPY}) SELECT ?, ?, ?, {_CHECKPOINT_COPY} FROM "
+                  "context_checkpoints WHERE id = ?", (new, fork, copies.get(parent), old))
+        c.execute("INSERT INTO checkpoint_ledgers (checkpoint_id, dropped, dropped_up_to) "
+                  "SELECT ?, dropped, dropped_up_to FROM checkpoint_ledgers WHERE "
+                  "checkpoint_id = ?", (new, old))
+        c.execute("INSERT INTO checkpoint_facts (checkpoint_id, ord, seq, kind, said_by, text, "
+                  "vals) SELECT ?, ord, seq, kind, said_by, text, vals FROM checkpoint_facts "
+                  "WHERE checkpoint_id = ?", (new, old))
+        c.execute("INSERT INTO branch_checkpoints (checkpoint_id, session_id, branch) "
+                  "VALUES (?, ?, 0)", (new, fork))
+        c.execute("INSERT OR IGNORE INTO timeline (key, category, session_id, content, "
+                  "created_at) SELECT ?, category, ?, content, created_at FROM timeline "
+                  "WHERE key = ?", (CHECKPOINT_KEY + new, fork, CHECKPOINT_KEY + old))
+        copies[old] = new
+    return copies
+
+
+def _copy_pins(c: sqlite3.Connection, source: Session, fork: str, at: int) -> int:
+    """The source's pins in force that held at the fork point: those taken from a message
+    at or before it, and those typed before the message after it was written (a tie on the
+    clock counts as before; at the newest message, all of them). Numbers kept, so "#2" means
+    the same pin on both sides."""
+    after = c.execute(f"SELECT MIN(created_at) FROM messages m WHERE seq > ? AND "
+                      f"{current_path(c, source.id).clause()}", (at,)).fetchone()[0]
+    return c.execute(
+        "INSERT INTO pins (session_id, number, text, tokens, source_seq, created_at) "
+        "SELECT ?, number, text, tokens, source_seq, created_at FROM pins WHERE "
+        "session_id = ? AND unpinned_at IS NULL AND (source_seq <= ? OR (source_seq IS NULL "
+        "AND (? IS NULL OR created_at <= ?)))", (fork, source.id, at, after, after)).rowcount
+
+
+def detach_forks(c: sqlite3.Connection, session_id: str) -> None:
+    """Before `session_id` is purged for good: each fork of it gets its own copy of the rows
+    it reads there, on its first branch (whose path read them), seqs kept, and reads on
+    where the purged session read on (its own source, if it is a fork too)."""
+    link = c.execute("SELECT forked_from, fork_branch, fork_seq FROM sessions WHERE id = ?",
+                     (session_id,)).fetchone()
+    for (fork,) in c.execute("SELECT id FROM sessions WHERE forked_from = ?",
+                             (session_id,)).fetchall():
+        path = path_of(c, fork, 0)
+        theirs = BranchPath(fork, 0, tuple(s for s in path.steps if s[0] == session_id))
+        for (rowid,) in c.execute(f"SELECT m.id FROM messages m WHERE {theirs.clause()} "
+                                  "ORDER BY m.seq").fetchall():
+            new = c.execute(f"INSERT INTO messages ({MESSAGE_COLS}, branch) SELECT ?, "
+                            f"{_NOT_SESSION_COLS}, 0 FROM messages WHERE id = ?",
+                            (fork, rowid)).lastrowid
+            c.execute("INSERT INTO messages_fts(rowid, content) SELECT id, content FROM "
+                      "messages WHERE id = ?", (new,))
+        if link[0] is None:  # its copies start it now; `fork_seq` stays its seqs' base
+            c.execute("UPDATE sessions SET forked_from = NULL WHERE id = ?", (fork,))
+        else:
+            c.execute("UPDATE sessions SET forked_from = ?, fork_branch = ?, fork_seq = "
+                      "MIN(fork_seq, ?) WHERE id = ?", (link[0], link[1], link[2], fork))
