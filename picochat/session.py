@@ -50,7 +50,7 @@ from picochat.projection import ContextProjection, project, restore
 from picochat.providers.base import Provider, TextDelta, ThinkingDelta
 from picochat.storage.branches import Branch, Rewound, no_branch
 from picochat.storage.search import SearchHit
-from picochat.storage.store import Store, UncompactResult, UndoResult, last_turn_seqs
+from picochat.storage.store import Forked, Store, UncompactResult, UndoResult, last_turn_seqs
 from picochat.tools.access import FileAccess, file_access
 from picochat.tools.registry import schemas
 from picochat.traits import MIN_LEARNED_WINDOW, TraitsLearner, remembered
@@ -90,7 +90,7 @@ __all__ = [
     "TextDelta", "CompactionStarted", "CompactionReview", "Compacted", "Notice", "RetryWaiting",
     "ToolRan", "TurnFinished", "TurnFailed", "TurnCancelled", "CUT_AT_LIMIT", "remembered",
     "summary_model_advice", "note_opened", "TOTAL_TIMEOUT_S", "MIN_LEARNED_WINDOW", "LastTurn",
-    "ready_for_turns", "Branch", "Rewound", "read_branches",
+    "ready_for_turns", "Branch", "Rewound", "read_branches", "Forked", "fork_said",
 ]
 log = logging.getLogger("picochat.session")
 T = TypeVar("T")
@@ -128,6 +128,16 @@ def read_record(store: Store, session_id: str, branch: int | None = None) -> Ses
     if mine is None:
         raise no_branch(session.name, branch)
     return _branch_record(store, session, mine)
+
+
+def fork_said(done: Forked) -> str:
+    """What a fork made, in the words `/fork` and `picochat fork` both say it with."""
+    source, name = done.source.name, done.session.name
+    carried = [f"its summary with {done.facts:,} ledger fact{'s' if done.facts != 1 else ''}"
+               if done.checkpoint else "no summary",
+               f"{done.pins:,} pin{'s' if done.pins != 1 else ''}" if done.pins else "no pins"]
+    return (f"Forked {source} after message {done.at} into {name}: it starts with the "
+            f"context {source} had there ({', '.join(carried)}), and {source} stays as it was")
 
 
 def read_branches(store: Store, session_id: str) -> list[tuple[Branch, SessionRecord]]:
@@ -593,7 +603,7 @@ class SessionWorker:
         series = context_series(history, checkpoints, usage.budget.parts.fixed,
                                 usage.budget.limits.token_factor)
         lines = tuple(f"{'●' if b.current else ' '} {b.id}: {b.where} · {b.size}"
-                      for b in branches) if len(branches) > 1 else ()
+                      for b in branches) if len(branches) > 1 or session.forked_from else ()
         return ContextPanel(tuple(checkpoints), session.active_context_checkpoint_id,
                             tuple(series), session.context_floor_seq, tuple(usage.pins_lines()),
                             self.refused, lines)
@@ -712,6 +722,17 @@ class SessionWorker:
             session = self.store.switch_branch(self.session_id, branch)
             log.info("branch_switched session=%s branch=%d", self.session_id, branch)
             return session
+        return self.call(run)
+
+    def fork(self, name: str | None) -> "asyncio.Future[Forked]":
+        """`/fork`: a new session with this one's context as it is once the work queued before
+        it is done (storage/forks.py); this one stays as it is."""
+        def run() -> Forked:
+            done = self.store.fork_session(self.session_id, name)
+            log.info("fork session=%s fork=%s at=%d checkpoint=%s facts=%d pins=%d",
+                     self.session_id, done.session.id, done.at, done.checkpoint, done.facts,
+                     done.pins)
+            return done
         return self.call(run)
 
     async def branches(self) -> "list[Branch]":

@@ -19,7 +19,7 @@ from tests.helpers.cli import CliResult
 
 REPO = Path(__file__).resolve().parent.parent
 COMMANDS = ("ask", "compact", "info", "clear", "pin", "pins", "unpin", "sessions", "history",
-            "branches", "checkpoints", "export",
+            "branches", "fork", "checkpoints", "export",
             "config", "paths", "completion")
 
 

@@ -217,3 +217,36 @@ def test_a_database_from_schema_17_migrates_with_no_fork(tmp_path):
         assert SCHEMA_VERSION >= 18
     finally:
         store.close()
+
+
+def test_picochat_fork_from_the_shell(run_cli, cli_store):
+    """`picochat fork -s SRC [--at SEQ] NAME` says what the fork starts with and makes it
+    the current session; a bad point or name is one line, exit 2, and nothing is made."""
+    import json
+
+    for text in ("our redis runs on 6380", "the staging host is osprey-7"):
+        assert run_cli("ask", "-s", "work", text).status == 0          # 1..4
+    assert run_cli("pin", "-s", "work", "the deploy key is kestrel").status == 0
+    made = run_cli("fork", "-s", "work", "--at", "2", "idea")
+    assert made.status == 0, made.stderr
+    assert made.stdout.startswith("Forked work after message 2 into idea: it starts with "
+                                  "the context work had there (no summary, no pins)")  # pinned later
+    assert "Commands without --session now go to idea; -s work goes back." in made.stdout
+    assert run_cli("ask", "but redis moved to 6390").status == 0       # no -s: the fork
+    fork = cli_store.find_session("idea")
+    mine = [m.content for m in cli_store.history(fork.id)]
+    assert mine[0] == "our redis runs on 6380" and mine[2] == "but redis moved to 6390"
+    assert len(mine) == 4 and "osprey-7" not in " ".join(mine)
+    work = cli_store.find_session("work")
+    assert "6390" not in " ".join(m.content for m in cli_store.history(work.id))
+
+    as_json = json.loads(run_cli("fork", "-s", "work", "--json").stdout)
+    assert (as_json["name"], as_json["at"], as_json["pins"]) == ("work-fork", 4, 1)
+    count = len(cli_store.list_sessions())
+    for argv, says in ((["--at", "3"], "middle of a turn"), (["--at", "40"], "no message 40"),
+                       (["-s", "nope"], "no session named 'nope'")):
+        bad = run_cli("fork", *argv, "x") if "-s" in argv else run_cli(
+            "fork", "-s", "work", *argv, "x")
+        assert bad.status == 2 and says in bad.stderr, bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    assert len(cli_store.list_sessions()) == count

@@ -122,3 +122,46 @@ async def test_export_writes_the_branch_on_screen_or_every_branch(store, tmp_pat
         assert [(b["branch"], b["current"]) for b in branches] == [(0, False), (1, True)]
         assert [m["content"].strip() for m in branches[0]["messages"]] == [
             "first question", "one", "second question", "two"]
+
+
+async def test_fork_opens_a_new_session_with_this_context_and_leaves_this_one(store,
+                                                                              monkeypatch):
+    """`/fork NAME`: the app opens a new session whose transcript and request hold this
+    one's context (its turns and pins); this session stays as it was."""
+    from picochat.models import resolve_model
+    from picochat.tui import app as app_module
+
+    forked = Streaming(turns=["in the fork"])
+    monkeypatch.setattr(app_module, "open_model", lambda config, session, *_, **__: (
+        resolve_model(config, "offline"), forked))
+    app = make_app(store, provider=Streaming(turns=["one", "two"]))
+    async with app.run_test(size=SIZE) as pilot:
+        src = app.session.id
+        await settle(pilot, app, lambda: app.ready)
+        await chat_once(pilot, app, store, "our redis runs on 6380")
+        await chat_once(pilot, app, store, "the deploy key is kestrel")
+        await say(pilot, "/pin the staging host is osprey-7")
+        await settle(pilot, app, lambda: store.pins(src) != ())
+        before = [m.content for m in store.history(src)]
+
+        await say(pilot, "/fork t")                        # the name is this session's
+        await settle(pilot, app, lambda: any("exists" in t for t in texts(app, Notice)))
+        assert app.session.id == src and len(store.list_sessions()) == 1
+
+        await say(pilot, "/fork try-postgres")
+        await settle(pilot, app, lambda: app.session.name == "try-postgres" and idle(app))
+        assert conversation(app) == [("user", "our redis runs on 6380"), ("assistant", "one"),
+                                     ("user", "the deploy key is kestrel"),
+                                     ("assistant", "two")]
+        said = texts(app, Notice)[-1]
+        assert said.startswith("Forked t after message 4 into try-postgres") and "1 pin" in said
+        assert "/sessions switches back" in said
+        await settle(pilot, app, lambda: "try-postgres" in status_line(app))
+
+        await say(pilot, "which port does redis use?")
+        await settle(pilot, app, lambda: idle(app) and conversation(app)[-1:] ==
+                     [("assistant", "in the fork")], what="the fork never answered")
+        sent = " ".join(str(m.get("content")) for m in forked.turn_requests[-1].messages)
+        assert "our redis runs on 6380" in sent and "osprey-7" in sent
+        assert [m.content for m in store.history(src)] == before  # the source as it was
+        assert store.latest_session().id == app.session.id != src

@@ -441,6 +441,21 @@ def cmd_branches(app: App) -> int:
     return 0
 
 
+def cmd_fork(app: App) -> int:
+    from picochat.session import fork_said
+
+    source = app.session()
+    done = app.store.fork_session(source.id, app.args.name, app.opt("at"))
+    if app.opt("json"):
+        dump_json({"session_id": done.session.id, "name": done.session.name,
+                   "source_id": source.id, "at": done.at, "checkpoint_id": done.checkpoint,
+                   "facts": done.facts, "pins": done.pins})
+        return 0
+    out(for_terminal(f"{fork_said(done)}.\nCommands without --session now go to "
+                     f"{done.session.name}; -s {source.name} goes back."))
+    return 0
+
+
 def cmd_checkpoints(app: App) -> int:
     from picochat import render
 
@@ -725,6 +740,7 @@ HANDLERS = {
     "sessions": cmd_sessions,
     "history": cmd_history,
     "branches": cmd_branches,
+    "fork": cmd_fork,
     "checkpoints": cmd_checkpoints,
     "export": cmd_export,
     "config": cmd_config,

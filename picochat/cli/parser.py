@@ -219,6 +219,22 @@ def build_parser() -> argparse.ArgumentParser:
           picochat branches -s work
           picochat branches --json | jq '.[] | select(.current)'
         """))
+    p = sub.add_parser("fork", parents=[common, session, as_json],
+                       help="a new session from this one's context", **_help("""
+        Make a new session that starts with the session's context after one of
+        its messages (--at SEQ; else its newest): its summary, ledger and pins,
+        and the messages after the summary. The source stays as it was, and no
+        message is copied. The new session becomes the most recently active.
+        """, """
+          picochat fork -s work try-postgres
+          picochat fork -s work --at 12 before-the-migration
+          picochat fork --json | jq -r .session_id
+        """))
+    p.add_argument("--at", type=int, metavar="SEQ",
+                   help="fork after message SEQ, the end of a turn "
+                        "(`picochat history` numbers them)")
+    p.add_argument("name", nargs="?", metavar="NAME",
+                   help="the new session's name (default: SOURCE-fork)")
     sub.add_parser("checkpoints", parents=[common, session, as_json],
                    help="every checkpoint of the session, newest first", **_help("""
         List the session's checkpoints (the summaries compaction wrote), newest

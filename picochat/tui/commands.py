@@ -389,6 +389,24 @@ async def cmd_branches(host: CommandHost, _: str) -> None:
     host.push_screen(BranchPicker(branches), picked)
 
 
+async def cmd_fork(host: CommandHost, name: str) -> None:
+    """`/fork [NAME]`: a new session from this one's context, once the work queued before
+    it is done, then opened; this one stays as it is."""
+    from picochat.session import fork_said
+
+    if name and await host.sessions.find(name):
+        await host.chat.add_notice(f"a session named {name!r} exists; /fork NAME with "
+                                   "another name", "error")
+        return
+    try:
+        done = await host.worker.fork(name or None)
+    except PicochatError as exc:
+        await host.chat.add_notice(exc.user_line(), "error")
+        return
+    await host.open_session(done.session)
+    await host.chat.add_notice(f"{fork_said(done)}. /sessions switches back.")
+
+
 async def cmd_rename(host: CommandHost, name: str) -> None:
     chat = host.chat
     if not name:
@@ -619,6 +637,7 @@ HANDLERS: dict[str, Handler] = {
     "retry": cmd_retry,
     "new": cmd_new,
     "sessions": cmd_sessions,
+    "fork": cmd_fork,
     "rename": cmd_rename,
     "delete": cmd_delete,
     "model": cmd_model,

@@ -39,6 +39,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("sessions", "", "switch to another session"),
     Command("branches", "", "list this session's branches and switch to one (ctrl+b); e on "
                             "an earlier message of yours starts one"),
+    Command("fork", "[NAME]", "a new session that starts with this one's context (its "
+                              "summary, ledger and pins); this one stays as it is"),
     Command("rename", "NAME", "rename this session"),
     Command("delete", "", "delete this session (asks first; the rows are kept)"),
     Command("model", "[NAME]", "show or switch this session's model; the budget follows"),

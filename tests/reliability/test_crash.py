@@ -200,3 +200,51 @@ def test_a_rewind_killed_in_its_transaction_leaves_the_session_as_it_was(crash_e
     assert conn.execute("SELECT COUNT(*) FROM branches").fetchone()[0] == 2
     conn.close()
     assert all(m["content"] != "seed 3: port 9003" for m in after.context)  # not on it
+
+
+FORK_TABLES = ("sessions", "messages", "context_checkpoints", "checkpoint_ledgers",
+               "checkpoint_facts", "branch_checkpoints", "timeline", "retractions",
+               "context_clears", "pins")
+
+
+def read_all(db: Path) -> dict[str, list[tuple]]:
+    """Every row of the tables a fork writes to, sorted, after an integrity check."""
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}"), key=repr) for t in FORK_TABLES}
+    finally:
+        conn.close()
+
+
+def test_a_fork_killed_in_its_transaction_leaves_no_fork_and_run_to_the_end_a_whole_one(
+        crash_env, home, run_cli):
+    """Issue 36: a fork SIGKILLed with every write done but not committed leaves the
+    database as it was (no new session, no copied summary or pin); run to the end, it makes
+    one new session whose context is the source's, without copying a message."""
+    db = home / "data" / "picochat.db"
+    for i in range(4):
+        assert run_cli("ask", "--session", "s", f"seed {i}: port {9000 + i}").status == 0
+    assert run_cli("compact", "--session", "s").status in (0, 1)
+    assert run_cli("pin", "--session", "s", "Our Redis runs on 6380").status == 0
+    before = read_all(db)
+    assert before["context_checkpoints"] and before["pins"]  # something for a fork to copy
+    for n in range(5):
+        marker = home / f"forked-{n}"
+        env = dict(crash_env, PICOCHAT_CRASH_POINT="in_fork", PICOCHAT_CRASH_FILE=str(marker))
+        proc = start(["fork", "-s", "s", "try-it"], env)
+        assert kill_when(proc, marker), "the fork never reached its point"
+        assert read_all(db) == before
+    done = run_cli("fork", "-s", "s", "try-it", env=crash_env)
+    assert done.status == 0, done.stderr
+    after = read_all(db)
+    assert after["messages"] == before["messages"]  # no message copied
+    assert len(after["sessions"]) == len(before["sessions"]) + 1
+    store = open_store(db)
+    try:
+        names = {s.name: s.id for s in store.list_sessions()}
+        assert set(names) == {"s", "try-it"}
+        assert (restore(store, names["try-it"]).provider_messages("sys")
+                == restore(store, names["s"]).provider_messages("sys"))
+    finally:
+        store.close()
