@@ -63,6 +63,12 @@ class NotRewindable(UsageError):
     kind = "not_rewindable"
 
 
+class NameTaken(UsageError):
+    """A new name (a session made, forked or renamed) that a live session has: exit 2."""
+
+    kind = "name_taken"
+
+
 class NotForkable(UsageError):
     """A fork point that is not a finished turn's end on the source's branch in use, or a
     source with nothing to fork: exit 2, nothing written."""

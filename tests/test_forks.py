@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from picochat.errors import NotForkable, StorageError
+from picochat.errors import NameTaken, NotForkable
 from picochat.projection import project
 from picochat.storage import open_store
 from picochat.storage.schema import SCHEMA_VERSION
@@ -114,7 +114,7 @@ def test_a_fork_at_an_earlier_message_holds_what_the_context_held_then(store):
 
 def test_a_fork_point_that_is_no_turn_s_end_is_refused_and_nothing_is_written(store):
     src = store.create_session("work").id
-    with pytest.raises(NotForkable, match="no messages to fork"):
+    with pytest.raises(NotForkable, match="no answered turn to fork"):
         store.fork_session(src, "x")
     turn(store, src, "q0", "a0")                              # 1, 2
     append_message(store, src, "user", "q1", turn_id="t3")    # 3
@@ -124,25 +124,33 @@ def test_a_fork_point_that_is_no_turn_s_end_is_refused_and_nothing_is_written(st
     append_message(store, src, "tool", "file text", turn_id="t3", tool_call_id="c1")
     append_message(store, src, "assistant", "a1", turn_id="t3")  # 6
     sessions = len(store.list_sessions())
-    for at, why, hint in ((1, "middle of a turn", "fork at 2"),
-                          (4, "middle of a turn", "fork at 6"),
+    for at, why, hint in ((1, "does not end a turn", "fork at 2"),
+                          (4, "does not end a turn", "fork at 6"),
                           (99, "no message 99", "picochat history -s work")):
         with pytest.raises(NotForkable, match=why) as raised:
             store.fork_session(src, "x", at=at)
         assert raised.value.exit_status == 2 and hint in raised.value.hint
-    with pytest.raises(StorageError, match="already exists"):
+    with pytest.raises(NameTaken, match="already exists"):
         store.fork_session(src, "work")
     assert len(store.list_sessions()) == sessions
     assert store.fork_session(src, None, at=2).session.name == "work-fork"
     assert store.fork_session(src).session.name == "work-fork-2"
 
 
-def test_a_running_turn_is_not_forked_by_default(store):
+def test_a_turn_still_running_in_another_process_is_not_forked_by_default(store):
+    """Its question is written first, then its tool calls and results, and its answer last
+    (a draft of it only a second in): until the answer comes, the fork ends before it."""
     src = store.create_session("work").id
     turn(store, src, "q0", "a0")                              # 1, 2
     append_message(store, src, "user", "q1, being answered", turn_id="t3")
-    store.drafts.save(src, "t3", "half an ans")
-    assert store.fork_session(src, "idea").at == 2
+    assert store.fork_session(src, "just asked").at == 2
+    append_message(store, src, "assistant", "", turn_id="t3",
+                   tool_calls=[{"id": "c1", "type": "function",
+                                "function": {"name": "read_file", "arguments": "{}"}}])
+    append_message(store, src, "tool", "file text", turn_id="t3", tool_call_id="c1")
+    assert store.fork_session(src, "tool ran").at == 2
+    append_message(store, src, "assistant", "a1", turn_id="t3")   # 6
+    assert store.fork_session(src, "answered").at == 6
 
 
 def test_undo_rewind_and_search_in_a_fork_reach_into_the_source_s_rows_on_its_side(store):
@@ -199,6 +207,44 @@ def test_purging_a_source_for_good_leaves_each_fork_whole(store):
     assert [m.content for m in store.history(c)] == want[c][0]
 
 
+def test_purging_the_middle_of_a_chain_leaves_the_last_fork_reading_what_it_read(store):
+    """Found in review: G, then S forked from G and rewound to G's third message, then F
+    forked from S. Purging S must leave F reading G only up to where S's branch did, not
+    up to where S first forked."""
+    g = store.create_session("g").id
+    for i in range(5):
+        turn(store, g, f"kiwi{i}", f"answer {i}")              # 1..10
+    s = store.fork_session(g, "s").session.id
+    store.rewind(s, 5)                                         # s reads g up to 4
+    turn(store, s, "a squid question", "an answer")            # 11, 12 of s
+    f = store.fork_session(s, "f").session.id
+    want = [m.content for m in store.history(f)]
+    assert len(want) == 6
+    store.purge_session(s)
+    assert [m.content for m in store.history(f)] == want
+    assert seqs(project(store.context_snapshot(f)).raw) == [1, 2, 3, 4, 11, 12]
+    assert [h.seq for h in store.search.messages(f, "squid")] == [11]  # a copy, found
+    assert store.search.messages(f, "kiwi3") == []              # g's 7: not on f's path
+
+
+def test_the_pins_a_fork_carries_are_those_that_held_at_its_point(tmp_path):
+    """At an earlier answer: those made before the next message and not removed by then,
+    whatever happened to them later (found in review)."""
+    ticks = iter(range(1_000, 10**9, 1_000))   # a second between writes: no tie to judge
+    store = open_store(tmp_path / "p.db", clock=lambda: next(ticks))
+    src = store.create_session("work").id
+    turn(store, src, "q0", "a0")                               # 1, 2
+    kept = store.add_pin(src, "held then, removed later", 3)
+    turn(store, src, "q1", "a1")                               # 3, 4
+    store.add_pin(src, "pinned later, from message 1", 3, source_seq=1)
+    store.remove_pin(src, kept.number)
+    early = store.fork_session(src, "early", at=2)
+    assert [p.text for p in store.pins(early.session.id)] == ["held then, removed later"]
+    late = store.fork_session(src, "late")
+    assert [p.text for p in store.pins(late.session.id)] == ["pinned later, from message 1"]
+    store.close()
+
+
 def test_a_database_from_schema_17_migrates_with_no_fork(tmp_path):
     path = tmp_path / "old.db"
     conn = database_at(path, 17)
@@ -243,10 +289,15 @@ def test_picochat_fork_from_the_shell(run_cli, cli_store):
     as_json = json.loads(run_cli("fork", "-s", "work", "--json").stdout)
     assert (as_json["name"], as_json["at"], as_json["pins"]) == ("work-fork", 4, 1)
     count = len(cli_store.list_sessions())
-    for argv, says in ((["--at", "3"], "middle of a turn"), (["--at", "40"], "no message 40"),
+    for argv, says in ((["--at", "3"], "does not end a turn"), (["--at", "40"], "no message 40"),
                        (["-s", "nope"], "no session named 'nope'")):
         bad = run_cli("fork", *argv, "x") if "-s" in argv else run_cli(
             "fork", "-s", "work", *argv, "x")
         assert bad.status == 2 and says in bad.stderr, bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    for argv, says in ((["--at", "99999999999999999999"], "must be a number from 0"),
+                       (["work"], "a session named 'work' already exists")):
+        bad = run_cli("fork", "-s", "work", *argv)
+        assert bad.status == 2 and says in bad.stderr, bad.stderr
+        assert "Traceback" not in bad.stderr and "internal error" not in bad.stderr
     assert len(cli_store.list_sessions()) == count

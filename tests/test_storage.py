@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from picochat.errors import SessionNotFound, StaleGeneration, StorageError
+from picochat.errors import NameTaken, SessionNotFound, StaleGeneration, StorageError
 from picochat.messages import NewCheckpoint
 from picochat.storage import open_store
 from picochat.storage.schema import MIGRATIONS, SCHEMA_VERSION
@@ -478,10 +478,10 @@ def test_find_session_prefers_id_over_name(store) -> None:
 
 def test_duplicate_live_name_rejected(store) -> None:
     store.create_session("dup")
-    with pytest.raises(StorageError):
+    with pytest.raises(NameTaken):
         store.create_session("dup")
     other = store.create_session("x")
-    with pytest.raises(StorageError):
+    with pytest.raises(NameTaken):
         store.rename_session(other.id, "dup")
     assert sorted(s.name for s in store.list_sessions()) == ["dup", "x"]
 

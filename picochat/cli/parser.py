@@ -30,6 +30,18 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _number(text: str) -> int:
+    """A message, pin or branch number: a whole number SQLite can hold (a huge one would
+    overflow its 64-bit integers: said here, not as an internal error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 0 <= value < 2**62:
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 2**62, got {text}")
+    return value
+
+
 DESCRIPTION = """\
 A terminal chat client for any LLM, with context compaction that never loses
 a fact. Without a command, picochat opens the chat app.
@@ -172,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         """))
     p.add_argument("text", metavar="TEXT", nargs="*",
                    help="the statement; several words are joined with spaces; - reads stdin")
-    p.add_argument("--message", metavar="SEQ", type=int,
+    p.add_argument("--message", metavar="SEQ", type=_number,
                    help="pin message SEQ of the session (yours or an answer) instead")
     sub.add_parser("pins", parents=[common, session, model, as_json],
                    help="list the session's pins and what they cost (/pins)", **_help("""
@@ -190,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
           picochat unpin 2
           picochat unpin -s work 1
         """))
-    p.add_argument("number", metavar="N", type=int, help="the pin's number")
+    p.add_argument("number", metavar="N", type=_number, help="the pin's number")
     p = sub.add_parser("sessions", parents=[common, as_json], help="list sessions", **_help("""
         List the sessions, the most recently active first: name, id, number of
         messages, model.
@@ -208,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
           picochat history --branch 0
           picochat history --json | jq '.messages | length'
         """))
-    p.add_argument("--branch", type=int, metavar="N",
+    p.add_argument("--branch", type=_number, metavar="N",
                    help="read branch N (`picochat branches` lists them)")
     sub.add_parser("branches", parents=[common, session, as_json],
                    help="the session's branches", **_help("""
@@ -230,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
           picochat fork -s work --at 12 before-the-migration
           picochat fork --json | jq -r .session_id
         """))
-    p.add_argument("--at", type=int, metavar="SEQ",
+    p.add_argument("--at", type=_number, metavar="SEQ",
                    help="fork after message SEQ, the end of a turn "
                         "(`picochat history` numbers them)")
     p.add_argument("name", nargs="?", metavar="NAME",

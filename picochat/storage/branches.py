@@ -80,6 +80,7 @@ class Branch:
     checkpoint: str | None = None  # its summary in use
     floor: int = 0         # its `/clear` floor
     source: str | None = None  # a fork's first branch: the name of the session it came from
+    carried: int = 0           # …and the turns it reads from there
 
     @property
     def where(self) -> str:
@@ -91,7 +92,8 @@ class Branch:
 
     @property
     def size(self) -> str:
-        return f"{self.turns:,} turn{'s' if self.turns != 1 else ''}"
+        own = f"{self.turns:,} turn{'s' if self.turns != 1 else ''}"
+        return own + (f" after {self.carried:,} from {self.source}" if self.source else "")
 
 
 def no_branch(session: str, branch: int) -> BranchNotFound:
@@ -188,10 +190,16 @@ class BranchPointers(OnCore):
                 first = c.execute("SELECT substr(content, 1, 300) FROM messages WHERE "
                                   "session_id = ? AND branch = ? AND role = 'user' ORDER BY "
                                   "seq LIMIT 1", (session_id, bid)).fetchone()
+                carried = 0
+                if bid == 0 and source is not None:  # the turns a fork reads from its source
+                    path = path_of(c, session_id, 0)
+                    carried = c.execute(
+                        f"SELECT COUNT(*) FROM messages m WHERE role = 'user' AND m.session_id "
+                        f"!= ? AND {path.rows()}", (session_id,)).fetchone()[0]
                 out.append(Branch(bid, parent, fork, turns, last_seq or fork,
                                   last_at or created, bid == session.branch,
                                   first[0] if first else "", checkpoint, floor,
-                                  source if bid == 0 else None))
+                                  source if bid == 0 else None, carried))
             return out
 
     def rewind(self, session_id: str, seq: int) -> Rewound:

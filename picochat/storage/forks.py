@@ -25,6 +25,7 @@ from picochat.errors import NotForkable
 from picochat.messages import Session
 from picochat.storage.branches import (BranchPath, _checkpoint_before, _pointers_before,
                                        current_path, path_of)
+from picochat.storage.names import JOINERS
 from picochat.storage.rows import (MESSAGE_COLS, SESSION_COLS, OnCore, insert_session,
                                    session_row, to_session)
 from picochat.storage.sql import CHECKPOINT_KEY
@@ -100,34 +101,43 @@ class Forks(OnCore):
             return [to_session(c, r) for r in rows]
 
 
+# A turn's end: its answer (an assistant message that calls no tool). A question, a tool call
+# or a tool result is the middle of a turn, and a turn still running has no answer yet.
+_ANSWER = "m.role = 'assistant' AND m.tool_calls IS NULL"
+
+
 def _fork_point(c: sqlite3.Connection, source: Session, at: int | None) -> int:
-    """The source's last message the fork starts from: `at`, checked, or the newest row of
-    its branch in use whose turn is finished (no process is still writing it)."""
+    """The source's last message the fork starts from: `at`, checked to be an answer on its
+    branch in use, or its newest answer (a turn another process is still running, or one
+    whose answer never came, is left out)."""
     on = current_path(c, source.id).clause()
     if at is None:
-        newest = c.execute(f"SELECT MAX(seq) FROM messages m WHERE {on} AND (turn_id IS NULL "
-                           "OR turn_id NOT IN (SELECT turn_id FROM drafts))").fetchone()[0]
+        newest = c.execute(f"SELECT MAX(seq) FROM messages m WHERE {on} AND {_ANSWER}"
+                           ).fetchone()[0]
         if newest is None:
-            raise NotForkable(f"session {source.name} has no messages to fork yet",
-                              "say something in it first")
-        at = newest
-    row = c.execute(f"SELECT turn_id FROM messages m WHERE seq = ? AND {on}", (at,)).fetchone()
-    if row is None:
+            raise NotForkable(f"session {source.name} has no answered turn to fork yet",
+                              "fork it once an answer has come")
+        return int(newest)
+    if c.execute(f"SELECT 1 FROM messages m WHERE seq = ? AND {on}", (at,)).fetchone() is None:
         raise NotForkable(f"session {source.name} has no message {at} on its branch in use",
                           f"`picochat history -s {source.name}` numbers its messages")
-    if row[0] is not None:
-        end = c.execute(f"SELECT MAX(seq) FROM messages m WHERE turn_id = ? AND {on}",
-                        (row[0],)).fetchone()[0]
-        if end > at:
-            raise NotForkable(f"message {at} of session {source.name} is in the middle of a "
-                              f"turn", f"fork at {end}, where that turn ends")
+    if c.execute(f"SELECT 1 FROM messages m WHERE seq = ? AND {on} AND {_ANSWER}",
+                 (at,)).fetchone() is None:
+        after = c.execute(f"SELECT MIN(seq) FROM messages m WHERE seq > ? AND {on} AND "
+                          f"{_ANSWER}", (at,)).fetchone()[0]
+        before = c.execute(f"SELECT MAX(seq) FROM messages m WHERE seq < ? AND {on} AND "
+                           f"{_ANSWER}", (at,)).fetchone()[0]
+        hint = (f"fork at {after}, the answer that ends its turn" if after is not None else
+                f"fork at {before}, the last answer before it" if before is not None else
+                "fork once an answer has come")
+        raise NotForkable(f"message {at} of session {source.name} does not end a turn", hint)
     return at
 
 
 def _fork_name(c: sqlite3.Connection, source: str) -> str:
     """"<source>-fork", or the first free "<source>-fork-N"."""
     taken = {r[0] for r in c.execute("SELECT name FROM sessions WHERE deleted_at IS NULL")}
-    stem = source[:180] + "-fork"
+    stem = source[:180].rstrip(JOINERS) + "-fork"  # a joiner cut from its pair hides
     name, n = stem, 2
     while name in taken:
         name, n = f"{stem}-{n}", n + 1
@@ -167,25 +177,26 @@ def _copy_checkpoints(c: sqlite3.Connection, source: Session, fork: str, at: int
 
 
 def _copy_pins(c: sqlite3.Connection, source: Session, fork: str, at: int) -> int:
-    """The source's pins in force that held at the fork point: those taken from a message
-    at or before it, and those typed before the message after it was written (a tie on the
-    clock counts as before; at the newest message, all of them). Numbers kept, so "#2" means
-    the same pin on both sides."""
+    """The source's pins that held at the fork point: at its newest answer, those in force;
+    at an earlier one, those made before the message after it was written and not removed
+    by then (a tie on the clock counts as before), from no message after it. Numbers kept, so "#2" means the same pin
+    on both sides."""
     after = c.execute(f"SELECT MIN(created_at) FROM messages m WHERE seq > ? AND "
                       f"{current_path(c, source.id).clause()}", (at,)).fetchone()[0]
+    held = ("unpinned_at IS NULL" if after is None else  # nor one taken from a later message
+            "created_at <= :after AND (unpinned_at IS NULL OR unpinned_at > :after) AND "
+            "(source_seq IS NULL OR source_seq <= :at)")
     return c.execute(
         "INSERT INTO pins (session_id, number, text, tokens, source_seq, created_at) "
-        "SELECT ?, number, text, tokens, source_seq, created_at FROM pins WHERE "
-        "session_id = ? AND unpinned_at IS NULL AND (source_seq <= ? OR (source_seq IS NULL "
-        "AND (? IS NULL OR created_at <= ?)))", (fork, source.id, at, after, after)).rowcount
+        "SELECT :fork, number, text, tokens, source_seq, created_at FROM pins WHERE "
+        f"session_id = :source AND {held}",
+        {"fork": fork, "source": source.id, "after": after, "at": at}).rowcount
 
 
 def detach_forks(c: sqlite3.Connection, session_id: str) -> None:
     """Before `session_id` is purged for good: each fork of it gets its own copy of the rows
     it reads there, on its first branch (whose path read them), seqs kept, and reads on
-    where the purged session read on (its own source, if it is a fork too)."""
-    link = c.execute("SELECT forked_from, fork_branch, fork_seq FROM sessions WHERE id = ?",
-                     (session_id,)).fetchone()
+    where its path went on past them (the purged session's own source, if it is a fork)."""
     for (fork,) in c.execute("SELECT id FROM sessions WHERE forked_from = ?",
                              (session_id,)).fetchall():
         path = path_of(c, fork, 0)
@@ -197,8 +208,12 @@ def detach_forks(c: sqlite3.Connection, session_id: str) -> None:
                             (fork, rowid)).lastrowid
             c.execute("INSERT INTO messages_fts(rowid, content) SELECT id, content FROM "
                       "messages WHERE id = ?", (new,))
-        if link[0] is None:  # its copies start it now; `fork_seq` stays its seqs' base
+        # it reads on where its path went on after the purged session's rows: the first
+        # step past them, capped where the path had it (not where the purged one forked)
+        first = next(i for i, step in enumerate(path.steps) if step[0] == session_id)
+        beyond = next((step for step in path.steps[first:] if step[0] != session_id), None)
+        if beyond is None:  # its copies start it now; `fork_seq` stays its seqs' base
             c.execute("UPDATE sessions SET forked_from = NULL WHERE id = ?", (fork,))
         else:
             c.execute("UPDATE sessions SET forked_from = ?, fork_branch = ?, fork_seq = "
-                      "MIN(fork_seq, ?) WHERE id = ?", (link[0], link[1], link[2], fork))
+                      "MIN(fork_seq, ?) WHERE id = ?", (*beyond, fork))

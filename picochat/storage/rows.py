@@ -12,7 +12,7 @@ import sqlite3
 import uuid
 from typing import Any, Sequence
 
-from picochat.errors import SessionNotFound, StorageError
+from picochat.errors import NameTaken, SessionNotFound
 from picochat.messages import Message, Session
 from picochat.storage.core import Core
 from picochat.storage.names import check_session_name
@@ -99,7 +99,7 @@ def insert_session(c: sqlite3.Connection, now: int, name: str, model: str | None
     check_session_name(name)
     if c.execute("SELECT 1 FROM sessions WHERE name = ? AND deleted_at IS NULL",
                  (name,)).fetchone():
-        raise StorageError(f"a session named {name!r} already exists", "pick another name")
+        raise NameTaken(f"a session named {name!r} already exists", "pick another name")
     sid = "s_" + uuid.uuid4().hex[:12]
     c.execute("INSERT INTO sessions (id, name, created_at, updated_at, model, activity_seq) "
               f"VALUES (?, ?, ?, ?, ?, {NEXT_ACTIVITY})", (sid, name, now, now, model))

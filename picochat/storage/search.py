@@ -249,13 +249,13 @@ def _ranked(c: sqlite3.Connection, match: str | None, before: int, limit: int, f
 
 
 def _top_rowid(c: sqlite3.Connection, on: BranchPath, before: int) -> int:
-    """A row id no row of the path below seq `before` is above: in each session it reads,
-    that of its newest row in range (a session's ids grow with its seqs), found by the
-    index alone."""
+    """A row id no row of the path below seq `before` is above: the highest of each session
+    it reads, in range, found by the index alone. (Not the newest seq's: a fork given its
+    purged source's rows holds old seqs under new ids.)"""
     top = 0
     for session_id, last in on.sessions().items():
         bound = before if last is None else min(before, last + 1)
-        row = c.execute("SELECT id FROM messages WHERE session_id = ? AND seq < ? "
-                        "ORDER BY seq DESC LIMIT 1", (session_id, bound)).fetchone()
-        top = max(top, row[0] if row else 0)
+        row = c.execute("SELECT MAX(id) FROM messages WHERE session_id = ? AND seq < ?",
+                        (session_id, bound)).fetchone()
+        top = max(top, row[0] or 0)
     return top

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from picochat.errors import SessionNotFound, StorageError
+from picochat.errors import NameTaken, SessionNotFound
 from picochat.messages import Session
 from picochat.storage.branches import current_path
 from picochat.storage.forks import detach_forks
@@ -125,7 +125,7 @@ class SessionRows(OnCore):
             clash = c.execute("SELECT id FROM sessions WHERE name = ? AND deleted_at IS NULL "
                               "AND id != ?", (name, session_id)).fetchone()
             if clash:
-                raise StorageError(f"a session named {name!r} already exists", "pick another name")
+                raise NameTaken(f"a session named {name!r} already exists", "pick another name")
             c.execute("UPDATE sessions SET name = ? WHERE id = ?", (name, session_id))
         return self.session(session_id)
 

@@ -394,10 +394,6 @@ async def cmd_fork(host: CommandHost, name: str) -> None:
     it is done, then opened; this one stays as it is."""
     from picochat.session import fork_said
 
-    if name and await host.sessions.find(name):
-        await host.chat.add_notice(f"a session named {name!r} exists; /fork NAME with "
-                                   "another name", "error")
-        return
     try:
         done = await host.worker.fork(name or None)
     except PicochatError as exc:
