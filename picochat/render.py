@@ -61,6 +61,8 @@ def session_json(session: Session) -> dict[str, Any]:
         "active_context_checkpoint_id": session.active_context_checkpoint_id,
         "context_generation": session.context_generation,
         "context_floor_seq": session.context_floor_seq,
+        "forked_from": session.forked_from,  # a fork: its source's id, and the last message
+        "fork_seq": session.fork_seq if session.forked_from else None,  # of it it starts from
     }
 
 

@@ -170,6 +170,7 @@ def test_undo_rewind_and_search_in_a_fork_reach_into_the_source_s_rows_on_its_si
     assert seqs(store.history(fork)) == [5, 6]
     [root, new] = store.branches(fork)
     assert root.where == "forked from work after message 4"
+    assert root.size == "1 turn from work, 0 since"           # its undo took one out
     assert (new.parent, new.fork_seq) == (0, 0)
     store.switch_branch(fork, 0)
     assert seqs(store.history(fork)) == [1, 2, 3, 4]
@@ -288,6 +289,9 @@ def test_picochat_fork_from_the_shell(run_cli, cli_store):
 
     as_json = json.loads(run_cli("fork", "-s", "work", "--json").stdout)
     assert (as_json["name"], as_json["at"], as_json["pins"]) == ("work-fork", 4, 1)
+    listed = {s["name"]: s for s in json.loads(run_cli("sessions", "--json").stdout)}
+    assert (listed["idea"]["forked_from"], listed["idea"]["fork_seq"]) == (work.id, 2)
+    assert listed["work"]["forked_from"] is None
     count = len(cli_store.list_sessions())
     for argv, says in ((["--at", "3"], "does not end a turn"), (["--at", "40"], "no message 40"),
                        (["-s", "nope"], "no session named 'nope'")):

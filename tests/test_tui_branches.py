@@ -5,7 +5,10 @@ what the provider receives follows the branch in use."""
 
 from __future__ import annotations
 
+from textual.widgets import OptionList
+
 from picochat.tui.branch_picker import BranchPicker
+from picochat.tui.session_picker import SessionPicker
 from picochat.tui.chat import Notice, UserMessage
 from picochat.tui.prompt import Prompt
 from tests.helpers.scripted import Hold, Streaming
@@ -165,3 +168,10 @@ async def test_fork_opens_a_new_session_with_this_context_and_leaves_this_one(st
         assert "our redis runs on 6380" in sent and "osprey-7" in sent
         assert [m.content for m in store.history(src)] == before  # the source as it was
         assert store.latest_session().id == app.session.id != src
+
+        await say(pilot, "/sessions")                      # the two begin alike: which is
+        await settle(pilot, app, lambda: isinstance(app.screen, SessionPicker))  # the fork
+        options = app.screen.query_one("#sp-list", OptionList)
+        rows = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+        assert "fork of t" in rows[0] and "try-postgres" in rows[0]
+        assert "fork of" not in rows[1]

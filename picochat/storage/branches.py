@@ -92,8 +92,10 @@ class Branch:
 
     @property
     def size(self) -> str:
-        own = f"{self.turns:,} turn{'s' if self.turns != 1 else ''}"
-        return own + (f" after {self.carried:,} from {self.source}" if self.source else "")
+        if self.source is not None:
+            return (f"{self.carried:,} turn{'s' if self.carried != 1 else ''} from "
+                    f"{self.source}, {self.turns:,} since")
+        return f"{self.turns:,} turn{'s' if self.turns != 1 else ''}"
 
 
 def no_branch(session: str, branch: int) -> BranchNotFound:

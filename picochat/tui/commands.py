@@ -363,8 +363,11 @@ async def cmd_sessions(host: CommandHost, _: str) -> None:
     # a session with no model of its own opens with the default, as this one did unless
     # it has its own: auto-detected defaults have no name in the config
     default = "" if host.session.model else host.worker.model.name
-    rows = [Row(s, first, model_name_without_probing(host.config, s.model) or default)
-            for s, first in await host.sessions.listing()]
+    listing = await host.sessions.listing()
+    names = {s.id: s.name for s, _ in listing}
+    rows = [Row(s, first, model_name_without_probing(host.config, s.model) or default,
+                names.get(s.forked_from, "a deleted session") if s.forked_from else "")
+            for s, first in listing]
 
     async def picked(session_id: str | None) -> None:
         if session_id and session_id != host.session.id:

@@ -34,9 +34,10 @@ class Row:
     session: Session
     first: str   # how it began: the first user message's first line
     model: str = ""  # the model it opens with (its own, else the config's default)
+    fork_of: str = ""  # a fork: the name of the session it was forked from
 
     def haystack(self) -> str:
-        return " ".join((self.session.name, self.model, self.first)).casefold()
+        return " ".join((self.session.name, self.model, self.fork_of, self.first)).casefold()
 
 
 def when(ms: int, now: dt.datetime | None = None) -> str:
@@ -64,6 +65,9 @@ def label(row: Row, current: bool, now: dt.datetime | None = None) -> Text:
     if row.model:
         out.append("  ·  ", style="dim")
         out.append_text(literal(row.model, "dim"))
+    if row.fork_of:  # it begins as its source did: say which, or the rows look twins
+        out.append("  ·  fork of ", style="dim")
+        out.append_text(literal(row.fork_of, "dim"))
     if row.first:
         out.append("\n    ")
         out.append_text(literal(first_line(row.first), "italic"))
