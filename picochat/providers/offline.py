@@ -14,7 +14,6 @@ import re
 from typing import Any, AsyncIterator
 
 from picochat import tokens
-from picochat.providers import offline_summary
 from picochat.pins import PINS_OPEN
 from picochat.summary_contract import SUMMARY_OPEN
 from picochat.providers.base import (
@@ -91,6 +90,8 @@ def tool_call_for(request: ProviderRequest) -> tuple[str, str] | None:
 
 def reply_for(request: ProviderRequest) -> str:
     """The whole reply, before streaming: deterministic in the request."""
+    from picochat.providers import offline_summary  # its ledger's regexes: after the frame
+
     joined = "\n".join(_text(m) for m in request.messages)
     if request.purpose == "summary" or offline_summary.is_summary_request(joined):
         return offline_summary.summarize(joined, request.max_tokens)
@@ -155,6 +156,8 @@ def _text(message: dict[str, Any]) -> str:
 def _quote(text: str, limit: int = 300) -> str:
     """`text` on one line, clipped at a word: half a ticket id quoted back would read as a
     different id to the next summary and to the exact-fact ledger."""
+    from picochat.providers import offline_summary
+
     return offline_summary.clip(" ".join(text.split()), limit)
 
 
