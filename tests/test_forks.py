@@ -187,6 +187,12 @@ def test_a_fork_of_a_fork_reads_through_both(store):
     assert [m.content.split(". ")[-1] for m in store.history(c)][::2] == [
         "one", "three", "five"]
     assert [m.session_id for m in store.history(c)] == [a, a, b, b, c, c]
+    # how each began, as the session picker shows it: the first message on its path
+    firsts = store.first_lines([a, b, c])
+    assert all(firsts[s].endswith("one") for s in (a, b, c))
+    store.rewind(c, 1)                                         # c now begins otherwise
+    turn(store, c, "seven", "eight")
+    assert store.first_lines([c])[c].endswith("seven")
 
 
 def test_purging_a_source_for_good_leaves_each_fork_whole(store):

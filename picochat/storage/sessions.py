@@ -13,6 +13,7 @@ import sqlite3
 from picochat.errors import NameTaken, SessionNotFound
 from picochat.messages import Session
 from picochat.storage.branches import current_path
+from picochat.storage.sql import NO_UPPER_BOUND
 from picochat.storage.forks import detach_forks
 from picochat.storage.names import check_session_name
 from picochat.storage.rows import (NEXT_ACTIVITY, SESSION_COLS, OnCore, insert_session,
@@ -103,11 +104,17 @@ class SessionRows(OnCore):
         out: dict[str, str] = {}
         with self.core.read() as c:
             for sid in session_ids:  # on the branch in use; a fork's begins in its source
-                on = current_path(c, sid).clause()
-                row = c.execute(f"SELECT substr(content, 1, ?) FROM messages m WHERE {on} "
-                                "AND role = 'user' ORDER BY seq LIMIT 1", (chars,)).fetchone()
-                if row is not None:
-                    out[sid] = row[0]
+                # step by step from the root, whose rows come first, by the (session, seq)
+                # index: one query over the path's OR sorted every user message of a source
+                for step, branch, last in reversed(current_path(c, sid).steps):
+                    row = c.execute("SELECT substr(content, 1, ?) FROM messages WHERE "
+                                    "session_id = ? AND branch = ? AND seq <= ? AND role = "
+                                    "'user' ORDER BY seq LIMIT 1",
+                                    (chars, step, branch, NO_UPPER_BOUND if last is None
+                                     else last)).fetchone()
+                    if row is not None:
+                        out[sid] = row[0]
+                        break
         return out
 
     def set_session_model(self, session_id: str, model: str) -> None:
