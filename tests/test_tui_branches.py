@@ -175,3 +175,21 @@ async def test_fork_opens_a_new_session_with_this_context_and_leaves_this_one(st
         rows = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
         assert "fork of t" in rows[0] and "try-postgres" in rows[0]
         assert "fork of" not in rows[1]
+
+
+async def test_fork_typed_while_an_answer_runs_waits_for_it_and_carries_it(store):
+    held = Hold("the answer so", "far is whole")
+    app = make_app(store, provider=Streaming(turns=[held]))
+    async with app.run_test(size=SIZE) as pilot:
+        src = app.session.id
+        await settle(pilot, app, lambda: app.ready)
+        await say(pilot, "a question")
+        await held.reached.wait()
+        await say(pilot, "/fork later")
+        await settle(pilot, app, lambda: any(t.startswith("/fork is queued")
+                                             for t in texts(app, Notice)))
+        assert app.session.id == src                       # nothing forked mid-answer
+        held.release.set()
+        await settle(pilot, app, lambda: app.session.name == "later" and idle(app))
+        assert conversation(app)[-1] == ("assistant", "the answer so far is whole")
+        assert texts(app, Notice)[-1].startswith("Forked t after message 2 into later")

@@ -397,6 +397,9 @@ async def cmd_fork(host: CommandHost, name: str) -> None:
     it is done, then opened; this one stays as it is."""
     from picochat.session import fork_said
 
+    if host.worker.busy:
+        await host.chat.add_notice("/fork is queued: it forks once the current answer ends, "
+                                   "with that answer")
     try:
         done = await host.worker.fork(name or None)
     except PicochatError as exc:
