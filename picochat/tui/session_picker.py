@@ -65,11 +65,12 @@ def label(row: Row, current: bool, now: dt.datetime | None = None) -> Text:
     if row.model:
         out.append("  ·  ", style="dim")
         out.append_text(literal(row.model, "dim"))
-    if row.fork_of:  # it begins as its source did: say which, or the rows look twins
-        out.append("  ·  fork of ", style="dim")
-        out.append_text(literal(row.fork_of, "dim"))
-    if row.first:
+    if row.first or row.fork_of:
         out.append("\n    ")
+    if row.fork_of:  # it begins as its source did: say which first, or the rows look twins
+        out.append_text(literal(f"fork of {row.fork_of}", "dim"))  # (the first line keeps
+        out.append(" · " if row.first else "", style="dim")        # it at 80 columns)
+    if row.first:
         out.append_text(literal(first_line(row.first), "italic"))
     return out
 
