@@ -89,3 +89,18 @@ async def test_on_a_narrow_screen_each_row_is_cut_to_the_width_not_wrapped(store
         assert "…" in line
         at = rows.index(line)
         assert "chat-1" in rows[at - 1] and "Write" not in rows[at + 1]
+
+
+def test_a_fork_says_whose_it_is_on_the_second_line_and_nothing_hangs_off_it():
+    """A fork begins as its source did: "fork of X" comes first on the second line, where
+    80 columns still show it. A first message with nothing visible adds nothing to it."""
+    from picochat.messages import Session
+
+    def row(first: str, fork_of: str = "") -> str:
+        s = Session("s_1", "idea", 0, 0, None, None, 0, 0, None, None)
+        return label(Row(s, first, "", fork_of), current=False).plain
+
+    assert row("our redis runs on 6380", "work").split("\n")[1].strip() == \
+        "fork of work · our redis runs on 6380"
+    assert row(" \t\x00", "work").split("\n")[1].strip() == "fork of work"
+    assert "\n" not in row(" \t\x00") and "\n" not in row("")

@@ -65,13 +65,14 @@ def label(row: Row, current: bool, now: dt.datetime | None = None) -> Text:
     if row.model:
         out.append("  ·  ", style="dim")
         out.append_text(literal(row.model, "dim"))
-    if row.first or row.fork_of:
+    first = first_line(row.first)  # "" for none, or none visible
+    if first or row.fork_of:
         out.append("\n    ")
     if row.fork_of:  # it begins as its source did: say which first, or the rows look twins
         out.append_text(literal(f"fork of {row.fork_of}", "dim"))  # (the first line keeps
-        out.append(" · " if row.first else "", style="dim")        # it at 80 columns)
-    if row.first:
-        out.append_text(literal(first_line(row.first), "italic"))
+        out.append(" · " if first else "", style="dim")            # it at 80 columns)
+    if first:
+        out.append_text(literal(first, "italic"))
     return out
 
 
