@@ -21,7 +21,7 @@ from picochat.messages import NewCheckpoint
 from picochat.projection import project
 from picochat.storage import open_store
 from picochat.storage.schema import SCHEMA_VERSION
-from tests.helpers.storage import append_message, database_at
+from tests.helpers.storage import append_message, database_at, old_session
 from tests.helpers.traced import TAG, TOKEN, compact, seqs, turn
 
 
@@ -233,11 +233,7 @@ def test_a_compaction_built_before_a_rewind_cannot_commit(store):
 def test_a_database_from_schema_16_migrates_onto_branch_0(tmp_path):
     path = tmp_path / "old.db"
     conn = database_at(path, 16)
-    conn.execute("INSERT INTO sessions (id, name, created_at, updated_at) "
-                 "VALUES ('s_a', 'a', 1, 1)")
-    for seq, role in ((1, "user"), (2, "assistant")):
-        conn.execute("INSERT INTO messages (session_id, seq, role, content, tokens, "
-                     "created_at) VALUES ('s_a', ?, ?, 'old words', 2, 1)", (seq, role))
+    old_session(conn)                                          # 's_a': 1 user, 2 answer
     conn.execute("INSERT INTO context_checkpoints (id, session_id, generation, summary, "
                  "first_retained_seq, source_max_seq, trigger_reason, provider_kind, model, "
                  "tokens_before, tokens_after, created_at) VALUES ('cp_old', 's_a', 1, "

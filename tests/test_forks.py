@@ -14,7 +14,7 @@ from picochat.errors import NameTaken, NotForkable
 from picochat.projection import project
 from picochat.storage import open_store
 from picochat.storage.schema import SCHEMA_VERSION
-from tests.helpers.storage import append_message, database_at
+from tests.helpers.storage import append_message, database_at, old_session
 from tests.helpers.traced import compact, seqs, turn
 
 
@@ -49,7 +49,7 @@ def test_a_fork_reads_its_source_up_to_the_point_and_copies_no_row(store):
     assert "the source goes on" in store.history(src)[6].content
     assert all("fork's own" not in m.content for m in store.history(src))
     assert store.latest_session().id == src
-    assert [s.id for s in store.forks_of(src)] == [fork]
+    assert store.session(fork).forked_from == src
 
 
 def test_a_fork_starts_with_the_summary_ledger_and_pins_in_use_as_its_own_copies(store):
@@ -255,11 +255,7 @@ def test_the_pins_a_fork_carries_are_those_that_held_at_its_point(tmp_path):
 def test_a_database_from_schema_17_migrates_with_no_fork(tmp_path):
     path = tmp_path / "old.db"
     conn = database_at(path, 17)
-    conn.execute("INSERT INTO sessions (id, name, created_at, updated_at) "
-                 "VALUES ('s_a', 'a', 1, 1)")
-    for seq, role in ((1, "user"), (2, "assistant")):
-        conn.execute("INSERT INTO messages (session_id, seq, role, content, tokens, "
-                     "created_at) VALUES ('s_a', ?, ?, 'old words', 2, 1)", (seq, role))
+    old_session(conn)                                          # 's_a': 1 user, 2 answer
     conn.close()
     store = open_store(path)
     try:

@@ -93,9 +93,12 @@ class Branch:
     @property
     def size(self) -> str:
         if self.source is not None:
-            return (f"{self.carried:,} turn{'s' if self.carried != 1 else ''} from "
-                    f"{self.source}, {self.turns:,} since")
-        return f"{self.turns:,} turn{'s' if self.turns != 1 else ''}"
+            return f"{_turns(self.carried)} from {self.source}, {self.turns:,} since"
+        return _turns(self.turns)
+
+
+def _turns(n: int) -> str:
+    return f"{n:,} turn{'s' if n != 1 else ''}"
 
 
 def no_branch(session: str, branch: int) -> BranchNotFound:

@@ -26,8 +26,7 @@ from picochat.messages import Session
 from picochat.storage.branches import (BranchPath, _checkpoint_before, _pointers_before,
                                        current_path, path_of)
 from picochat.storage.names import JOINERS
-from picochat.storage.rows import (MESSAGE_COLS, SESSION_COLS, OnCore, insert_session,
-                                   session_row, to_session)
+from picochat.storage.rows import MESSAGE_COLS, OnCore, insert_session, session_row
 from picochat.storage.sql import CHECKPOINT_KEY
 
 _NOT_SESSION_COLS = MESSAGE_COLS.replace("session_id, ", "", 1)  # every column of a row but its session
@@ -92,14 +91,6 @@ class Forks(OnCore):
         with self.core.read() as c:
             return Forked(session_row(c, sid), source, at, active, facts, pins)
 
-    def forks_of(self, session_id: str) -> list[Session]:
-        """The live sessions forked from this one, oldest first."""
-        with self.core.read() as c:
-            rows = c.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE forked_from = ? "
-                             "AND deleted_at IS NULL ORDER BY created_at, rowid",
-                             (session_id,)).fetchall()
-            return [to_session(c, r) for r in rows]
-
 
 # A turn's end: its answer (an assistant message that calls no tool). A question, a tool call
 # or a tool result is the middle of a turn, and a turn still running has no answer yet.
@@ -118,11 +109,12 @@ def _fork_point(c: sqlite3.Connection, source: Session, at: int | None) -> int:
             raise NotForkable(f"session {source.name} has no answered turn to fork yet",
                               "fork it once an answer has come")
         return int(newest)
-    if c.execute(f"SELECT 1 FROM messages m WHERE seq = ? AND {on}", (at,)).fetchone() is None:
+    row = c.execute(f"SELECT {_ANSWER} FROM messages m WHERE seq = ? AND {on}",
+                    (at,)).fetchone()
+    if row is None:
         raise NotForkable(f"session {source.name} has no message {at} on its branch in use",
                           f"`picochat history -s {source.name}` numbers its messages")
-    if c.execute(f"SELECT 1 FROM messages m WHERE seq = ? AND {on} AND {_ANSWER}",
-                 (at,)).fetchone() is None:
+    if not row[0]:
         after = c.execute(f"SELECT MIN(seq) FROM messages m WHERE seq > ? AND {on} AND "
                           f"{_ANSWER}", (at,)).fetchone()[0]
         before = c.execute(f"SELECT MAX(seq) FROM messages m WHERE seq < ? AND {on} AND "
@@ -179,8 +171,8 @@ def _copy_checkpoints(c: sqlite3.Connection, source: Session, fork: str, at: int
 def _copy_pins(c: sqlite3.Connection, source: Session, fork: str, at: int) -> int:
     """The source's pins that held at the fork point: at its newest answer, those in force;
     at an earlier one, those made before the message after it was written and not removed
-    by then (a tie on the clock counts as before), from no message after it. Numbers kept, so "#2" means the same pin
-    on both sides."""
+    by then (a tie on the clock counts as before), from no message after it. Numbers kept,
+    so "#2" means the same pin on both sides."""
     after = c.execute(f"SELECT MIN(created_at) FROM messages m WHERE seq > ? AND "
                       f"{current_path(c, source.id).clause()}", (at,)).fetchone()[0]
     held = ("unpinned_at IS NULL" if after is None else  # nor one taken from a later message

@@ -93,13 +93,19 @@ def to_message(row: Sequence[Any]) -> Message:
                    statements=r["statements"], reasoning=r["reasoning"])
 
 
+def check_new_name(c: sqlite3.Connection, name: str, but: str | None = None) -> None:
+    """Refuse `name` for a session made or renamed (`but`: the one renamed): not one line of
+    visible text, or a live session's other than `but`'s."""
+    check_session_name(name)
+    if c.execute("SELECT 1 FROM sessions WHERE name = ? AND deleted_at IS NULL AND id IS NOT ?",
+                 (name, but)).fetchone():
+        raise NameTaken(f"a session named {name!r} already exists", "pick another name")
+
+
 def insert_session(c: sqlite3.Connection, now: int, name: str, model: str | None) -> str:
     """A new session row named `name` (refused if a live session has it), the most recently
     active; its id."""
-    check_session_name(name)
-    if c.execute("SELECT 1 FROM sessions WHERE name = ? AND deleted_at IS NULL",
-                 (name,)).fetchone():
-        raise NameTaken(f"a session named {name!r} already exists", "pick another name")
+    check_new_name(c, name)
     sid = "s_" + uuid.uuid4().hex[:12]
     c.execute("INSERT INTO sessions (id, name, created_at, updated_at, model, activity_seq) "
               f"VALUES (?, ?, ?, ?, ?, {NEXT_ACTIVITY})", (sid, name, now, now, model))

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import sqlite3
 
-from picochat.errors import NameTaken, SessionNotFound
+from picochat.errors import SessionNotFound
 from picochat.messages import Session
 from picochat.storage.branches import current_path
-from picochat.storage.sql import NO_UPPER_BOUND
 from picochat.storage.forks import detach_forks
-from picochat.storage.names import check_session_name
-from picochat.storage.rows import (NEXT_ACTIVITY, SESSION_COLS, OnCore, insert_session,
-                                   session_row, to_session)
+from picochat.storage.rows import (NEXT_ACTIVITY, SESSION_COLS, OnCore, check_new_name,
+                                   insert_session, session_row, to_session)
+from picochat.storage.sql import NO_UPPER_BOUND
 
 _BY_ACTIVITY = "ORDER BY activity_seq DESC, rowid DESC"
 
@@ -127,12 +126,8 @@ class SessionRows(OnCore):
             c.execute("UPDATE sessions SET system_prompt = ? WHERE id = ?", (prompt, session_id))
 
     def rename_session(self, session_id: str, name: str) -> Session:
-        check_session_name(name)
         with self.core.write() as c:
-            clash = c.execute("SELECT id FROM sessions WHERE name = ? AND deleted_at IS NULL "
-                              "AND id != ?", (name, session_id)).fetchone()
-            if clash:
-                raise NameTaken(f"a session named {name!r} already exists", "pick another name")
+            check_new_name(c, name, but=session_id)
             c.execute("UPDATE sessions SET name = ? WHERE id = ?", (name, session_id))
         return self.session(session_id)
 

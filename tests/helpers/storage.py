@@ -56,3 +56,13 @@ def database_at(path: Any, version: int) -> Any:
             conn.execute(statement)
     conn.execute(f"PRAGMA user_version = {version}")
     return conn
+
+
+def old_session(conn: Any) -> None:
+    """Session 's_a' ("a") with a question and its answer, written raw into a database an
+    older picochat left (`database_at`), as its columns were then."""
+    conn.execute("INSERT INTO sessions (id, name, created_at, updated_at) "
+                 "VALUES ('s_a', 'a', 1, 1)")
+    for seq, role in ((1, "user"), (2, "assistant")):
+        conn.execute("INSERT INTO messages (session_id, seq, role, content, tokens, "
+                     "created_at) VALUES ('s_a', ?, ?, 'old words', 2, 1)", (seq, role))
