@@ -5,7 +5,8 @@ may hold the write lock for seconds, and a long session's rows take time to read
 here runs on the store's own thread (`Store.io`) and hands back frozen values, so the TUI
 needs neither `Store` nor SQL. What one open session reads and writes goes through its
 `SessionWorker`; this is everything around it (list, find, create, rename, delete, the model
-a session opens with, the prompts recalled with up).
+a session opens with, the prompts recalled with up), and `open_chat`: what the app opens once
+its first frame is drawn.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from picochat.config import Config
 from picochat.messages import Checkpoint, Message, Session
 from picochat.models import ResolvedModel
+from picochat.opening import open_model
 from picochat.providers.base import Provider
 from picochat.session import SessionWorker
 from picochat.storage.store import Store
@@ -29,6 +31,37 @@ class FirstScreen:
     newest: list[Message]
     checkpoint: Checkpoint | None
     prompts: list[str]
+
+
+@dataclass(frozen=True)
+class ChatStart:
+    """What the chat app runs on: the store, the session it shows and its model, opened, and
+    what its first screen shows (None: the app reads it)."""
+
+    store: Store
+    session: Session
+    model: ResolvedModel
+    provider: Provider
+    first: FirstScreen | None = None
+
+    def catalog(self) -> SessionCatalog:
+        return SessionCatalog(self.store)
+
+
+def open_chat(store: Store, config: Config, ref: str | None, flag: str | None,
+              page: int) -> ChatStart:
+    """The session `ref` names (created if no session has that name), else the most recently
+    active one, else a new one; its model (`flag` first) and the first screen's `page` newest
+    messages. A missing key, a bad setting or a database damaged inside fails here, before
+    anything is written."""
+    session = store.find_session(ref) if ref else store.latest_session()
+    model, provider = open_model(config, session, flag)
+    if session is None:
+        session = store.find_or_create_session(ref)
+    if flag and session.model != flag:
+        store.set_session_model(session.id, flag)
+    return ChatStart(store, session, model, provider,
+                     SessionCatalog(store).first_screen(session.id, page))
 
 
 class SessionCatalog:
@@ -49,8 +82,8 @@ class SessionCatalog:
                                          session=session)
 
     def first_screen(self, session_id: str, page: int) -> FirstScreen:
-        """Read before the app's event loop starts (the CLI calls it): a database damaged
-        inside is found here and said in one line, before anything is drawn."""
+        """Read as the app opens (`open_chat`), off its event loop: a database damaged inside
+        is found here and said in one line."""
         store = self._store
         return FirstScreen(store.history_page(session_id, None, page),
                            store.active_checkpoint(session_id), store.search.user_prompts())

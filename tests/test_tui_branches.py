@@ -131,11 +131,11 @@ async def test_fork_opens_a_new_session_with_this_context_and_leaves_this_one(st
                                                                               monkeypatch):
     """`/fork NAME`: the app opens a new session whose transcript and request hold this
     one's context (its turns and pins); this session stays as it was."""
+    from picochat import opening
     from picochat.models import resolve_model
-    from picochat.tui import app as app_module
 
     forked = Streaming(turns=["in the fork"])
-    monkeypatch.setattr(app_module, "open_model", lambda config, session, *_, **__: (
+    monkeypatch.setattr(opening, "open_model", lambda config, session, *_, **__: (
         resolve_model(config, "offline"), forked))
     app = make_app(store, provider=Streaming(turns=["one", "two"]))
     async with app.run_test(size=SIZE) as pilot:

@@ -14,7 +14,7 @@ from picochat.tui.compaction_preview import PreviewScreen, SummaryEditor
 from tests.helpers.conversations import plant_services, seed
 from tests.helpers.scripted import Recorder, well_formed
 from tests.helpers.storage import append_message
-from picochat.tui.conversation import REVIEWING
+from picochat.tui.turn_view import REVIEWING
 from tests.helpers.tui import chat_once, screen, status
 from tests.helpers.waiting import settle
 

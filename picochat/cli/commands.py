@@ -11,17 +11,12 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from picochat import token_counts
-from picochat.compaction import report
 from picochat.config import Config, effective_config_text, load_config
-from picochat.config_starter import write_starter_config
 from picochat.errors import ConfigError, OutputError, SessionNotFound, UsageError
 from picochat.logs import report_log_off_to, setup_logging
-from picochat.messages import Session
 from picochat.paths import Paths, resolve_paths
-from picochat.storage.store import Store, open_store
 from picochat.cli.output import (
     dump_json,
     err,
@@ -33,7 +28,10 @@ from picochat.cli.output import (
     say,
     write_stdout,
 )
-from picochat.textsafe import StreamCleaner
+
+if TYPE_CHECKING:  # the chat app's first frame waits for neither: imported where used
+    from picochat.messages import Session
+    from picochat.storage.store import Store
 
 log = logging.getLogger("picochat.cli")
 
@@ -61,6 +59,9 @@ class App:
     @property
     def store(self) -> Store:
         if self._store is None:
+            from picochat import token_counts
+            from picochat.storage.store import open_store
+
             setup_logging(self.paths.log_file, self.opt("log_level") or logging.INFO)
             token_counts.keep_rank_tables(self.paths.cache_dir)
             log.debug("command=%s", self.args.command or "app")
@@ -127,36 +128,35 @@ def has_terminal() -> bool:
 def cmd_tui(app: App) -> int:
     """`picochat`: the chat app on `--session` (created when no session has that name), else
     the session the app showed when it last quit (the one the user was viewing, not the one
-    written to last), else the most recently active session, else a new one."""
-    from picochat.opening import open_model
-    from picochat.session import note_opened
-    from picochat.catalog import SessionCatalog
+    written to last), else the most recently active session, else a new one.
+
+    The screen comes first: the app draws its bar, prompt and keys, then opens the database,
+    the session and the model (`catalog.open_chat`, with the engine's modules) in a thread. A
+    missing key, a bad setting or a damaged database found there ends the app, and is said
+    here in the same one line and exit status as any command's, once the terminal is back."""
     from picochat.tui.app import PicochatApp
     from picochat.tui.chat import PAGE
 
-    ref = app.opt("session")  # the one current session: the most recently active
-    session = app.store.find_session(ref) if ref else app.store.latest_session()
-    # a missing key or a bad setting fails here, before the screen changes
-    resolved, provider = open_model(app.config, session, app.opt("model"))
-    if session is None:
-        session = app.store.find_or_create_session(ref)
-    if app.opt("model") and session.model != app.opt("model"):
-        app.store.set_session_model(session.id, app.opt("model"))
-    # what the first screen shows is read now: a database damaged inside fails here, in one
-    # line, before the screen changes
-    first = SessionCatalog(app.store).first_screen(session.id, PAGE)
-    tui = PicochatApp(app.store, session, resolved, provider, app.config, app.paths,
-                      quit_on_signals=True, first=first)
+    def open_chat() -> Any:
+        from picochat.catalog import open_chat
+
+        return open_chat(app.store, app.config, app.opt("session"), app.opt("model"), PAGE)
+
+    tui = PicochatApp.opening(open_chat, app.config, app.paths, quit_on_signals=True)
     try:
         tui.run()
     finally:
         tui.release_signals()
     if tui.exit_note:  # the screen is restored: a line the user can still read
         err(tui.exit_note)
+    if tui.open_error is not None:
+        raise tui.open_error
     # The session on screen at the end, switched to or not, is the one the next start opens.
     # Recorded after the app, not before: an app that failed (a damaged database) writes
     # nothing, and a start shows its first frame without waiting for a write lock.
-    if not tui.return_code or tui.signalled:
+    if tui.opened and (not tui.return_code or tui.signalled):
+        from picochat.session import note_opened
+
         note_opened(app.store, tui.session.id)
     # An error that escaped the app (a damaged database found while building the screen) was
     # printed by Textual as its one `picochat:` line (tui.app.OneLine): exit 1, not 0.
@@ -225,6 +225,9 @@ async def _ask(app: App, session: Session, resolved: Any, provider: Any, text: s
     stdout = _Stdout()
     thinking = ThinkingLine()  # stderr on a terminal only: stdout is the answer
     streamed_newline = True
+    from picochat.compaction import report
+    from picochat.textsafe import StreamCleaner
+
     screen = StreamCleaner() if sys.stdout.isatty() else None  # an escape may span two deltas
     async with _worker(app, session, resolved, provider) as worker:
         for note in worker.recovered_notes():
@@ -525,6 +528,7 @@ def cmd_compact(app: App) -> int:
 
 
 async def _compact(app: App, session: Session, resolved: Any, provider: Any) -> int:
+    from picochat.compaction import report
     from picochat.compaction.compact import COMPACTED, NOTHING_TO_COMPACT
     from picochat.failures import compaction_failure_line
 
@@ -672,6 +676,8 @@ def cmd_config(app: App) -> int:
     elif action == "show":
         out(effective_config_text(app.config))
     else:
+        from picochat.config_starter import write_starter_config
+
         write_starter_config(path, force=app.args.force, first=first)
         say(f"Wrote a starter config to {path}")
         if first is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 
 from rich.text import Text
 from textual import events, work
@@ -28,19 +28,10 @@ from textual.timer import Timer
 from textual.widgets import Footer, OptionList, TextArea
 from textual.worker import Worker, WorkerState
 
-from picochat import crashpoints, token_counts, tokens
 from picochat.config import Config
 from picochat.errors import PicochatError
 from picochat.logs import Reporter, report_log_off_to, where_details
-from picochat.messages import Session
-from picochat.paths import Paths
-from picochat.models import ResolvedModel
-from picochat.opening import open_model
-from picochat.providers.base import Provider
-from picochat.catalog import FirstScreen, SessionCatalog
-from picochat.session import SessionWorker, ready_for_turns
-from picochat.storage.store import Store
-from picochat.tui import slash
+from picochat.tui import slash, status
 from picochat.tui.chat import ChatView, EditRequested
 from picochat.tui.conversation import Conversation, as_typed
 from picochat.tui.copyable import PinRequested
@@ -54,10 +45,16 @@ from picochat.tui.signals import QuitSignals
 from picochat.tui.welcome import Welcome
 from picochat.tui.themes import bundled_dir, install_themes, save_theme
 from picochat.tui.status import StatusBar, shown_name
-from picochat.unsent import Unsent, keep_at_quit, restored_note, take
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the engine: opened after the first frame, in a thread (`open_transcript`)
+    from picochat.catalog import ChatStart, FirstScreen, SessionCatalog
     from picochat.compaction.preview import CompactionPreview
+    from picochat.messages import Session
+    from picochat.models import ResolvedModel
+    from picochat.paths import Paths
+    from picochat.providers.base import Provider
+    from picochat.session import SessionWorker
+    from picochat.storage.store import Store
 
 
 log = logging.getLogger("picochat.tui")
@@ -127,27 +124,47 @@ class PicochatApp(App[None]):
         Binding("ctrl+q", "quit", "Quit", key_display="ctrl+q", priority=True),
     ]
 
+    # set once the session is open (`_start`): nothing reads them before (`opened`)
+    sessions: SessionCatalog
+    session: Session
+    worker: SessionWorker
+
     def __init__(self, store: Store, session: Session, model: ResolvedModel,
                  provider: Provider, config: Config, paths: Paths | None = None,
                  quit_on_signals: bool = False, first: FirstScreen | None = None) -> None:
-        """`first`: what the first screen shows, read by the CLI before the app starts (a
-        damaged database is then its one line, before anything is drawn); without it, the
-        app reads it right after its first frame."""
+        """An app on a session opened already (`first`: what the first screen shows, read
+        beforehand; without it, the app reads it right after its first frame). The CLI uses
+        `opening`, which opens all of it after the first frame."""
+        from picochat.catalog import ChatStart
+
+        self._setup(config, paths, quit_on_signals)
+        self._start(ChatStart(store, session, model, provider, first))
+
+    @classmethod
+    def opening(cls, open_chat: Callable[[], ChatStart], config: Config, paths: Paths,
+                quit_on_signals: bool = False) -> "PicochatApp":
+        """An app that draws its screen first, then opens its database, session and model
+        with `open_chat`, in a thread: the first frame waits for none of the engine's modules.
+        What `open_chat` raises ends the app: `open_error`, for the CLI to say."""
+        app = cls.__new__(cls)
+        app._setup(config, paths, quit_on_signals)
+        app._open_chat = open_chat
+        return app
+
+    def _setup(self, config: Config, paths: Paths | None, quit_on_signals: bool) -> None:
         super().__init__()
         # SIGTERM, SIGHUP: the CLI's app, not a test's
         self.signals = QuitSignals(lambda code: self.exit(return_code=code)) \
             if quit_on_signals else None
-        self.sessions = SessionCatalog(store)
-        self._first = first
-        self.session = session
         self.config = config
         self.paths = paths
+        self.opened = False  # the session and its worker are open (`_start`)
+        self._open_chat: Callable[[], ChatStart] | None = None
+        self.open_error: Exception | None = None  # opening failed: the CLI says it
+        self._first: FirstScreen | None = None
         self._config_stamp = self._config_file_stamp()  # what /reload would read, as read
         self._config_waits_told = False  # a saved config file waits for a turn: said once
         self._config_seen_at: float | None = None  # when a save that waits was first seen
-        self.worker = self.sessions.worker(session, model, provider, config)
-        if paths is not None:  # counts an earlier run kept: the figures need no encoding
-            token_counts.read(paths.data_dir)
         self._counting = True   # no figures yet: the transcript, or the encoding, comes first
         self._loading_tokens = False
         self._preparing = False  # what a send runs on is loading, or loaded
@@ -168,14 +185,31 @@ class PicochatApp(App[None]):
         self._reloading = asyncio.Lock()
         self._log_reporter: Reporter | None = None  # whoever reported a log failure before
 
+    def _start(self, start: ChatStart) -> None:
+        """The session and its worker (not started), with counts an earlier run kept: the
+        figures need no encoding."""
+        from picochat import token_counts
+
+        self.sessions = start.catalog()
+        self.session = start.session
+        self._first = start.first
+        self.worker = self.sessions.worker(start.session, start.model, start.provider,
+                                           self.config)
+        if self._conversation is not None:
+            self._conversation.worker = self.worker
+        if self.paths is not None:
+            token_counts.read(self.paths.data_dir)
+        self.opened = True
+
     # --- layout ---------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         self._bar = StatusBar()  # held: the 0.5 s tick must not walk the DOM to find it
         yield self._bar
         with Horizontal(id="body"):
-            self._conversation = Conversation(self.worker, self.transcript_ready, self,
-                                              id="conversation")
+            self._conversation = Conversation(self.transcript_ready, self, id="conversation")
+            if self.opened:
+                self._conversation.worker = self.worker
             yield self._conversation
             yield CheckpointPanel(id="panel")
         yield SlashHints(id="hints")
@@ -217,6 +251,8 @@ class PicochatApp(App[None]):
 
     @work(group="open", exit_on_error=False)
     async def open_transcript(self) -> None:
+        if not self.opened and not await self._open():
+            return
         first, self._first = self._first, None
         self._gc.start()  # collection back on: start-up's objects were not garbage
         for note in self._theme_notes:
@@ -243,12 +279,30 @@ class PicochatApp(App[None]):
             # transcript mounted (a turn sent meanwhile waits for it anyway)
             self.warm_up()
 
+    async def _open(self) -> bool:
+        """The database, the session and its model, opened in a thread while the screen
+        takes keys (the engine's modules load with them, ~0.1 s). What fails there ends the
+        app before anything was written; the CLI says it (`open_error`) with the exit status
+        any command gives it."""
+        assert self._open_chat is not None, "an app made by `opening`"
+        try:
+            start = await asyncio.to_thread(self._open_chat)
+        except Exception as exc:  # noqa: BLE001 - a bug as well: the CLI's "internal error"
+            self.open_error = exc
+            self.exit(return_code=exc.exit_status if isinstance(exc, PicochatError) else 1)
+            return False
+        self._start(start)
+        self.refresh_status()
+        return True
+
     def load_tokens(self) -> None:
         """Load in a thread what the figures need counted (a text no earlier run counted):
         the rank table first (10 ms, 5 MiB), which counts any short text; the whole encoding
         (~50 MiB) only if a text is too long for it. Else they load when the user starts
         typing (`prepare_to_send`). Never while the app sits idle on figures an earlier run
         counted."""
+        from picochat import tokens
+
         if self._loading_tokens or tokens.loaded():
             return
         self._loading_tokens = True
@@ -256,6 +310,8 @@ class PicochatApp(App[None]):
 
     @work(group="tokens", thread=True, exit_on_error=False)
     def _load_tokens(self) -> None:
+        from picochat import tokens
+
         try:
             if tokens.table_loaded():  # and still a text to count: a long one
                 tokens.load()
@@ -282,6 +338,8 @@ class PicochatApp(App[None]):
 
     @work(group="tokens", thread=True, exit_on_error=False)
     def _prepare_to_send(self, message_chars: int) -> None:
+        from picochat.session import ready_for_turns
+
         try:
             ready_for_turns(message_chars)
         finally:
@@ -346,14 +404,20 @@ class PicochatApp(App[None]):
         self.notify(literal(line), severity="warning", timeout=10)
 
     async def on_unmount(self) -> None:
+        from picochat import crashpoints, token_counts
+        from picochat.unsent import Unsent, keep_at_quit
+
         crashpoints.reached("quitting")
         report_log_off_to(self._log_reporter)  # the screen is going: say it as before
-        if self.paths is not None:  # counted this run: the next start needs no encoding
-            token_counts.write(self.paths.data_dir)
+        if self.paths is not None and self.opened:  # counted this run: the next start
+            token_counts.write(self.paths.data_dir)  # needs no encoding
         self._gc.stop()
-        unsaved = await self.worker.close(within_s=SHUTDOWN_WAIT_S)
+        unsaved = await self.worker.close(within_s=SHUTDOWN_WAIT_S) if self.opened else ()
         typed = self._typed_at_exit or ""
-        if typed.strip() and self.paths is not None:
+        if typed.strip() and not self.opened:  # no session to give it back to at the next
+            self.exit_note = ("nothing was sent: the session had not opened; what you typed: "
+                              + typed)  # start: the terminal keeps the words themselves
+        elif typed.strip() and self.paths is not None:
             unsaved += (Unsent(self.session.id, "typed", typed, role="typed"),)
         if unsaved:
             self.exit_note = keep_at_quit(self.paths.data_dir if self.paths else None,
@@ -376,6 +440,8 @@ class PicochatApp(App[None]):
         prompt, oldest first, ahead of anything typed, so Enter sends them again."""
         if self.paths is None:
             return
+        from picochat.unsent import restored_note, take
+
         back = take(self.paths.data_dir, self.session.id)
         if not back:
             return
@@ -425,6 +491,11 @@ class PicochatApp(App[None]):
         bar = self._bar
         if bar is None or not bar.is_attached:  # not yet mounted, or the app shuts down
             return
+        if not self.opened:
+            bar.show_activity(status.OPENING, False, None)
+            return
+        if bar.activity == status.OPENING:
+            bar.show_activity(self.state, False, None)
         bar.queued = self.worker.queued
         # the figures once the transcript is up, and only if counting them needs no wait for
         # tiktoken's encoding (else it loads in a thread, and this runs again)
@@ -464,6 +535,8 @@ class PicochatApp(App[None]):
             bar.queued = self.worker.queued
 
     def _tick(self) -> None:
+        if not self.opened:
+            return
         # not while the transcript is still being mounted either: that is start-up work too
         self._gc.tick(busy=self.worker.busy or bool(self.state)
                       or not self.transcript_ready.is_set())
@@ -543,7 +616,7 @@ class PicochatApp(App[None]):
         """Only while the panel is open (opening it refreshes): the sparkline reads the whole
         log, which a closed panel must not cost every turn."""
         panel = self.query_one(CheckpointPanel)
-        if not panel.is_open:
+        if not panel.is_open or not self.opened:  # opening: it refreshes once open
             return
         shown = await self.worker.panel()
         await panel.show(list(shown.checkpoints), shown.active_id, list(shown.series),
@@ -708,6 +781,8 @@ class PicochatApp(App[None]):
     async def run_command(self, text: str) -> None:
         from picochat.tui import commands  # with the first command: not before the frame
 
+        await self.transcript_ready.wait()  # from the palette, too, while the session opens
+
         await commands.run(self, text)
 
     async def on_event(self, event: events.Event) -> None:
@@ -750,6 +825,8 @@ class PicochatApp(App[None]):
         if opened is not None:
             model, provider = opened
         else:
+            from picochat.opening import open_model
+
             try:
                 model, provider = open_model(self.config, session)
             except PicochatError as exc:
@@ -801,6 +878,9 @@ class PicochatApp(App[None]):
         self.command("/compact")
 
     def action_info(self) -> None:
+        if not self.transcript_ready.is_set():  # pressed while the session opens
+            self._once_open(self.action_info)
+            return
         from picochat.tui.screens import CardScreen
 
         self.push_screen(CardScreen("Context (/info)", self.usage().rows()))
@@ -824,9 +904,27 @@ class PicochatApp(App[None]):
                         exit_on_error=False)
 
     async def on_checkpoint_panel_opened(self, event: CheckpointPanel.Opened) -> None:
+        if not self.transcript_ready.is_set():  # opened while the session opens
+            self._once_open(self._fill_panel)
+            return
+        await self._fill_panel()
+
+    async def _fill_panel(self) -> None:
+        panel = self.query_one(CheckpointPanel)
+        if not panel.is_open:  # closed again meanwhile
+            return
         await self.refresh_panel()
         # the list of checkpoints, ready to pick; the details at the top stay in view
-        self.query_one(CheckpointPanel).query_one(OptionList).focus(scroll_visible=False)
+        panel.query_one(OptionList).focus(scroll_visible=False)
+
+    def _once_open(self, then: Callable[[], Awaitable[None] | None]) -> None:
+        """`then`, once the session is open and on screen (a key pressed in the first frame's
+        moment: it waits, as a message sent then does)."""
+        async def wait() -> None:
+            await self.transcript_ready.wait()
+            if self.opened and (later := then()) is not None:
+                await later
+        self.run_worker(wait(), group="open", exit_on_error=False)
 
     def action_slash(self, name: str) -> None:
         """A key that runs a slash command (the panel's u runs /uncompact)."""

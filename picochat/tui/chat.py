@@ -4,7 +4,7 @@ active checkpoint's summary ends and the raw tail the model still reads begins."
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
 
 from rich.text import Text
 from textual import events
@@ -15,14 +15,15 @@ from textual.containers import VerticalScroll
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Collapsible, Static
 
-from picochat.messages import INTERRUPTED, Checkpoint, Message, pair_tool_calls
-from picochat.tools.registry import call_detail, tool_label
 from picochat.tui.answer import AssistantMessage
 from picochat.tui.thinking import ThinkingBlock
 from picochat.tui.copyable import COPY, PIN, Pinnable, copy_shown
 from picochat.tui.preview import Fold, fold, preview
 from picochat.tui.prompt import TAKES_NO_TEXT, forward_typing
 from picochat.tui.safe import literal
+
+if TYPE_CHECKING:  # the session's rows come after the first frame, and their module with them
+    from picochat.messages import Checkpoint, Message
 
 PAGE = 40                     # messages read per page, at open and on scrolling to the top
 SCREENS_AT_OPEN = 2           # of the first page, only the newest that fill about two screens
@@ -154,6 +155,8 @@ class ToolBlock(Collapsible):
 
     def __init__(self, name: str, status: str | None, result: str, seq: int | None,
                  detail: str = "") -> None:
+        from picochat.tools.registry import tool_label
+
         shown = literal(preview(result, head=TOOL_PREVIEW_CHARS, tail=0))
         what = f"{tool_label(name)} {detail}" if detail else tool_label(name)
         title = literal(f"⚙ {what} ({status or 'done'})")  # the model names tools and args
@@ -559,12 +562,17 @@ def newest_filling(messages: list[Message], width: int, rows: int) -> list[Messa
 def message_widgets(messages: list[Message]) -> list[Widget]:
     """The widgets of `messages`, oldest first; a tool result's line names what it read from
     its call's arguments, when the call is among them."""
+    from picochat.messages import pair_tool_calls
+
     calls, _ = pair_tool_calls(messages)
     return [w for m in messages if (w := message_widget(
         m, (calls.get(m.seq, {}).get("function") or {}).get("arguments"))) is not None]
 
 
 def message_widget(m: Message, arguments: str | None = None) -> Widget | None:
+    from picochat.messages import INTERRUPTED
+    from picochat.tools.registry import call_detail
+
     if m.role == "user":
         return UserMessage(m.content, m.seq, retracted=m.retracted)
     if m.role == "assistant":

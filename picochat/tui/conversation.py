@@ -1,10 +1,9 @@
 """The conversation on screen: the transcript and the turns sent to it, with one owner.
 
 `Conversation` holds the running turn, the messages queued behind it and what runs now (the
-activity the bar shows), and renders every event a turn streams (picochat.turn_events)
-through ChatView's write path, in the order the turns were sent: the user's message, then
-the answer streaming in, thinking, tools, compactions, waits and the closing line. What a
-turn looks like is decided here, in one place.
+activity the bar shows), and shows the turns in the order they were sent: the user's message,
+then its events (picochat.turn_events) through `tui.turn_view.TurnOnScreen`, where what a turn
+looks like is decided, in one place (loaded with the first message, not for the first frame).
 
 It tells the screen around it what changed through `Around`, four calls made in order as
 things happen (the bar's activity, the panel's figures, a message going back to the prompt,
@@ -16,42 +15,20 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
-from picochat.budget import message_over_window, too_long_error
-from picochat.catalog import FirstScreen
-from picochat.compaction import report
-from picochat.failures import turn_failure_line
-from picochat.providers.base import TextDelta, ThinkingDelta
-from picochat.session import (
-    CUT_AT_LIMIT,
-    Compacted,
-    CompactionReview,
-    CompactionStarted,
-    Notice as TurnNotice,
-    RetryWaiting,
-    SessionWorker,
-    ToolRan,
-    TurnFailed,
-    TurnFinished,
-    TurnHandle,
-    TurnStarted,
-)
-from picochat.summary_contract import LONG_LINE_TOKENS
-from picochat.tui import status
-from picochat.tui.chat import PAGE, AnswerStream, ChatView, ToolBlock, UserMessage
-from picochat.tui.pending import Pending
+from picochat.tui.chat import PAGE, ChatView, UserMessage
 from picochat.tui.safe import literal
 from picochat.tui.welcome import Welcome
 
-WAITING = "waiting for the answer"
-# a server on this machine or the LAN sends nothing while it reads the prompt (minutes on a CPU)
-WAITING_LOCAL = "waiting for the server (prompt evaluation)"
-REVIEWING = "review the compaction"  # the bar, while an automatic one waits for the user
+if TYPE_CHECKING:  # the engine: the app opens it after the first frame
+    from picochat.catalog import FirstScreen
+    from picochat.session import SessionWorker, TurnHandle
+
 NOT_SENT_DATABASE_GONE = ("Not sent: the database file was deleted or replaced; quit and "
                           "start picochat again. It is back in the prompt")
 
@@ -88,11 +65,11 @@ class Conversation(Vertical):
 
     DEFAULT_CSS = "Conversation { width: 1fr; height: 1fr; }"
 
-    def __init__(self, worker: SessionWorker, ready: asyncio.Event, around: Around,
-                 **kwargs: Any) -> None:
+    worker: SessionWorker  # the open session's: the app attaches it, and the next one
+
+    def __init__(self, ready: asyncio.Event, around: Around, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.around = around
-        self.worker = worker       # the open session's (the app attaches the next one)
         self._ready = ready        # the transcript is on screen: sends wait for it
         self.state = ""            # what runs now (status.*), "" when nothing does
         self.running: TurnHandle | None = None  # the turn streaming now
@@ -143,6 +120,8 @@ class Conversation(Vertical):
         for text, kind in kept:
             await chat.add_notice(text, kind)
         if not newest:  # an empty session: who answers, how to reach a real model, the keys
+            from picochat.summary_contract import LONG_LINE_TOKENS
+
             room = (await worker.counted_info()).room  # no wait once an earlier run counted
             await chat.add(Welcome(worker.model, worker.limits.window,
                                    room.ledger // LONG_LINE_TOKENS))
@@ -178,14 +157,16 @@ class Conversation(Vertical):
             if queued:
                 waiting = Queued(user, handle)
                 self.queued.append(waiting)
-                self._queue_changed()
+                self.tell_queue()
             await self.around.context_changed()
             await previous.wait()
-            await _TurnOnScreen(self, user, handle).show()
+            from picochat.tui.turn_view import TurnOnScreen  # loaded as a message is coming
+
+            await TurnOnScreen(self, user, handle).show()
         finally:
             if waiting in self.queued:
                 self.queued.remove(waiting)
-                self._queue_changed()
+                self.tell_queue()
             shown.set()  # a message taken back shows nothing: the next turn goes on at once
 
     async def _too_long(self, text: str) -> bool:
@@ -193,6 +174,8 @@ class Conversation(Vertical):
         (the worker refuses it too, for a window that shrank while it was queued): it goes
         back to the prompt."""
         limits = self.worker.limits
+        from picochat.budget import message_over_window, too_long_error
+
         size = await asyncio.to_thread(message_over_window, text, limits)
         if size is None:
             return False
@@ -201,7 +184,7 @@ class Conversation(Vertical):
         self.around.back_to_prompt(text)
         return True
 
-    def _queue_changed(self) -> None:
+    def tell_queue(self) -> None:
         self.around.queue_changed(sum(not q.handle.started for q in self.queued))
 
     async def take_back(self) -> str | None:
@@ -210,13 +193,15 @@ class Conversation(Vertical):
         before it keep their place. None if every one has begun meanwhile."""
         waiting = [q for q in self.queued if not q.handle.started]
         if not waiting:
-            self._queue_changed()
+            self.tell_queue()
             return None
         newest = waiting[-1]
         self.queued.remove(newest)
         newest.handle.cancel()
-        await _done(self.chat.take(newest.user))
-        self._queue_changed()
+        from picochat.tui.turn_view import done
+
+        await done(self.chat.take(newest.user))
+        self.tell_queue()
         return newest.handle.text
 
     # --- compactions -----------------------------------------------------------------------------
@@ -228,6 +213,8 @@ class Conversation(Vertical):
         await self.around.context_changed()
 
     async def compacted(self, outcome: Any, announce: bool) -> None:
+        from picochat.compaction import report
+
         """A compaction just learned of: the divider, the panel and the figures follow;
         `announce`: also a notice (a turn's own compaction)."""
         if outcome.compacted:
@@ -252,133 +239,7 @@ class Conversation(Vertical):
         """A notice of plain text: `literal`, which the app shows as it is, never as markup."""
         self.notify(literal(text), **how)  # type: ignore[arg-type]
 
-class _TurnOnScreen:
-    """One turn's events, shown as they come; the pending line is kept last in the
-    transcript while nothing of the answer is on screen."""
-
-    def __init__(self, conversation: Conversation, user: UserMessage,
-                 handle: TurnHandle) -> None:
-        self.conversation, self.user, self.handle = conversation, user, handle
-        self.chat = conversation.chat
-        self.answer: AnswerStream | None = None
-        self.line: Pending | None = None
-
-    @property
-    def waiting(self) -> str:
-        """The pending line while nothing of the answer has come."""
-        from picochat.models import is_local
-
-        return WAITING_LOCAL if is_local(self.conversation.worker.model) else WAITING
-
-    async def wait_for(self, doing: str) -> None:
-        if self.line is None:
-            self.line = Pending(doing)
-            await self.chat.add(self.line)
-        else:
-            self.line.now(doing)
-
-    async def end_wait(self) -> None:
-        if self.line is not None:
-            await _done(self.chat.take(self.line))
-            self.line = None
-
-    async def show(self) -> None:
-        c, handle = self.conversation, self.handle
-        async for event in handle:
-            if isinstance(event, (TextDelta, ThinkingDelta, TurnNotice, RetryWaiting, ToolRan,
-                                  TurnFinished, TurnFailed)):
-                await self.end_wait()  # what comes now goes where the line was
-            if isinstance(event, TurnFailed) and _taken_back(event, handle):
-                return  # in the prompt now (take_back): no line, and what runs keeps its status
-            await self.on_event(event)
-        if c.running is handle:
-            c.running = None
-        c.set_activity("")  # the footer's Esc goes with it
-        await c.around.context_changed()
-
-    async def on_event(self, event: Any) -> None:
-        c, chat = self.conversation, self.chat
-        if isinstance(event, TurnStarted):
-            c.running = self.handle  # the footer shows Esc once the activity says so
-            c._queue_changed()
-            if self.user.has_class("queued"):
-                # it waited at the bottom while the turns before it added their answers
-                # and notices below it: it goes below them, where its answer will follow
-                chat.move_to_end(self.user)
-            self.user.started(event.user_seq)
-            c.set_activity(status.ANSWERING, stoppable=True)
-            await self.wait_for(self.waiting)
-        elif isinstance(event, ThinkingDelta):
-            if self.answer is None:
-                self.answer = await chat.add_assistant()
-            await self.answer.add_thinking(event.text)
-        elif isinstance(event, TextDelta):
-            if self.answer is None:
-                self.answer = await chat.add_assistant()
-                if c.state == status.WAITING:  # the retry after a busy server
-                    c.set_activity(status.ANSWERING, stoppable=True)
-            await self.answer.add_text(event.text)
-        elif isinstance(event, CompactionStarted):
-            c.set_activity(status.COMPACTING, stoppable=True)
-            await self.wait_for(f"compacting the context ({event.reason})")
-        elif isinstance(event, CompactionReview):
-            c.set_activity(REVIEWING)
-            await self.wait_for("the compaction waits for you: enter commits it, esc drops it")
-        elif isinstance(event, Compacted):
-            await c.compacted(event.outcome, announce=True)
-            c.set_activity(status.ANSWERING, stoppable=True)
-            await self.wait_for(self.waiting)
-        elif isinstance(event, TurnNotice):
-            await chat.add_notice(event.text, "info")
-            await self.wait_for(self.waiting)
-        elif isinstance(event, RetryWaiting):
-            await chat.add_notice(event.text, "info")
-            c.set_activity(status.WAITING, stoppable=True, retry_in=event.seconds)
-            await self.wait_for("waiting for the server")
-        elif isinstance(event, ToolRan):
-            if self.answer is not None:
-                await self.answer.finish()
-                self.answer = None
-            row = await c.worker.message(event.seq)
-            await chat.add(ToolBlock(event.name, event.status, row.content if row else "",
-                                     event.seq, event.detail))
-            await self.wait_for(self.waiting)  # the model reads the results now
-        elif isinstance(event, TurnFinished):
-            if self.answer is not None:
-                await self.answer.finish(event.assistant_seq)
-            if event.cut:  # saved, but incomplete: say so under it
-                await chat.add_notice(CUT_AT_LIMIT, "warning")
-        elif isinstance(event, TurnFailed):
-            if self.answer is not None:
-                await self.answer.finish(event.partial_seq, interrupted=True)
-            if event.user_seq is None and not event.cancelled:
-                # not written (a locked or full database): it leaves the transcript, which
-                # shows what is stored, and goes back to the prompt, so nothing typed is lost
-                await _done(chat.take(self.user))
-                c.around.back_to_prompt(self.handle.text)
-            await chat.add_notice(failure_line(event), "info" if event.cancelled
-                                  else "error")
-
-
-async def _done(removal: Any) -> None:
-    if removal is not None:
-        await removal
-
-
-def _taken_back(event: TurnFailed, handle: TurnHandle) -> bool:
-    """Cancelled before it began, and nothing of it saved: a queued message taken back (a
-    message still queued when the app quits is saved, and says so)."""
-    return event.cancelled and event.user_seq is None and not handle.started
-
-
 def as_typed(text: str) -> str:
     """A message as the prompt must hold it to send it again: one starting with "/" was
     typed "//…" (a single slash would run a command)."""
     return "/" + text if text.startswith("/") else text
-
-
-def failure_line(event: TurnFailed) -> str:
-    if event.cancelled:
-        return ("Stopped; the partial answer is saved" if event.partial_seq
-                else "Stopped before any answer arrived")
-    return turn_failure_line(event, "your message was not saved: it is back in the prompt")

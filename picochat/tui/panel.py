@@ -18,14 +18,6 @@ from textual.containers import VerticalScroll
 from textual.widgets import Collapsible, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from picochat.compaction.report import (
-    DEGRADED_NOTE,
-    POINTERS_NOTE,
-    covered,
-    headline,
-    numbers,
-)
-from picochat.messages import Checkpoint
 from picochat.tui.answer import ProseBlock
 from picochat.tui.context_chart import ContextChart
 from picochat.tui.markdown import Block
@@ -34,6 +26,7 @@ from picochat.tui.safe import clean, literal
 
 if TYPE_CHECKING:  # the panel's data comes with the figures, after the first frame
     from picochat.context_usage import RefusedSummary
+    from picochat.messages import Checkpoint
 
 UNDO_KEY = "ctrl+z"  # not a letter: a letter typed after F2 is the start of a message
 
@@ -54,6 +47,7 @@ def use_line(cp: Checkpoint, active: Checkpoint | None, by_id: dict[str, Checkpo
 
 
 def checkpoint_lines(cp: Checkpoint, number: int, use: str, cleared_at: int = 0) -> str:
+    from picochat.compaction.report import DEGRADED_NOTE, POINTERS_NOTE, headline
     from picochat.ledger import facts_line  # the ledger loads when a summary is shown
 
     created = dt.datetime.fromtimestamp(cp.created_at / 1000, dt.timezone.utc).strftime(
@@ -88,6 +82,8 @@ def summary_source(cp: Checkpoint) -> str:
 def undo_question(cp: Checkpoint, number: int, parent: Checkpoint | None,
                   parent_number: int | None, cleared_at: int) -> str:
     """What undoing the summary in use changes, for the confirm dialog."""
+    from picochat.compaction.report import covered
+
     if parent is not None:
         after = (f"Summary {parent_number} and messages {parent.first_retained_seq} onward "
                  "as they are")
@@ -171,6 +167,8 @@ class CheckpointPanel(VerticalScroll):
                    series: list[int], cleared_at: int = 0,
                    pins: list[str] | None = None, refused: RefusedSummary | None = None,
                    branches: list[str] | None = None) -> None:
+        from picochat.compaction.report import covered, numbers  # with the panel's first data
+
         if not self.children:
             await self.mount_all(list(self._parts()))
         self.show_refused(refused)
@@ -215,6 +213,8 @@ class CheckpointPanel(VerticalScroll):
         self.query_one("#cp-refused-text", Static).update(literal(clean(refused.text)))
 
     async def read(self, cp: Checkpoint | None) -> None:
+        from picochat.compaction.report import covered
+
         meta = self.query_one("#cp-meta", Static)
         summary = self.query_one("#cp-summary", ProseBlock)
         title = self.query_one("#cp-summary-title", Static)

@@ -23,14 +23,15 @@ from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widget import Widget
 
-from picochat.messages import Session
-from picochat.models import ResolvedModel
 from picochat.textsafe import clean
 
-if TYPE_CHECKING:  # the figures come after the first frame, and their module with them
+if TYPE_CHECKING:  # the figures, the session and the model come after the first frame
     from picochat.context_usage import ContextUsage
+    from picochat.messages import Session
+    from picochat.models import ResolvedModel
 
 ANSWERING, COMPACTING, WAITING = "answering", "compacting", "waiting"
+OPENING = "opening"  # the first frame is up; the session and its model are opening
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 FRAME_SECONDS = 0.1
 SEP = " · "
@@ -62,6 +63,8 @@ def running_text(run: Running, short: bool = False) -> str:
     elif run.activity == WAITING:
         head = (f"retry in {took}" if short else f"sending again in {took}") \
             + (" · Esc stops" if run.stoppable else "")
+    elif run.activity == OPENING:  # a blink, usually: its clock only once it takes a second
+        head = f"opening{dots}" + (f" {took}" if run.seconds else "")
     elif run.activity:
         head = f"{run.activity} {took}"
     else:

@@ -5,10 +5,14 @@ database holds, and a welcome is not part of the conversation."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.widgets import Static
 
-from picochat.models import ResolvedModel
 from picochat.tui.safe import literal
+
+if TYPE_CHECKING:  # the model opens after the first frame
+    from picochat.models import ResolvedModel
 
 KEYS = "Enter sends · ctrl+j adds a line · F1 help · F2 checkpoints · ctrl+q quits"
 

@@ -1,0 +1,157 @@
+"""The screen first, then the session (issue 33, item 3): `picochat` draws its bar, prompt and
+keys, then opens the database, the session and the model in a thread. Nothing a user does in
+that moment is lost, and what fails there is said as any command says it.
+
+Each test runs the app as the CLI starts it (`main([...])`, headless), with the opening held
+at a gate until the test has looked at the screen: the tests wait for events, never for the
+opening's length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+from textual.widgets import OptionList
+
+from picochat import catalog
+from picochat.cli import commands
+from picochat.cli.main import main
+from picochat.storage import open_store
+from picochat.tui import app as tui_app
+from picochat.tui.panel import CheckpointPanel
+from picochat.tui.prompt import Prompt
+from picochat.tui.status import StatusBar
+from tests.helpers.tui import answered, conversation
+from tests.helpers.waiting import WAIT_S, settle
+
+
+@pytest.fixture
+def held(home: Path, monkeypatch: pytest.MonkeyPatch):
+    """`held(drive, *argv) -> (status, gate)`: `picochat ARGV` as the CLI starts it, headless;
+    the session opens only once `gate` is set (by `drive(app, pilot, gate)`, or after the app
+    has ended)."""
+    monkeypatch.setattr(commands, "has_terminal", lambda: True)
+    gate = threading.Event()
+    real = catalog.open_chat
+
+    def gated(*args, **kwargs):
+        assert gate.wait(WAIT_S), "the test never let the session open"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(catalog, "open_chat", gated)
+
+    def run(drive, *argv: str) -> int:
+        async def app_run(app) -> None:
+            try:
+                async with app.run_test(size=(100, 30)) as pilot:
+                    await drive(app, pilot, gate)
+            finally:
+                gate.set()  # a thread still held would keep the process from ending
+
+        monkeypatch.setattr(tui_app.PicochatApp, "run", lambda self: asyncio.run(app_run(self)))
+        return main(list(argv))
+
+    return run
+
+
+def bar(app) -> str:
+    return str(app.query_one(StatusBar).render())
+
+
+def session_names(home: Path) -> list[str]:
+    """The sessions the database holds (read after the app has ended)."""
+    store = open_store(home / "data" / "picochat.db")
+    try:
+        return [s.name for s in store.list_sessions()]
+    finally:
+        store.close()
+
+
+def test_the_bar_says_opening_then_names_the_session_and_a_message_sent_meanwhile_goes_there(
+        held, home):
+    seen: dict[str, object] = {}
+
+    async def drive(app, pilot, gate) -> None:
+        await pilot.pause()
+        seen["first"] = bar(app)
+        assert not app.opened
+        prompt = app.query_one(Prompt)
+        assert app.focused is prompt  # typing needs nothing the opening brings
+        await pilot.press(*"our Redis runs on 6380")
+        await pilot.press("enter")
+        seen["typed"] = conversation(app)  # not shown as sent before its session is open
+        gate.set()
+        await settle(pilot, app, lambda: app.opened and app.ready)
+        seen["opened"] = bar(app)
+        store = app.sessions._store
+        await settle(pilot, app, lambda: answered(app, store))
+        seen["rows"] = [(m.role, m.content) for m in store.history(app.session.id)][:1]
+
+    assert held(drive, "--model", "offline", "-s", "work") == 0
+    assert "opening…" in seen["first"] and "work" not in seen["first"]
+    assert seen["typed"] == []
+    assert "work" in seen["opened"] and "opening" not in seen["opened"]
+    assert seen["rows"] == [("user", "our Redis runs on 6380")]
+
+
+def test_a_missing_key_found_after_the_first_frame_is_the_line_and_status_ask_gives(
+        held, home, monkeypatch, capsys):
+    assert main(["ask", "--model", "gpt-4o-mini", "hello"]) != 0
+    ask_line = capsys.readouterr().err
+    ask_status = main(["ask", "--model", "gpt-4o-mini", "hello"])
+    capsys.readouterr()
+
+    async def drive(app, pilot, gate) -> None:
+        await pilot.pause()
+        await pilot.press(*"words typed meanwhile")
+        gate.set()
+        await settle(pilot, app, lambda: app.open_error is not None)
+
+    status = held(drive, "--model", "gpt-4o-mini")
+    err = capsys.readouterr().err
+    assert status == ask_status == 2
+    assert ask_line.strip() in err  # the same one line, after the screen is restored
+    assert "Traceback" not in err
+    # what was typed has no session to go back to: the terminal keeps the words
+    assert "words typed meanwhile" in err
+    assert session_names(home) == []  # nothing was written: no session made
+
+
+def test_quitting_before_the_session_opens_ends_at_once_and_keeps_what_was_typed(held, capsys):
+    async def drive(app, pilot, gate) -> None:
+        await pilot.pause()
+        await pilot.press(*"half a thought")
+        await pilot.press("ctrl+q")  # the gate stays shut: the session never opened here
+        assert not app.opened
+
+    assert held(drive, "--model", "offline", "-s", "later") == 0
+    err = capsys.readouterr().err
+    # no session to give the words back to at the next start: the terminal keeps them
+    assert "half a thought" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("key", ["f2", "f3"])
+def test_f2_or_f3_pressed_while_opening_shows_its_view_once_the_session_is_open(held, home, key):
+    seen: dict[str, object] = {}
+
+    async def drive(app, pilot, gate) -> None:
+        await pilot.pause()
+        await pilot.press(key)
+        seen["before"] = type(app.screen).__name__, app.query_one(CheckpointPanel).is_open
+        gate.set()
+        if key == "f3":  # the /info card
+            await settle(pilot, app, lambda: type(app.screen).__name__ == "CardScreen")
+            seen["shown"] = app.screen.title_text == "Context (/info)"
+        else:  # the panel, filled, its list of checkpoints focused
+            await settle(pilot, app, lambda: bool(app.query(OptionList))
+                         and isinstance(app.focused, OptionList))
+            seen["shown"] = app.query_one(CheckpointPanel).is_open
+        seen["errors"] = [n.message for n in app._notifications if n.severity == "error"]
+
+    assert held(drive, "--model", "offline") == 0
+    assert seen["before"] == ("Screen", key == "f2")  # nothing shown before there is a session
+    assert seen["shown"] is True
+    assert seen["errors"] == []
