@@ -105,7 +105,8 @@ def picochat(data: Path, *args: str, full_at: str | None = None, stdin: str = ""
 
 def on_terminal(argv: list[str], env: dict[str, str], cwd: Path | None) -> Run:
     """Run `argv` with stdin and stdout on a pseudo-terminal 1000 columns wide (what the
-    terminal shows is drained and dropped) and stderr in a file."""
+    terminal shows is drained and dropped) and stderr in a file; its text is what stays on the
+    terminal once the app has left its screen."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 1000, 0, 0))
     with tempfile.TemporaryFile() as err:
@@ -126,7 +127,8 @@ def on_terminal(argv: list[str], env: dict[str, str], cwd: Path | None) -> Run:
                 proc.kill()
             proc.wait()
         err.seek(0)
-        return Run(proc.returncode, "", err.read().decode("utf-8", "replace"))
+        return Run(proc.returncode, "", what_stays_on_screen(err.read().decode("utf-8",
+                                                                              "replace")))
 
 
 def sha(path: Path) -> str:
@@ -137,13 +139,16 @@ def listing(folder: Path) -> set[str]:
     return {p.name for p in folder.iterdir()}
 
 
-# What Textual's driver writes to the terminal (here stderr) around a run that failed while
-# building the screen: enter and leave the alternate screen, mouse modes, the cursor, a title.
+# What Textual's driver writes to the terminal (here stderr) around a run that failed after
+# its first frame: enter and leave the alternate screen, mouse modes, the cursor, a title. What
+# it drew on the alternate screen (the bar, the prompt, the keys) is gone from the terminal once
+# the app leaves it, so only what comes after is what the user reads.
+_ALTERNATE = re.compile(r"\x1b\[\?1049h.*?\x1b\[\?1049l", re.DOTALL)
 _DRIVER = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[=>]")
 
 
-def without_driver_output(run: Run) -> Run:
-    return Run(run.status, run.stdout, _DRIVER.sub("", run.stderr))
+def what_stays_on_screen(stderr: str) -> str:
+    return _DRIVER.sub("", _ALTERNATE.sub("", stderr))
 
 
 def assert_one_line(run: Run, path: Path, *phrases: str) -> str:
@@ -214,8 +219,6 @@ def check_untouched(path: Path, *phrases: str, commands=COMMANDS) -> None:
     before, files = sha(path), listing(path.parent)
     for args, label in commands:
         run = picochat(path.parent, *args)
-        if label == "app":
-            run = without_driver_output(run)
         try:
             assert_one_line(run, path, *phrases)
         except AssertionError as exc:
