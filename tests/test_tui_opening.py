@@ -20,7 +20,7 @@ from picochat import catalog
 from picochat.cli import commands
 from picochat.cli.main import main
 from picochat.storage import open_store
-from picochat.tui import app as tui_app
+from picochat.tui import app as tui_app, slash
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.status import StatusBar
@@ -28,31 +28,47 @@ from tests.helpers.tui import answered, conversation
 from tests.helpers.waiting import WAIT_S, settle
 
 
+class Opening:
+    """The session's opening, held at `gate` until the test sets it; `passed` once it went
+    on (or gave up waiting: a failure bound)."""
+
+    def __init__(self) -> None:
+        self.gate, self.passed = threading.Event(), threading.Event()
+
+
 @pytest.fixture
-def held(home: Path, monkeypatch: pytest.MonkeyPatch):
-    """`held(drive, *argv) -> (status, gate)`: `picochat ARGV` as the CLI starts it, headless;
-    the session opens only once `gate` is set (by `drive(app, pilot, gate)`, or after the app
-    has ended)."""
-    monkeypatch.setattr(commands, "has_terminal", lambda: True)
-    gate = threading.Event()
+def opening(monkeypatch: pytest.MonkeyPatch) -> Opening:
+    held = Opening()
     real = catalog.open_chat
 
     def gated(*args, **kwargs):
-        assert gate.wait(WAIT_S), "the test never let the session open"
+        held.gate.wait(WAIT_S)
+        held.passed.set()
         return real(*args, **kwargs)
 
     monkeypatch.setattr(catalog, "open_chat", gated)
+    return held
+
+
+@pytest.fixture
+def held(home: Path, monkeypatch: pytest.MonkeyPatch, opening: Opening):
+    """`held(drive, *argv) -> status`: `picochat ARGV` as the CLI starts it, headless; the
+    session opens once `drive(app, pilot, gate)` sets `gate` (or once the CLI has returned:
+    an opening left behind then ends too)."""
+    monkeypatch.setattr(commands, "has_terminal", lambda: True)
 
     def run(drive, *argv: str) -> int:
         async def app_run(app) -> None:
-            try:
+            async def driven() -> None:
                 async with app.run_test(size=(100, 30)) as pilot:
-                    await drive(app, pilot, gate)
-            finally:
-                gate.set()  # a thread still held would keep the process from ending
+                    await drive(app, pilot, opening.gate)
+            await asyncio.wait_for(driven(), 2 * WAIT_S)  # a failure bound: a stuck app fails
 
         monkeypatch.setattr(tui_app.PicochatApp, "run", lambda self: asyncio.run(app_run(self)))
-        return main(list(argv))
+        try:
+            return main(list(argv))
+        finally:
+            opening.gate.set()
 
     return run
 
@@ -92,6 +108,7 @@ def test_the_bar_says_opening_then_names_the_session_and_a_message_sent_meanwhil
 
     assert held(drive, "--model", "offline", "-s", "work") == 0
     assert "opening…" in seen["first"] and "work" not in seen["first"]
+    assert "counting" not in seen["first"]  # no figures are on their way yet
     assert seen["typed"] == []
     assert "work" in seen["opened"] and "opening" not in seen["opened"]
     assert seen["rows"] == [("user", "our Redis runs on 6380")]
@@ -120,17 +137,87 @@ def test_a_missing_key_found_after_the_first_frame_is_the_line_and_status_ask_gi
     assert session_names(home) == []  # nothing was written: no session made
 
 
-def test_quitting_before_the_session_opens_ends_at_once_and_keeps_what_was_typed(held, capsys):
+@pytest.mark.parametrize("sent", [False, True])
+def test_quitting_before_the_session_opens_ends_at_once_and_keeps_the_words(
+        held, opening, capsys, sent):
+    """Typed, or sent with Enter (it waits for the session): quitting keeps the words on the
+    terminal, and the CLI does not wait for the opening (another picochat's lock can hold it
+    for seconds)."""
     async def drive(app, pilot, gate) -> None:
         await pilot.pause()
         await pilot.press(*"half a thought")
+        if sent:
+            await pilot.press("enter")
+            await pilot.press(*"and more")
         await pilot.press("ctrl+q")  # the gate stays shut: the session never opened here
         assert not app.opened
 
     assert held(drive, "--model", "offline", "-s", "later") == 0
+    assert not opening.passed.is_set()  # the CLI returned with the opening still held
     err = capsys.readouterr().err
     # no session to give the words back to at the next start: the terminal keeps them
     assert "half a thought" in err and "Traceback" not in err
+    assert ("and more" in err) is sent
+
+
+def test_a_message_sent_while_opening_is_kept_when_the_opening_fails(held, capsys):
+    async def drive(app, pilot, gate) -> None:
+        await pilot.pause()
+        await pilot.press(*"important words")
+        await pilot.press("enter")
+        gate.set()
+        await settle(pilot, app, lambda: app.open_error is not None)
+
+    assert held(drive, "--model", "gpt-4o-mini") == 2  # no key
+    err = capsys.readouterr().err
+    assert "important words" in err and "no API key" in err
+
+
+def test_a_palette_command_picked_while_opening_waits_for_the_session_and_never_blocks_keys(
+        held, home):
+    """The palette runs its command on the app's message queue: waiting there for the session
+    froze every key, and a failed opening could never end the app."""
+    seen: dict[str, object] = {}
+
+    async def drive(app, pilot, gate) -> None:
+        await pilot.pause()
+        info = next(c for c in slash.COMMANDS if c.name == "info")
+        app.call_later(tui_app._runner(app, info))  # as the palette does
+        await pilot.press(*"still typing")  # keys are handled meanwhile
+        seen["typed"] = app.query_one(Prompt).text
+        gate.set()
+        await settle(pilot, app, lambda: type(app.screen).__name__ == "CardScreen")
+
+    assert held(drive, "--model", "offline") == 0
+    assert seen["typed"] == "still typing"
+
+
+def test_a_palette_command_picked_while_opening_does_not_keep_a_failed_app_alive(held):
+    async def drive(app, pilot, gate) -> None:
+        await pilot.pause()
+        info = next(c for c in slash.COMMANDS if c.name == "info")
+        app.call_later(tui_app._runner(app, info))
+        gate.set()
+        await settle(pilot, app, lambda: app.open_error is not None)
+
+    assert held(drive, "--model", "gpt-4o-mini") == 2
+
+
+def test_a_bug_while_starting_the_session_ends_the_app_as_an_internal_error(
+        held, monkeypatch, capsys):
+    def broken(self, start):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(tui_app.PicochatApp, "_start", broken)
+
+    async def drive(app, pilot, gate) -> None:
+        await pilot.pause()
+        gate.set()
+        await settle(pilot, app, lambda: app.open_error is not None)
+
+    assert held(drive, "--model", "offline") == 1
+    err = capsys.readouterr().err
+    assert "internal error (RuntimeError)" in err and "a bug" not in err
 
 
 @pytest.mark.parametrize("key", ["f2", "f3"])

@@ -40,6 +40,7 @@ log = logging.getLogger("picochat.cli")
 class App:
     args: argparse.Namespace
     _store: Store | None = field(default=None, init=False)
+    _left_open: bool = field(default=False, init=False)
 
     def opt(self, name: str) -> Any:
         return getattr(self.args, name, None)
@@ -87,8 +88,12 @@ class App:
             raise UsageError("no sessions yet", 'start one with: picochat ask "hello"')
         return latest
 
+    def leave_open(self) -> None:
+        """The store is in use by a thread no one waits for: the process's exit closes it."""
+        self._left_open = True
+
     def close(self) -> None:
-        if self._store is not None:
+        if self._store is not None and not self._left_open:
             self._store.close()
 
 
@@ -151,6 +156,8 @@ def cmd_tui(app: App) -> int:
         err(tui.exit_note)
     if tui.open_error is not None:
         raise tui.open_error
+    if not tui.opened:  # quit while it opened: that thread may wait on another picochat's
+        app.leave_open()  # lock, and closing its store would wait with it; exiting does not
     # The session on screen at the end, switched to or not, is the one the next start opens.
     # Recorded after the app, not before: an app that failed (a damaged database) writes
     # nothing, and a start shows its first frame without waiting for a write lock.

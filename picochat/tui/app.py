@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import traceback
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar
 
 from rich.text import Text
 from textual import events, work
@@ -58,6 +59,7 @@ if TYPE_CHECKING:  # the engine: opened after the first frame, in a thread (`ope
 
 
 log = logging.getLogger("picochat.tui")
+T = TypeVar("T")
 
 
 class OneLine(Exception):
@@ -283,16 +285,22 @@ class PicochatApp(App[None]):
         """The database, the session and its model, opened in a thread while the screen
         takes keys (the engine's modules load with them, ~0.1 s). What fails there ends the
         app before anything was written; the CLI says it (`open_error`) with the exit status
-        any command gives it."""
+        any command gives it. A quit meanwhile wins: the opening is left behind, never waited
+        for (a database locked by another picochat can hold it for seconds)."""
         assert self._open_chat is not None, "an app made by `opening`"
         try:
-            start = await asyncio.to_thread(self._open_chat)
+            start = await in_daemon_thread(self._open_chat)
+            if self._exit:  # quitting: no session to start, and nothing to say
+                return False
+            self._start(start)
         except Exception as exc:  # noqa: BLE001 - a bug as well: the CLI's "internal error"
-            self.open_error = exc
-            self.exit(return_code=exc.exit_status if isinstance(exc, PicochatError) else 1)
+            if not self._exit:
+                self.open_error = exc
+                self.exit(return_code=exc.exit_status if isinstance(exc, PicochatError) else 1)
             return False
-        self._start(start)
         self.refresh_status()
+        if self._typed_chars and not self._preparing:  # typed and paused while it opened
+            self.prepare_to_send()
         return True
 
     def load_tokens(self) -> None:
@@ -331,7 +339,7 @@ class PicochatApp(App[None]):
         neither. Started on a pause, not the first key: the imports hold the GIL in bursts,
         and a key typed meanwhile would wait. A message sent with no pause loads them on its
         way."""
-        if self._preparing:
+        if self._preparing or not self.opened:  # opening: it loads them; then this runs
             return
         self._preparing = self._loading_tokens = True
         self._prepare_to_send(self._typed_chars)
@@ -413,7 +421,9 @@ class PicochatApp(App[None]):
             token_counts.write(self.paths.data_dir)  # needs no encoding
         self._gc.stop()
         unsaved = await self.worker.close(within_s=SHUTDOWN_WAIT_S) if self.opened else ()
-        typed = self._typed_at_exit or ""
+        # messages sent before the session was open and shown never reached it: kept as typed
+        waiting = self._conversation.waiting_to_send if self._conversation is not None else []
+        typed = "\n\n".join(t for t in [*waiting, self._typed_at_exit or ""] if t.strip())
         if typed.strip() and not self.opened:  # no session to give it back to at the next
             self.exit_note = ("nothing was sent: the session had not opened; what you typed: "
                               + typed)  # start: the terminal keeps the words themselves
@@ -781,8 +791,6 @@ class PicochatApp(App[None]):
     async def run_command(self, text: str) -> None:
         from picochat.tui import commands  # with the first command: not before the frame
 
-        await self.transcript_ready.wait()  # from the palette, too, while the session opens
-
         await commands.run(self, text)
 
     async def on_event(self, event: events.Event) -> None:
@@ -962,5 +970,36 @@ def _runner(app: PicochatApp, command: slash.Command):
             prompt.put(f"/{command.name} ")
             prompt.focus()
             return
+        if not app.transcript_ready.is_set():  # the session is opening: the command waits
+            app.command(f"/{command.name}")   # for it off the message queue, as typed ones do
+            return
         await app.run_command(f"/{command.name}")
     return run
+
+
+async def in_daemon_thread(fn: Callable[[], T]) -> T:
+    """`fn()` in a daemon thread: unlike `asyncio.to_thread`, which `asyncio.run` joins at
+    the end, an app that quits meanwhile ends without waiting for it."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = fn(), None
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            result, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop has closed: the app quit, and nobody awaits it
+            pass
+
+    threading.Thread(target=run, name="picochat-open", daemon=True).start()
+    return await done

@@ -75,6 +75,7 @@ class Conversation(Vertical):
         self.running: TurnHandle | None = None  # the turn streaming now
         self.queued: list[Queued] = []  # sent during a turn, oldest first
         self.sends_refused = False  # the database went away: nothing more is sent
+        self.waiting_to_send: list[str] = []  # sent before the session was open and shown
         self._shown = asyncio.Event()  # the newest turn sent is on screen in full
         self._shown.set()
 
@@ -135,7 +136,10 @@ class Conversation(Vertical):
     async def send(self, text: str) -> None:
         """Show `text` as sent, submit it, then show its events once the turns before it are
         shown in full, in the order sent."""
-        await self._ready.wait()
+        if not self._ready.is_set():  # sent while the session opens: listed until it has,
+            self.waiting_to_send.append(text)  # so a quit or a failed open keeps the words
+            await self._ready.wait()
+            self.waiting_to_send.remove(text)
         chat = self.chat
         if self.sends_refused:  # it would be saved in a file no one will read again
             await chat.add_notice(NOT_SENT_DATABASE_GONE, "error")
@@ -213,10 +217,10 @@ class Conversation(Vertical):
         await self.around.context_changed()
 
     async def compacted(self, outcome: Any, announce: bool) -> None:
-        from picochat.compaction import report
-
         """A compaction just learned of: the divider, the panel and the figures follow;
         `announce`: also a notice (a turn's own compaction)."""
+        from picochat.compaction import report
+
         if outcome.compacted:
             await self.context_moved()
             if announce and outcome.degraded:  # no summary: say why, and what to do

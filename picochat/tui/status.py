@@ -98,6 +98,9 @@ class Figures:
         return self.used / self.threshold if self.threshold else 1.0
 
 
+GAUGE_HIDDEN = 4  # gauge_text's level that shows nothing
+
+
 def gauge_text(figures: Figures | None, level: int = 0) -> str:
     """Level 0 names every figure; 1 keeps them without the words; 2 is `70% · 1.0k/1.5k`;
     3 the percentage alone; 4 nothing. None: the tokenizer is still loading."""
@@ -182,7 +185,8 @@ def compose_line(form: Form, session: str, model: str, offline: bool, run: Runni
         spin = SPINNER[frame % len(SPINNER)] + " " if run.activity else ""
         left.append(Content.styled(spin + running, "bold"))
     head = Content(SEP).join(left)
-    gauge = Content.styled(gauge_text(figures, form.gauge), gauge_style(figures))
+    level = GAUGE_HIDDEN if run.activity == OPENING else form.gauge  # nothing to count yet
+    gauge = Content.styled(gauge_text(figures, level), gauge_style(figures))
     pad = " " if form.pad else ""
     used = len(pad) * 2 + head.cell_length + gauge.cell_length
     gap = GAP if head.cell_length and gauge.cell_length else 0
