@@ -138,6 +138,13 @@ def _examples(text: str) -> list[str]:
     return text.split("examples:\n", 1)[1].split("\n\n", 1)[0].splitlines()
 
 
+def test_the_app_alone_parses_as_with_every_command_known():
+    """`picochat` alone skips building the commands' parsers (5 ms before the first frame):
+    the app gets the namespace the whole parser gives (any word at all gets the whole one,
+    which every other test here goes through)."""
+    assert build_parser(commands=False).parse_args([]) == build_parser().parse_args([])
+
+
 def test_the_command_list_is_the_parsers():
     assert tuple(name for name, _ in _parsers()[1:]) == COMMANDS
 

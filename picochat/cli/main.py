@@ -7,6 +7,7 @@ is imported only when a real model is called.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Sequence
 
 from picochat.cli.parser import build_parser
@@ -15,7 +16,8 @@ __all__ = ["build_parser", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(commands=bool(argv))  # `picochat` alone: the app, at once
     args = _parse(parser, argv)
     session = getattr(args, "session", None)
     if session is not None and not session.strip():  # else "" would mean the latest session
