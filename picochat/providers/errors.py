@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from typing import Any
@@ -217,4 +216,6 @@ def _html_words(text: str) -> str:
     else:
         words = re.sub(r"<(script|style)\b.*?</\1\s*>", " ", text, flags=re.I | re.S)
         words = re.sub(r"<[^>]*>", " ", words)
+    import html  # its entity table costs 5 ms at start-up; only an HTML error page needs it
+
     return " ".join(html.unescape(words).split())
