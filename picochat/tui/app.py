@@ -8,7 +8,9 @@ auto compaction use. The app reads and writes nothing itself: the worker and the
 `SessionCatalog` do, off its event loop.
 
 The app itself keeps the layout, themes, warm-up, the worker's lifecycle and session
-switching, keys and the palette.
+switching, keys and the palette. It draws its first frame before the engine is imported: the
+CLI's app (`PicochatApp.opening`) opens the store, the session and its model in a thread
+right after that frame, and whatever the user does meanwhile waits for them (`opened`).
 """
 
 from __future__ import annotations
