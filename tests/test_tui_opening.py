@@ -30,10 +30,12 @@ from tests.helpers.waiting import WAIT_S, settle
 
 class Opening:
     """The session's opening, held at `gate` until the test sets it; `passed` once it went
-    on (or gave up waiting: a failure bound)."""
+    on (or gave up waiting: a failure bound), `ended` once it returned or raised."""
 
     def __init__(self) -> None:
-        self.gate, self.passed = threading.Event(), threading.Event()
+        self.gate, self.passed, self.ended = threading.Event(), threading.Event(), \
+            threading.Event()
+        self.left_behind = False  # the CLI returned while the opening was still held
 
 
 @pytest.fixture
@@ -42,9 +44,12 @@ def opening(monkeypatch: pytest.MonkeyPatch) -> Opening:
     real = catalog.open_chat
 
     def gated(*args, **kwargs):
-        held.gate.wait(WAIT_S)
-        held.passed.set()
-        return real(*args, **kwargs)
+        try:
+            held.gate.wait(WAIT_S)
+            held.passed.set()
+            return real(*args, **kwargs)
+        finally:
+            held.ended.set()
 
     monkeypatch.setattr(catalog, "open_chat", gated)
     return held
@@ -67,8 +72,10 @@ def held(home: Path, monkeypatch: pytest.MonkeyPatch, opening: Opening):
         monkeypatch.setattr(tui_app.PicochatApp, "run", lambda self: asyncio.run(app_run(self)))
         try:
             return main(list(argv))
-        finally:
+        finally:  # an opening a quit left behind ends here, not in the next test
+            opening.left_behind = not opening.passed.is_set()
             opening.gate.set()
+            assert opening.ended.wait(WAIT_S), "the opening never ended"
 
     return run
 
@@ -153,7 +160,7 @@ def test_quitting_before_the_session_opens_ends_at_once_and_keeps_the_words(
         assert not app.opened
 
     assert held(drive, "--model", "offline", "-s", "later") == 0
-    assert not opening.passed.is_set()  # the CLI returned with the opening still held
+    assert opening.left_behind  # the CLI returned with the opening still held
     err = capsys.readouterr().err
     # no session to give the words back to at the next start: the terminal keeps them
     assert "half a thought" in err and "Traceback" not in err
