@@ -142,6 +142,7 @@ class PicochatApp(App[None]):
         from picochat.catalog import ChatStart
 
         self._setup(config, paths, quit_on_signals)
+        self._read_counts()
         self._start(ChatStart(store, session, model, provider, first))
 
     @classmethod
@@ -189,11 +190,15 @@ class PicochatApp(App[None]):
         self._reloading = asyncio.Lock()
         self._log_reporter: Reporter | None = None  # whoever reported a log failure before
 
-    def _start(self, start: ChatStart) -> None:
-        """The session and its worker (not started), with counts an earlier run kept: the
-        figures need no encoding."""
+    def _read_counts(self) -> None:
+        """Counts an earlier run kept: the figures need no encoding."""
         from picochat import token_counts
 
+        if self.paths is not None:
+            token_counts.read(self.paths.data_dir)
+
+    def _start(self, start: ChatStart) -> None:
+        """The session and its worker (not started)."""
         self.sessions = start.catalog()
         self.session = start.session
         self._first = start.first
@@ -201,8 +206,6 @@ class PicochatApp(App[None]):
                                            self.config)
         if self._conversation is not None:
             self._conversation.worker = self.worker
-        if self.paths is not None:
-            token_counts.read(self.paths.data_dir)
         self.opened = True
 
     # --- layout ---------------------------------------------------------------------------------
@@ -289,9 +292,16 @@ class PicochatApp(App[None]):
         app before anything was written; the CLI says it (`open_error`) with the exit status
         any command gives it. A quit meanwhile wins: the opening is left behind, never waited
         for (a database locked by another picochat can hold it for seconds)."""
-        assert self._open_chat is not None, "an app made by `opening`"
+        open_chat = self._open_chat
+        assert open_chat is not None, "an app made by `opening`"
+
+        def opened() -> ChatStart:  # the counts' file too: no read on the event loop
+            start = open_chat()
+            self._read_counts()
+            return start
+
         try:
-            start = await in_daemon_thread(self._open_chat)
+            start = await in_daemon_thread(opened)
             if self._exit:  # quitting: no session to start, and nothing to say
                 return False
             self._start(start)
