@@ -35,27 +35,11 @@ from picochat.tui.chat import ChatView, Notice, UserMessage
 from picochat.tui.prompt import Prompt
 from tests.helpers.tui import SIZE, Slow, make_app, say
 from tests.helpers.waiting import WAIT_S, read_until, settle, wait_until, wait_until_async
-from tests.helpers.storage import append_message
+from tests.helpers.storage import append_message, dead_draft, dead_pid
 
 
 # the offline model reflects the question: a long one streams for several seconds
 LONG_QUESTION = "tell me about ports: " + " ".join(f"port{9000 + i}" for i in range(300))
-
-
-def dead_pid() -> int:
-    """The pid of a process that has ended (and been reaped)."""
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
-
-
-def dead_owner(db: Path) -> str:
-    """The lock token of a draft writer that has ended: its file is there, no one holds it."""
-    from picochat.storage.owner import owners_dir
-
-    owners_dir(db).mkdir(mode=0o700, exist_ok=True)
-    (owners_dir(db) / "0123456789abcdef").touch(mode=0o600)
-    return "0123456789abcdef"
 
 
 def draft_rows(db: Path) -> list[tuple]:
@@ -101,15 +85,11 @@ async def test_the_answer_being_streamed_is_saved_as_a_draft_and_gone_once_it_en
 async def test_a_dead_process_draft_becomes_an_interrupted_answer_at_the_next_start(store):
     session = store.create_session("d")
     user = append_message(store, session.id, "user", "what is the port?", turn_id="t_dead")
-    store.drafts.save(session.id, "t_dead", "The port is 8443 and the host is")
+    dead_draft(store, session.id, "t_dead", "The port is 8443 and the host is")
     other = store.create_session("live")
     append_message(store, other.id, "user", "q", turn_id="t_live")
+    # the first draft's writer died; the second's still runs (this very process)
     store.drafts.save(other.id, "t_live", "still streaming elsewhere")
-    conn = sqlite3.connect(store.path)
-    with conn:  # the first draft's writer died; the second's still runs (this very process)
-        conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ? WHERE turn_id = 't_dead'",
-                     (dead_pid(), dead_owner(store.path)))
-    conn.close()
 
     worker = SessionWorker(store, other.id, resolve_model(Config(), "offline"), Slow([]), "sys")
     async with worker:  # any session's worker recovers every orphan
@@ -406,12 +386,7 @@ def test_a_reused_pid_or_a_zombie_does_not_keep_a_draft_from_recovery(tmp_path):
 async def test_the_app_opens_with_a_killed_answer_recovered_and_says_so(store):
     session = store.create_session("t")
     append_message(store, session.id, "user", "what is the port?", turn_id="t_dead")
-    store.drafts.save(session.id, "t_dead", "The port is 8443")
-    conn = sqlite3.connect(store.path)
-    with conn:
-        conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ?",
-                     (dead_pid(), dead_owner(store.path)))
-    conn.close()
+    dead_draft(store, session.id, "t_dead", "The port is 8443")
     app = make_app(store)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await settle(pilot, app, lambda: app.ready)
@@ -523,15 +498,6 @@ async def recover(store, sid):
     worker = SessionWorker(store, sid, resolve_model(Config(), "offline"), Slow([]), "sys")
     async with worker:
         return worker.recovered_notes()
-
-
-def dead_draft(store, sid, turn_id, text):
-    store.drafts.save(sid, turn_id, text)
-    conn = sqlite3.connect(store.path)
-    with conn:
-        conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ? WHERE turn_id = ?",
-                     (dead_pid(), dead_owner(store.path), turn_id))
-    conn.close()
 
 
 async def test_a_draft_recovered_after_a_newer_turn_is_kept_but_never_sent_as_its_answer(store):

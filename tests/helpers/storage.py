@@ -7,6 +7,9 @@ form lives here, not on `Store`.
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from picochat.messages import COMPLETE, Message, NewMessage
@@ -66,3 +69,29 @@ def old_session(conn: Any) -> None:
     for seq, role in ((1, "user"), (2, "assistant")):
         conn.execute("INSERT INTO messages (session_id, seq, role, content, tokens, "
                      "created_at) VALUES ('s_a', ?, ?, 'old words', 2, 1)", (seq, role))
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def dead_owner(db: Path) -> str:
+    """The lock token of a draft writer that has ended: its file is there, no one holds it."""
+    from picochat.storage.owner import owners_dir
+
+    owners_dir(db).mkdir(mode=0o700, exist_ok=True)
+    (owners_dir(db) / "0123456789abcdef").touch(mode=0o600)
+    return "0123456789abcdef"
+
+
+def dead_draft(store: Store, session_id: str, turn_id: str, text: str) -> None:
+    """An answer a killed picochat was streaming: its draft, whose writer has ended."""
+    store.drafts.save(session_id, turn_id, text)
+    conn = sqlite3.connect(store.path)
+    with conn:
+        conn.execute("UPDATE drafts SET owner_pid = ?, owner_lock = ? WHERE turn_id = ?",
+                     (dead_pid(), dead_owner(store.path), turn_id))
+    conn.close()
