@@ -15,22 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from picochat.config import Config
-from picochat.messages import Checkpoint, Message, Session
+from picochat.first_screen import FirstScreen, read_first_screen
+from picochat.messages import Session
 from picochat.models import ResolvedModel
 from picochat.opening import open_model
 from picochat.providers.base import Provider
 from picochat.session import SessionWorker
 from picochat.storage.store import Store
-
-
-@dataclass(frozen=True)
-class FirstScreen:
-    """What the app's first screen shows of a session: its newest messages, the checkpoint in
-    force and the prompts the up arrow recalls."""
-
-    newest: list[Message]
-    checkpoint: Checkpoint | None
-    prompts: list[str]
 
 
 @dataclass(frozen=True)
@@ -61,7 +52,7 @@ def open_chat(store: Store, config: Config, ref: str | None, flag: str | None,
     if flag and session.model != flag:
         store.set_session_model(session.id, flag)
     return ChatStart(store, session, model, provider,
-                     SessionCatalog(store).first_screen(session.id, page))
+                     read_first_screen(store, session.id, page))
 
 
 class SessionCatalog:
@@ -80,13 +71,6 @@ class SessionCatalog:
         """The worker that runs `session`'s turns and commands (not started)."""
         return SessionWorker.from_config(self._store, session.id, model, provider, config,
                                          session=session)
-
-    def first_screen(self, session_id: str, page: int) -> FirstScreen:
-        """Read as the app opens (`open_chat`), off its event loop: a database damaged inside
-        is found here and said in one line."""
-        store = self._store
-        return FirstScreen(store.history_page(session_id, None, page),
-                           store.active_checkpoint(session_id), store.search.user_prompts())
 
     async def sessions(self) -> list[Session]:
         return await self._store.io(self._store.list_sessions)

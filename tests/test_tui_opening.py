@@ -21,9 +21,11 @@ from picochat.cli import commands
 from picochat.cli.main import main
 from picochat.storage import open_store
 from picochat.tui import app as tui_app, slash
+from picochat.tui.chat import AssistantMessage, ChatView
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.status import StatusBar
+from tests.helpers.storage import append_message, dead_draft
 from tests.helpers.tui import answered, conversation
 from tests.helpers.waiting import WAIT_S, settle
 
@@ -249,3 +251,94 @@ def test_f2_or_f3_pressed_while_opening_shows_its_view_once_the_session_is_open(
     assert seen["before"] == ("Screen", key == "f2")  # nothing shown before there is a session
     assert seen["shown"] is True
     assert seen["errors"] == []
+
+
+# --- a session with a transcript: drawn from the store before the model opens -----------------
+
+
+def seed(home: Path, name: str, exchanges: int, draft: str | None = None) -> None:
+    """A session `name` holding `exchanges` questions and answers, the last one's answer
+    "the newest answer"; `draft`: then a question whose answer a killed picochat left."""
+    store = open_store(home / "data" / "picochat.db")
+    try:
+        sid = store.create_session(name).id
+        for i in range(exchanges):
+            append_message(store, sid, "user", f"question {i}", turn_id=f"t{i}")
+            last = i == exchanges - 1
+            append_message(store, sid, "assistant", "the newest answer" if last else
+                           f"answer {i}", turn_id=f"t{i}")
+        if draft is not None:
+            append_message(store, sid, "user", "and the port?", turn_id="t_dead")
+            dead_draft(store, sid, "t_dead", draft)
+    finally:
+        store.close()
+
+
+def answers(app) -> list[str]:
+    return [w.source for w in app.query_one(ChatView).query(AssistantMessage)]
+
+
+def test_a_long_session_is_on_screen_while_its_model_still_opens_and_stays_as_drawn(
+        held, home):
+    seed(home, "work", 60)
+    seen: dict[str, object] = {}
+
+    async def drive(app, pilot, gate) -> None:
+        await settle(pilot, app, lambda: "the newest answer" in answers(app),
+                     what="the transcript was not drawn while the session opened")
+        seen["early"] = answers(app), bar(app), app.opened
+        widgets = list(app.query_one(ChatView).children)
+        gate.set()
+        await settle(pilot, app, lambda: app.opened and app.ready)
+        seen["opened"] = answers(app), bar(app)
+        # nothing changed meanwhile: the transcript is not drawn a second time
+        seen["same widgets"] = list(app.query_one(ChatView).children) == widgets
+        chat = app.query_one(ChatView)
+        before = len(chat.query(AssistantMessage))
+        await chat.load_older()  # scrolling up reads the older pages, from the worker
+        seen["older"] = len(chat.query(AssistantMessage)) > before
+
+    assert held(drive, "--model", "offline", "-s", "work") == 0
+    early, early_bar, opened = seen["early"]
+    assert "opening…" in early_bar and opened is False
+    assert seen["opened"][0] == early
+    assert "opening" not in seen["opened"][1]
+    assert seen["same widgets"] is True
+    assert seen["older"] is True
+
+
+def test_a_message_written_elsewhere_while_the_session_opens_shows_once_it_has(held, home):
+    seed(home, "work", 5)
+    seen: dict[str, object] = {}
+
+    async def drive(app, pilot, gate) -> None:
+        await settle(pilot, app, lambda: "the newest answer" in answers(app))
+        other = open_store(home / "data" / "picochat.db")  # another picochat, meanwhile
+        try:
+            sid = other.find_session("work").id
+            append_message(other, sid, "user", "asked elsewhere", turn_id="x")
+            append_message(other, sid, "assistant", "answered elsewhere", turn_id="x")
+        finally:
+            other.close()
+        gate.set()
+        await settle(pilot, app, lambda: "answered elsewhere" in answers(app),
+                     what="the message written meanwhile never showed")
+        seen["answers"] = answers(app)
+
+    assert held(drive, "--model", "offline", "-s", "work") == 0
+    assert seen["answers"][-2:] == ["the newest answer", "answered elsewhere"]
+
+
+def test_an_answer_a_killed_picochat_left_shows_once_the_session_opens(held, home):
+    seed(home, "work", 3, draft="The port is 8443")
+    seen: dict[str, object] = {}
+
+    async def drive(app, pilot, gate) -> None:
+        gate.set()
+        await settle(pilot, app, lambda: app.opened and app.ready)
+        await settle(pilot, app, lambda: "The port is 8443" in answers(app),
+                     what="the recovered answer was not in the transcript")
+        seen["notes"] = [str(n.message) for n in app._notifications]
+
+    assert held(drive, "--model", "offline", "-s", "work") == 0
+    assert any("cut off when picochat stopped" in n for n in seen["notes"])

@@ -135,19 +135,25 @@ def cmd_tui(app: App) -> int:
     the session the app showed when it last quit (the one the user was viewing, not the one
     written to last), else the most recently active session, else a new one.
 
-    The screen comes first: the app draws its bar, prompt and keys, then opens the database,
-    the session and the model (`catalog.open_chat`, with the engine's modules) in a thread. A
+    The screen comes first: the app draws its bar, prompt and keys, then reads the session's
+    newest messages with the store alone (`first_screen.first_look`) and draws them, then opens
+    the session and the model (`catalog.open_chat`, with the engine's modules), in a thread. A
     missing key, a bad setting or a damaged database found there ends the app, and is said
     here in the same one line and exit status as any command's, once the terminal is back."""
     from picochat.tui.app import PicochatApp
     from picochat.tui.chat import PAGE
+
+    def look() -> Any:
+        from picochat.first_screen import first_look
+
+        return first_look(app.store, app.opt("session"), PAGE)
 
     def open_chat() -> Any:
         from picochat.catalog import open_chat
 
         return open_chat(app.store, app.config, app.opt("session"), app.opt("model"), PAGE)
 
-    tui = PicochatApp.opening(open_chat, app.config, app.paths, quit_on_signals=True)
+    tui = PicochatApp.opening(open_chat, app.config, app.paths, quit_on_signals=True, look=look)
     try:
         tui.run()
     finally:

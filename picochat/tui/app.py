@@ -50,8 +50,9 @@ from picochat.tui.themes import bundled_dir, install_themes, save_theme
 from picochat.tui.status import StatusBar, shown_name
 
 if TYPE_CHECKING:  # the engine: opened after the first frame, in a thread (`open_transcript`)
-    from picochat.catalog import ChatStart, FirstScreen, SessionCatalog
+    from picochat.catalog import ChatStart, SessionCatalog
     from picochat.compaction.preview import CompactionPreview
+    from picochat.first_screen import FirstLook, FirstScreen
     from picochat.messages import Session
     from picochat.models import ResolvedModel
     from picochat.paths import Paths
@@ -147,13 +148,16 @@ class PicochatApp(App[None]):
 
     @classmethod
     def opening(cls, open_chat: Callable[[], ChatStart], config: Config, paths: Paths,
-                quit_on_signals: bool = False) -> "PicochatApp":
+                quit_on_signals: bool = False,
+                look: Callable[[], FirstLook | None] | None = None) -> "PicochatApp":
         """An app that draws its screen first, then opens its database, session and model
         with `open_chat`, in a thread: the first frame waits for none of the engine's modules.
-        What `open_chat` raises ends the app: `open_error`, for the CLI to say."""
+        `look` reads the session's newest messages with the store alone: they are drawn
+        before `open_chat` loads the rest. What either raises ends the app: `open_error`, for
+        the CLI to say."""
         app = cls.__new__(cls)
         app._setup(config, paths, quit_on_signals)
-        app._open_chat = open_chat
+        app._open_chat, app._look = open_chat, look
         return app
 
     def _setup(self, config: Config, paths: Paths | None, quit_on_signals: bool) -> None:
@@ -165,6 +169,8 @@ class PicochatApp(App[None]):
         self.paths = paths
         self.opened = False  # the session and its worker are open (`_start`)
         self._open_chat: Callable[[], ChatStart] | None = None
+        self._look: Callable[[], FirstLook | None] | None = None
+        self._drawn_early: FirstScreen | None = None  # drawn from `look`, before the opening
         self.open_error: Exception | None = None  # opening failed: the CLI says it
         self._first: FirstScreen | None = None
         self._config_stamp = self._config_file_stamp()  # what /reload would read, as read
@@ -273,7 +279,14 @@ class PicochatApp(App[None]):
                 self.notify(literal(note), severity="warning", timeout=10)
             if self.worker.reads_files and not self.worker.file_access.on:
                 self.notify(literal(self.worker.file_access.off_reason or ""), timeout=10)
-            await self.reload(first=first)
+            recovered = any(m.session_id == self.session.id for m in self.worker.recovered)
+            early, self._drawn_early = self._drawn_early, None
+            if (early is not None and first is not None and not recovered
+                    and (early.newest, early.checkpoint) == (first.newest, first.checkpoint)):
+                await self.refresh_panel()  # on screen as read, and nothing changed since
+            else:  # `first` was read before the recovery wrote its answer: read again
+                await self.reload(first=None if recovered else first)
+                await self._next_frame()  # drawn before the figures and the warm-up compete
             self.query_one(Prompt).recall_earlier(
                 first.prompts if first else await self.sessions.user_prompts())
             self.restore_unsent()
@@ -301,6 +314,12 @@ class PicochatApp(App[None]):
             return start
 
         try:
+            if self._look is not None:
+                seen = await in_daemon_thread(self._look)
+                if self._exit:
+                    return False
+                if seen is not None:
+                    await self._draw_early(seen.screen)
             start = await in_daemon_thread(opened)
             if self._exit:  # quitting: no session to start, and nothing to say
                 return False
@@ -314,6 +333,21 @@ class PicochatApp(App[None]):
         if self._typed_chars and not self._preparing:  # typed and paused while it opened
             self.prepare_to_send()
         return True
+
+    async def _draw_early(self, first: FirstScreen) -> None:
+        """A session's newest messages, read with the store alone, drawn while the rest of
+        the session opens. That rest goes on once they are on screen: its imports would hold
+        up their frame. `open_transcript` draws them again only if the opening reads them
+        otherwise (another picochat wrote meanwhile, or an answer was recovered)."""
+        await self.conversation.show_first(first)
+        self._drawn_early = first
+        await self._next_frame()
+
+    async def _next_frame(self) -> None:
+        """Until what was just mounted is on screen."""
+        drawn = asyncio.Event()
+        self.call_after_refresh(drawn.set)
+        await drawn.wait()
 
     def load_tokens(self) -> None:
         """Load in a thread what the figures need counted (a text no earlier run counted):

@@ -277,21 +277,22 @@ class ChatView(VerticalScroll):
                  | {m.seq for m in newest if m.seq <= self._read_to}) - self._elsewhere
         self._elsewhere = ({m.seq for m in newest} - known) | self._elsewhere \
             if from_elsewhere else set()
-        await self.remove_children()
-        self._read_to = newest[-1].seq if newest else 0
-        if self.size.height:  # laid out: mount what is looked at, not a whole page
-            newest = newest_filling(newest, max(20, self.size.width - 4),
-                                    SCREENS_AT_OPEN * self.size.height)
-        self._fetch = older
-        self._first_seq = newest[0].seq if newest else 1
-        self._checkpoint = checkpoint
-        widgets = message_widgets(newest)
-        if self.has_older:
-            widgets.insert(0, Static(literal(self._older_text()), classes="older"))
-        await self.mount_all(widgets)
-        await self.set_checkpoint(checkpoint)
-        self.scroll_end(animate=False, immediate=True)
-        self.anchor()
+        with self.app.batch_update():  # one frame, at the end: never the top of the page first
+            await self.remove_children()
+            self._read_to = newest[-1].seq if newest else 0
+            if self.size.height:  # laid out: mount what is looked at, not a whole page
+                newest = newest_filling(newest, max(20, self.size.width - 4),
+                                        SCREENS_AT_OPEN * self.size.height)
+            self._fetch = older
+            self._first_seq = newest[0].seq if newest else 1
+            self._checkpoint = checkpoint
+            widgets = message_widgets(newest)
+            if self.has_older:
+                widgets.insert(0, Static(literal(self._older_text()), classes="older"))
+            await self.mount_all(widgets)
+            await self.set_checkpoint(checkpoint)
+            self.scroll_end(animate=False, immediate=True)
+            self.anchor()
 
     @property
     def has_older(self) -> bool:
@@ -571,7 +572,6 @@ def message_widgets(messages: list[Message]) -> list[Widget]:
 
 def message_widget(m: Message, arguments: str | None = None) -> Widget | None:
     from picochat.messages import INTERRUPTED
-    from picochat.tools.registry import call_detail
 
     if m.role == "user":
         return UserMessage(m.content, m.seq, retracted=m.retracted)
@@ -581,6 +581,8 @@ def message_widget(m: Message, arguments: str | None = None) -> Widget | None:
         return AssistantMessage(m.content, m.seq, interrupted=m.status == INTERRUPTED,
                                 retracted=m.retracted)
     if m.role == "tool":
+        from picochat.tools.registry import call_detail
+
         return ToolBlock(m.name or "tool", m.tool_status, m.content, m.seq,
                          call_detail(m.name or "", arguments, m.content))
     return None

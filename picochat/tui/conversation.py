@@ -26,7 +26,8 @@ from picochat.tui.safe import literal
 from picochat.tui.welcome import Welcome
 
 if TYPE_CHECKING:  # the engine: the app opens it after the first frame
-    from picochat.catalog import FirstScreen
+    from picochat.first_screen import FirstScreen
+    from picochat.messages import Message
     from picochat.session import SessionWorker, TurnHandle
 
 NOT_SENT_DATABASE_GONE = ("Not sent: the database file was deleted or replaced; quit and "
@@ -126,6 +127,15 @@ class Conversation(Vertical):
             room = (await worker.counted_info()).room  # no wait once an earlier run counted
             await chat.add(Welcome(worker.model, worker.limits.window,
                                    room.ledger // LONG_LINE_TOKENS))
+
+    async def show_first(self, first: FirstScreen) -> None:
+        """What was read of the session before its worker exists (`first_screen`): older
+        pages, read as the reader scrolls up, wait for the worker."""
+        await self.chat.show_history(first.newest, first.checkpoint, self._older_once_open)
+
+    async def _older_once_open(self, before_seq: int, n: int) -> list[Message]:
+        await self._ready.wait()
+        return await self.worker.history_page(before_seq, n)
 
     # --- sending ---------------------------------------------------------------------------------
 
