@@ -81,11 +81,27 @@ class KeysFooter(Footer):
     """Textual's footer, with its keys in the first frame. Textual's composes empty until the
     screen's first bindings refresh (after the focus moves), which put the keys in a later
     frame, behind the transcript's mounting (0.15-0.3 s later here); the app's keys are known
-    from the start, and a later refresh recomposes them as before."""
+    from the start. A later refresh recomposes them only if they changed: Textual's footer
+    recomposes at every refresh of the bindings, twice after the first frame, ~20 ms of the
+    event loop's time while the session opens, for the same keys."""
+
+    _drawn: tuple[object, ...] | None = None  # the keys composed last (`_keys`)
 
     def compose(self) -> ComposeResult:
         self._bindings_ready = True
+        self._drawn = self._keys()
         return super().compose()
+
+    def _keys(self) -> tuple[object, ...]:
+        """What `compose` draws from: each shown binding as the footer shows it."""
+        shown = tuple((b.key, b.key_display, b.description, b.action, b.group, enabled, tip)
+                      for _, b, enabled, tip in self.screen.active_bindings.values() if b.show)
+        return self.compact, self.show_command_palette, shown
+
+    def bindings_changed(self, screen: Screen) -> None:
+        if screen is self.screen and self._drawn is not None and self._keys() == self._drawn:
+            return
+        super().bindings_changed(screen)
 
 
 PANEL_BESIDE_CHAT_FROM = 76  # columns
