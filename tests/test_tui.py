@@ -784,6 +784,29 @@ async def test_a_terminal_grown_taller_than_what_is_shown_loads_older_messages(s
         assert shown() == sorted(shown()) == list(range(shown()[0], 501))
 
 
+async def test_a_newest_page_too_short_to_scroll_loads_older_messages_itself(store):
+    """The newest page is forty rows, and a turn of tool calls shows only its results: the
+    page fit the screen with "… earlier messages: scroll up" above it, and with nothing to
+    scroll, no key could ever load them."""
+    session = short_turns(store, 50)
+    append_message(store, session.id, "user", "read the files", turn_id="tt")
+    for j in range(20):
+        call = {"id": f"c{j}", "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'}}
+        append_message(store, session.id, "assistant", "", tool_calls=[call], turn_id="tt")
+        append_message(store, session.id, "tool", f"contents {j}", tool_call_id=f"c{j}",
+                       name="read_file", turn_id="tt", tool_status="ok")
+    append_message(store, session.id, "assistant", "the newest answer", turn_id="tt")
+    app = make_app(store)
+    async with app.run_test(size=(100, 80)) as pilot:
+        chat = app.query_one(ChatView)
+        await settle(pilot, app, lambda: app.ready and (chat.max_scroll_y > 0
+                                                         or not chat.query(".older")),
+                     what="the view stayed too short to scroll, with older messages unread")
+        shown = [w.seq for w in chat.children if getattr(w, "seq", None) is not None]
+        assert len(shown) > 21  # more than the tool turn's results and its answer
+
+
 async def test_a_compact_that_drops_facts_says_how_many_and_where_they_are(store):
     from picochat.config import ModelConfig
     from tests.helpers.conversations import plant_services

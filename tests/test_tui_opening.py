@@ -21,7 +21,7 @@ from picochat.cli import commands
 from picochat.cli.main import main
 from picochat.storage import open_store
 from picochat.tui import app as tui_app, slash
-from picochat.tui.chat import AssistantMessage, ChatView
+from picochat.tui.chat import AssistantMessage, ChatView, UserMessage
 from picochat.tui.panel import CheckpointPanel
 from picochat.tui.prompt import Prompt
 from picochat.tui.status import StatusBar
@@ -342,3 +342,62 @@ def test_an_answer_a_killed_picochat_left_shows_once_the_session_opens(held, hom
 
     assert held(drive, "--model", "offline", "-s", "work") == 0
     assert any("cut off when picochat stopped" in n for n in seen["notes"])
+
+
+@pytest.mark.parametrize("key", ["e", "alt+p"])
+def test_editing_or_pinning_a_message_drawn_while_opening_waits_for_the_session(
+        held, home, key):
+    """The transcript is there before the worker: e (edit from here) and alt+p (pin) on one
+    of its messages ended the app, or failed, as keys that ran before there was a session."""
+    seed(home, "work", 5)
+    seen: dict[str, object] = {}
+
+    async def drive(app, pilot, gate) -> None:
+        await settle(pilot, app, lambda: "the newest answer" in answers(app))
+        await pilot.press("alt+up", "up")  # the newest answer, then the question before it
+        assert isinstance(app.focused, UserMessage) and app.focused.text == "question 4"
+        await pilot.press(key)
+        assert not app.opened
+        gate.set()
+        await settle(pilot, app, lambda: app.opened and app.ready)
+        if key == "e":
+            prompt = app.query_one(Prompt)
+            await settle(pilot, app, lambda: prompt.text == "question 4",
+                         what="the message never went to the prompt to edit")
+        else:
+            store = app.sessions._store
+            await settle(pilot, app, lambda: bool(store.pins(app.session.id)),
+                         what="the message was never pinned")
+            seen["pins"] = [p.text for p in store.pins(app.session.id)]
+        seen["errors"] = [str(n.message) for n in app._notifications if n.severity == "error"]
+
+    assert held(drive, "--model", "offline", "-s", "work") == 0
+    assert seen["errors"] == []
+    if key == "alt+p":
+        assert seen["pins"] == ["question 4"]
+
+
+def test_an_older_page_asked_for_while_opening_leaves_no_gap_when_the_transcript_is_read_again(
+        held, home):
+    """Scrolled to the top of the transcript drawn early: its older page waits for the
+    session, and the session's opening reads the transcript again (here: an answer a killed
+    picochat left). The page read for what was replaced went in above the new one, and the
+    messages between the two were never shown."""
+    seed(home, "work", 100, draft="The port is 8443")
+    seen: dict[str, object] = {}
+
+    async def drive(app, pilot, gate) -> None:
+        await settle(pilot, app, lambda: "the newest answer" in answers(app))
+        chat = app.query_one(ChatView)
+        chat.scroll_home(animate=False, immediate=True)
+        chat.want_older()  # as reaching the top asks
+        await settle(pilot, app, chat._older_lock.locked)
+        gate.set()
+        await settle(pilot, app, lambda: "The port is 8443" in answers(app)
+                     and not chat._older_lock.locked())
+        await chat.load_older()  # the reader goes on up
+        seen["seqs"] = [w.seq for w in chat.children if getattr(w, "seq", None) is not None]
+
+    assert held(drive, "--model", "offline", "-s", "work") == 0
+    seqs = seen["seqs"]
+    assert seqs == list(range(seqs[0], seqs[-1] + 1)), "a gap or a duplicate"

@@ -792,8 +792,12 @@ class PicochatApp(App[None]):
 
     def on_edit_requested(self, event: EditRequested) -> None:
         """e on an earlier message of the user's: its text in the prompt, to edit and send as
-        a new branch from there (Esc gives back what was typed)."""
+        a new branch from there (Esc gives back what was typed). On a transcript drawn while
+        the session opens, once it has."""
         event.stop()
+        if not self.transcript_ready.is_set():
+            self._once_open(lambda: self.on_edit_requested(event))
+            return
         if self.worker.busy or self.worker.queued:
             self.notify(literal("An answer is running: edit an earlier message once it ends "
                                 "(esc stops it)"), severity="warning")
@@ -966,10 +970,14 @@ class PicochatApp(App[None]):
         panel.is_open = False
 
     async def on_pin_requested(self, event: PinRequested) -> None:
-        """alt+p on a selected message: pinned as /pin would, said in the transcript."""
+        """alt+p on a selected message: pinned as /pin would, said in the transcript (on a
+        transcript drawn while the session opens, once it has)."""
         event.stop()  # queued behind a running turn: never awaited here, or keys would wait
         from picochat.tui import commands
 
+        if not self.transcript_ready.is_set():
+            self._once_open(lambda: commands.pin(self, seq=event.seq))
+            return
         self.run_worker(commands.pin(self, seq=event.seq), group="commands",
                         exit_on_error=False)
 

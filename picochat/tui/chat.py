@@ -261,6 +261,7 @@ class ChatView(VerticalScroll):
         super().__init__(**kwargs)
         self._older_lock = asyncio.Lock()  # older pages go in one at a time
         self._read_to = 0  # the newest seq read from the database (has_shown)
+        self._readings = 0  # show_history calls: an older page read across one is dropped
         self._elsewhere: set[int] = set()  # rows another picochat wrote, shown by a refresh
 
     def on_mount(self) -> None:
@@ -277,6 +278,7 @@ class ChatView(VerticalScroll):
                  | {m.seq for m in newest if m.seq <= self._read_to}) - self._elsewhere
         self._elsewhere = ({m.seq for m in newest} - known) | self._elsewhere \
             if from_elsewhere else set()
+        self._readings += 1
         with self.app.batch_update():  # one frame, at the end: never the top of the page first
             await self.remove_children()
             self._read_to = newest[-1].seq if newest else 0
@@ -293,6 +295,7 @@ class ChatView(VerticalScroll):
             await self.set_checkpoint(checkpoint)
             self.scroll_end(animate=False, immediate=True)
             self.anchor()
+        self.call_after_refresh(self._fill)  # a page too short to scroll: no key could ask
 
     @property
     def has_older(self) -> bool:
@@ -324,8 +327,11 @@ class ChatView(VerticalScroll):
             return 0
         follows = self._follows
         bottom = self.is_anchored and not self._anchor_released  # following the newest
+        reading = self._readings
         page = await self._fetch(self._first_seq, PAGE)  # type: ignore[misc]
-        self._first_seq = page[0].seq if page else 1
+        if reading != self._readings:  # the transcript was read again meanwhile (the session
+            return 0                   # opened, another picochat wrote): this page was above
+        self._first_seq = page[0].seq if page else 1  # what it replaced, and would leave a gap
         marker = self.query(".older").first(Static)
         widgets = message_widgets(page)
         first = next((w for w in self.children if w is not marker), None)
