@@ -26,10 +26,12 @@ class FirstScreen:
 
 @dataclass(frozen=True)
 class FirstLook:
-    """A session as the app will open it, and its first screen, read before its model."""
+    """A session as the app will open it, and what its transcript shows, read before its
+    model (the prompts the up arrow recalls come with the opening's `FirstScreen`)."""
 
     session: Session
-    screen: FirstScreen
+    newest: list[Message]
+    checkpoint: Checkpoint | None
 
 
 def read_first_screen(store: Store, session_id: str, page: int) -> FirstScreen:
@@ -40,11 +42,11 @@ def read_first_screen(store: Store, session_id: str, page: int) -> FirstScreen:
 
 
 def first_look(store: Store, ref: str | None, page: int) -> FirstLook | None:
-    """The session `open_chat` opens (`ref`'s, else the most recently active) and its first
-    screen; None when there is nothing to draw yet: no such session, or no message in it
-    (a new session's welcome names its model, which only the opening knows)."""
+    """The session `open_chat` opens (`ref`'s, else the most recently active) and its
+    newest messages; None when there is nothing to draw yet: no such session, or no message
+    in it (a new session's welcome names its model, which only the opening knows)."""
     session = store.find_session(ref) if ref else store.latest_session()
     if session is None:
         return None
-    screen = read_first_screen(store, session.id, page)
-    return FirstLook(session, screen) if screen.newest else None
+    newest = store.history_page(session.id, None, page)
+    return FirstLook(session, newest, store.active_checkpoint(session.id)) if newest else None

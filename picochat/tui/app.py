@@ -186,7 +186,7 @@ class PicochatApp(App[None]):
         self.opened = False  # the session and its worker are open (`_start`)
         self._open_chat: Callable[[], ChatStart] | None = None
         self._look: Callable[[], FirstLook | None] | None = None
-        self._drawn_early: FirstScreen | None = None  # drawn from `look`, before the opening
+        self._drawn_early: FirstLook | None = None  # drawn from `look`, before the opening
         self.open_error: Exception | None = None  # opening failed: the CLI says it
         self._first: FirstScreen | None = None
         self._config_stamp = self._config_file_stamp()  # what /reload would read, as read
@@ -335,7 +335,7 @@ class PicochatApp(App[None]):
                 if self._exit:
                     return False
                 if seen is not None:
-                    await self._draw_early(seen.screen)
+                    await self._draw_early(seen)
             start = await in_daemon_thread(opened)
             if self._exit:  # quitting: no session to start, and nothing to say
                 return False
@@ -350,7 +350,7 @@ class PicochatApp(App[None]):
             self.prepare_to_send()
         return True
 
-    async def _draw_early(self, first: FirstScreen) -> None:
+    async def _draw_early(self, first: FirstLook) -> None:
         """A session's newest messages, read with the store alone, drawn while the rest of
         the session opens. That rest goes on once they are on screen: its imports would hold
         up their frame. `open_transcript` draws them again only if the opening reads them

@@ -26,7 +26,7 @@ from picochat.tui.safe import literal
 from picochat.tui.welcome import Welcome
 
 if TYPE_CHECKING:  # the engine: the app opens it after the first frame
-    from picochat.first_screen import FirstScreen
+    from picochat.first_screen import FirstLook, FirstScreen
     from picochat.messages import Message
     from picochat.session import SessionWorker, TurnHandle
 
@@ -128,7 +128,7 @@ class Conversation(Vertical):
             await chat.add(Welcome(worker.model, worker.limits.window,
                                    room.ledger // LONG_LINE_TOKENS))
 
-    async def show_first(self, first: FirstScreen) -> None:
+    async def show_first(self, first: FirstLook) -> None:
         """What was read of the session before its worker exists (`first_screen`): older
         pages, read as the reader scrolls up, wait for the worker."""
         await self.chat.show_history(first.newest, first.checkpoint, self._older_once_open)
